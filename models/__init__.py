@@ -1,0 +1,1 @@
+"""Keras model definitions used by tfmp's scripts, tests and benchmarks."""

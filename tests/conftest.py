@@ -1,0 +1,40 @@
+"""Shared test set-up.
+
+Two logical CPU devices are configured before TensorFlow initialises, so that
+MirroredStrategy tests run on a CPU-only machine. Every test is checked for
+leaking global state: the Keras dtype policy and the TF32 switch must be the
+same after the test as before it.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_CPUS = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(_CPUS[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+@pytest.fixture(autouse=True)
+def global_state_is_restored():
+    """Fails a test that leaves a different dtype policy or TF32 setting behind."""
+    policy = keras.config.dtype_policy()
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    yield
+    leaked_policy = keras.config.dtype_policy().name
+    leaked_tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    keras.config.set_dtype_policy(policy)
+    tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    assert leaked_policy == policy.name, f"dtype policy leaked: {leaked_policy}"
+    assert leaked_tf32 == tf32, f"TF32 setting leaked: {leaked_tf32}"
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """The embedded digits at 28x28x1, split with seed 0."""
+    from tfmp import data
+
+    return data.load_digits(image_size=(28, 28), channels=1, seed=0)

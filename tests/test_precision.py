@@ -1,0 +1,142 @@
+"""Tests for tfmp/precision.py."""
+
+import logging
+
+import keras
+import pytest
+import tensorflow as tf
+
+import tfmp
+from tfmp import precision
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("float32", "float32"),
+        ("mixed_float16", "mixed_float16"),
+        ("mixed_bfloat16", "mixed_bfloat16"),
+        ("auto", "auto"),
+        ("fp32", "float32"),
+        ("fp16", "mixed_float16"),
+        ("bf16", "mixed_bfloat16"),
+        ("  BF16 ", "mixed_bfloat16"),
+    ],
+)
+def test_canonical_names_and_aliases(name, expected):
+    assert precision.canonical_precision(name) == expected
+
+
+def test_unknown_name_lists_valid_names_and_value():
+    with pytest.raises(ValueError) as info:
+        precision.canonical_precision("float8")
+    message = str(info.value)
+    assert "precision='float8'" in message
+    for valid in ("float32", "mixed_float16", "mixed_bfloat16", "auto", "fp32", "fp16", "bf16"):
+        assert valid in message
+
+
+@pytest.mark.parametrize(
+    "capabilities, expected",
+    [
+        ([], "float32"),
+        ([(9, 0)], "mixed_bfloat16"),
+        ([(8, 0)], "mixed_bfloat16"),
+        ([(8, 6)], "mixed_bfloat16"),
+        ([(7, 0)], "mixed_float16"),
+        ([(7, 5)], "mixed_float16"),
+        ([(6, 0)], "float32"),
+        ([(8, 0), (7, 0)], "mixed_float16"),  # the oldest GPU decides
+    ],
+)
+def test_choose_precision_from_compute_capability(capabilities, expected):
+    chosen, reason = precision.choose_precision(capabilities)
+    assert chosen == expected
+    assert reason
+
+
+def test_auto_on_this_cpu_machine_logs_one_line(caplog):
+    assert not tf.config.list_physical_devices("GPU")
+    with caplog.at_level(logging.INFO, logger="tfmp.precision"):
+        assert precision.resolve_precision("auto") == "float32"
+    lines = [r.getMessage() for r in caplog.records if r.name == "tfmp.precision"]
+    assert len(lines) == 1
+    assert "float32" in lines[0] and "no GPU" in lines[0]
+
+
+def test_set_precision_sets_the_global_policy():
+    previous = keras.config.dtype_policy()
+    try:
+        assert tfmp.set_precision("bf16") == "mixed_bfloat16"
+        assert keras.config.dtype_policy().name == "mixed_bfloat16"
+        layer = keras.layers.Dense(2)
+        assert layer.compute_dtype == "bfloat16" and layer.variable_dtype == "float32"
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def test_scope_restores_previous_policy_and_layers_keep_theirs():
+    before = keras.config.dtype_policy().name
+    with tfmp.precision_scope("fp16") as name:
+        assert name == "mixed_float16"
+        inner = keras.layers.Dense(2)
+        with tfmp.precision_scope("mixed_bfloat16"):
+            assert keras.config.dtype_policy().name == "mixed_bfloat16"
+        assert keras.config.dtype_policy().name == "mixed_float16"
+    assert keras.config.dtype_policy().name == before
+    assert inner.compute_dtype == "float16"
+    assert keras.layers.Dense(2).compute_dtype == "float32"
+
+
+def test_scope_restores_policy_on_error():
+    before = keras.config.dtype_policy().name
+    with pytest.raises(RuntimeError):
+        with tfmp.precision_scope("mixed_float16"):
+            raise RuntimeError("boom")
+    assert keras.config.dtype_policy().name == before
+
+
+def test_scope_rejects_unknown_name_without_changing_policy():
+    before = keras.config.dtype_policy().name
+    with pytest.raises(ValueError, match="half"):
+        with tfmp.precision_scope("half"):
+            pass
+    assert keras.config.dtype_policy().name == before
+
+
+def test_tf32_switch_and_scope():
+    original = tf.config.experimental.tensor_float_32_execution_enabled()
+    with tfmp.tf32_scope(not original):
+        assert tf.config.experimental.tensor_float_32_execution_enabled() == (not original)
+    assert tf.config.experimental.tensor_float_32_execution_enabled() == original
+    previous = tfmp.set_tf32(False)
+    try:
+        assert previous == original
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+    finally:
+        tfmp.set_tf32(original)
+
+
+@pytest.mark.parametrize(
+    "setting, has_gpu, expected",
+    [
+        ("auto", True, True),
+        ("auto", False, False),
+        ("true", False, True),
+        ("false", True, False),
+        ("TRUE", False, True),
+        (True, False, True),
+        (False, True, False),
+    ],
+)
+def test_resolve_jit_compile(setting, has_gpu, expected):
+    assert precision.resolve_jit_compile(setting, has_gpu=has_gpu) is expected
+
+
+def test_resolve_jit_compile_auto_detects_cpu():
+    assert precision.resolve_jit_compile("auto") is False
+
+
+def test_resolve_jit_compile_rejects_unknown():
+    with pytest.raises(ValueError, match="xla='maybe'"):
+        precision.resolve_jit_compile("maybe")

@@ -1,0 +1,38 @@
+"""tfmp: mixed-precision training for TensorFlow/Keras 3.
+
+The public names most users need:
+
+* `tfmp.set_precision`, `tfmp.precision_scope`: the global Keras dtype policy
+  (`float32`, `mixed_float16`, `mixed_bfloat16`, `auto`).
+* `tfmp.LossScaleOptimizer`: loss scaling with both the tf.keras 2 and the
+  Keras 3 custom-loop API.
+* `tfmp.wrap_optimizer`: the optimizer a precision needs.
+"""
+
+from tfmp.loss_scale import LossScaleOptimizer, parse_loss_scale, wrap_optimizer
+from tfmp.precision import (
+    PRECISIONS,
+    canonical_precision,
+    precision_scope,
+    resolve_jit_compile,
+    resolve_precision,
+    set_precision,
+    set_tf32,
+    tf32_scope,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LossScaleOptimizer",
+    "PRECISIONS",
+    "canonical_precision",
+    "parse_loss_scale",
+    "precision_scope",
+    "resolve_jit_compile",
+    "resolve_precision",
+    "set_precision",
+    "set_tf32",
+    "tf32_scope",
+    "wrap_optimizer",
+]

@@ -1,0 +1,198 @@
+"""Precision policies: names, the global Keras dtype policy, TF32 and XLA.
+
+tfmp speaks of four precisions:
+
+* `float32`: everything in float32;
+* `mixed_float16`: float16 compute, float32 variables (needs loss scaling);
+* `mixed_bfloat16`: bfloat16 compute, float32 variables;
+* `auto`: chosen from the hardware (see `choose_precision`).
+
+Aliases `fp32`, `fp16` and `bf16` are accepted wherever a name is.
+
+The Keras dtype policy is process-global. `precision_scope` sets it for a
+block and restores the previous policy on exit, even on error; library code
+in tfmp uses it rather than leaving a policy behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator, Sequence
+
+import keras
+import tensorflow as tf
+
+__all__ = [
+    "PRECISIONS",
+    "canonical_precision",
+    "choose_precision",
+    "precision_scope",
+    "resolve_jit_compile",
+    "resolve_precision",
+    "set_precision",
+    "set_tf32",
+    "tf32_scope",
+]
+
+_logger = logging.getLogger(__name__)
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+ALIASES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+
+
+def canonical_precision(name: str) -> str:
+    """Returns the canonical precision name for `name` or an alias.
+
+    Args:
+        name: One of `PRECISIONS` or an alias (`fp32`, `fp16`, `bf16`),
+            case-insensitive.
+
+    Returns:
+        One of `PRECISIONS`.
+
+    Raises:
+        ValueError: naming the value received and the valid names.
+    """
+    key = name.strip().lower() if isinstance(name, str) else name
+    key = ALIASES.get(key, key)
+    if key not in PRECISIONS:
+        valid = ", ".join(PRECISIONS + tuple(ALIASES))
+        raise ValueError(f"Unknown precision. Valid names: {valid}. Received: precision={name!r}")
+    return key
+
+
+def choose_precision(compute_capabilities: Sequence[tuple[int, int]]) -> tuple[str, str]:
+    """Chooses a precision from the GPUs' compute capabilities.
+
+    The rule: no GPU gives `float32` (CPU); otherwise the oldest GPU decides,
+    since every replica must run the same policy: 8.0 or newer (Ampere,
+    Hopper: bfloat16 Tensor Cores, float32's range, no loss scaling) gives
+    `mixed_bfloat16`; 7.x (Volta, Turing: float16 Tensor Cores only) gives
+    `mixed_float16`; older GPUs have no Tensor Cores and keep `float32`.
+
+    Args:
+        compute_capabilities: One `(major, minor)` pair per visible GPU.
+
+    Returns:
+        `(precision, reason)`, the reason being one human-readable sentence.
+    """
+    if not compute_capabilities:
+        return "float32", "no GPU is visible; float32 on CPU"
+    major, minor = min(compute_capabilities)
+    where = f"GPU compute capability {major}.{minor}"
+    if major >= 8:
+        return "mixed_bfloat16", f"{where} >= 8.0 has bfloat16 Tensor Cores"
+    if major == 7:
+        return "mixed_float16", f"{where} (7.x) has float16 Tensor Cores only"
+    return "float32", f"{where} < 7.0 has no Tensor Cores"
+
+
+def gpu_compute_capabilities() -> list[tuple[int, int]]:
+    """Returns `(major, minor)` for every visible GPU (empty on CPU)."""
+    capabilities = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        capability = details.get("compute_capability")
+        if capability is not None:
+            capabilities.append(tuple(capability))
+    return capabilities
+
+
+def resolve_precision(name: str) -> str:
+    """Returns a concrete precision, deciding `auto` from this machine.
+
+    For `auto`, logs one line saying what was chosen and why.
+    """
+    name = canonical_precision(name)
+    if name != "auto":
+        return name
+    chosen, reason = choose_precision(gpu_compute_capabilities())
+    _logger.info("precision=auto chose %s: %s.", chosen, reason)
+    return chosen
+
+
+def set_precision(name: str) -> str:
+    """Sets the global Keras dtype policy and returns the concrete name.
+
+    Prefer `precision_scope`, which restores the previous policy.
+    """
+    resolved = resolve_precision(name)
+    keras.config.set_dtype_policy(resolved)
+    return resolved
+
+
+@contextlib.contextmanager
+def precision_scope(name: str) -> Iterator[str]:
+    """Sets the global Keras dtype policy for a block, then restores it.
+
+    Layers built inside the block take the policy; they keep it after the
+    block ends, while layers built afterwards get the previous policy again.
+
+    ```python
+    with tfmp.precision_scope("bf16") as policy:   # policy == "mixed_bfloat16"
+        model = build_model()
+    ```
+
+    Yields:
+        The concrete precision name in force inside the block.
+    """
+    previous = keras.config.dtype_policy()
+    try:
+        yield set_precision(name)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def set_tf32(enabled: bool) -> bool:
+    """Turns TensorFloat-32 matmuls/convs on or off; returns the old setting.
+
+    TF32 only affects float32 math on Ampere or newer GPUs, where it gives
+    float32 models Tensor-Core speed at a 10-bit mantissa. It has no effect on
+    CPU, or on float16/bfloat16 math.
+    """
+    previous = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(bool(enabled))
+    return previous
+
+
+@contextlib.contextmanager
+def tf32_scope(enabled: bool) -> Iterator[None]:
+    """Sets TF32 for a block, then restores the previous setting."""
+    previous = set_tf32(enabled)
+    try:
+        yield
+    finally:
+        set_tf32(previous)
+
+
+_XLA_NAMES = {"auto": None, "true": True, "false": False, "on": True, "off": False,
+              "1": True, "0": False, "yes": True, "no": False}
+
+
+def resolve_jit_compile(xla: str | bool, has_gpu: bool | None = None) -> bool:
+    """Turns an XLA setting into the `jit_compile` value for a train step.
+
+    Args:
+        xla: `True`/`False`, or `"true"`, `"false"` or `"auto"`. `auto` means
+            on with a GPU and off on CPU, where XLA measured slower than plain
+            graph mode for tfmp's models.
+        has_gpu: Whether a GPU is visible; detected when None.
+
+    Returns:
+        The bool to pass as `jit_compile`.
+
+    Raises:
+        ValueError: for an unknown setting, naming it.
+    """
+    if isinstance(xla, bool):
+        return xla
+    key = xla.strip().lower() if isinstance(xla, str) else xla
+    if key not in _XLA_NAMES:
+        raise ValueError(f"Unknown XLA setting. Expected auto, true or false. Received: xla={xla!r}")
+    value = _XLA_NAMES[key]
+    if value is None:
+        if has_gpu is None:
+            has_gpu = bool(tf.config.list_physical_devices("GPU"))
+        value = has_gpu
+    return value
