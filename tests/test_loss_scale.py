@@ -1,0 +1,597 @@
+"""Tests for tfmp/loss_scale.py: arithmetic, skipping, both loop flows, state."""
+
+import math
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfmp
+from tfmp import loss_scale as ls
+
+INF, NAN = float("inf"), float("nan")
+
+
+def _sgd_lso(**kwargs):
+    return tfmp.LossScaleOptimizer(keras.optimizers.SGD(1.0), **kwargs)
+
+
+def _make_step(opt, var, mode):
+    """One Keras 3-flow step on `var`: loss = sum(var * c), so grad = c * scale."""
+
+    def step(c):
+        with tf.GradientTape() as tape:
+            scaled = opt.scale_loss(tf.reduce_sum(var * c))
+        grads = tape.gradient(scaled, [var])
+        opt.apply_gradients(zip(grads, [var]))
+
+    if mode == "eager":
+        return step
+    return tf.function(step, jit_compile=(mode == "xla"))
+
+
+def _run(opt, pattern, mode="eager", var=None):
+    """Runs one step per character: F finite, N inf, n nan. Records the state."""
+    var = var if var is not None else keras.Variable(np.zeros(2, np.float32))
+    opt.build([var])
+    step = _make_step(opt, var, mode)
+    record = []
+    for ch in pattern:
+        c = {"F": 1.0, "N": INF, "n": NAN}[ch]
+        step(tf.constant(c, tf.float32))
+        record.append((float(opt.loss_scale), int(opt.skipped_steps), bool(opt.last_step_skipped)))
+    return record, var
+
+
+# -- scale trajectories: exact numbers -------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+def test_growth_after_growth_steps(mode):
+    record, var = _run(_sgd_lso(initial_scale=4, dynamic_growth_steps=2), "FFFFF", mode)
+    assert [r[0] for r in record] == [4, 8, 8, 16, 16]
+    assert all(r[1:] == (0, False) for r in record)
+    # SGD(1.0) with unscaled gradient 1 per finite step.
+    np.testing.assert_array_equal(var.numpy(), [-5, -5])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+def test_backoff_halves_on_each_overflow(mode):
+    # Four non-finite steps from 400 leave the scale at 25.
+    record, var = _run(_sgd_lso(initial_scale=400), "NnNn", mode)
+    assert [r[0] for r in record] == [200, 100, 50, 25]
+    assert [r[1] for r in record] == [1, 2, 3, 4]
+    assert all(r[2] for r in record)
+    np.testing.assert_array_equal(var.numpy(), [0, 0])
+
+
+def test_overflow_restarts_the_growth_count():
+    record, _ = _run(_sgd_lso(initial_scale=8, dynamic_growth_steps=3), "FFNFFF")
+    assert [r[0] for r in record] == [8, 8, 4, 4, 4, 8]
+    assert [r[2] for r in record] == [False, False, True, False, False, False]
+
+
+@pytest.mark.parametrize("mode", ["eager", "xla"])
+def test_hysteresis_delays_backoff_until_the_scale_grows_again(mode):
+    opt = _sgd_lso(initial_scale=64, dynamic_growth_steps=2, hysteresis=3)
+    record, var = _run(opt, "NNNNFFNNN", mode)
+    # Two overflows only skip, then each overflow lowers the scale; growth
+    # refills the budget of two skip-only overflows.
+    assert [r[0] for r in record] == [64, 64, 32, 16, 16, 32, 32, 32, 16]
+    assert [r[1] for r in record] == [1, 2, 3, 4, 4, 4, 5, 6, 7]
+    np.testing.assert_array_equal(var.numpy(), [-2, -2])
+
+
+def test_hysteresis_counter_is_not_refilled_by_finite_steps_alone():
+    opt = _sgd_lso(initial_scale=64, dynamic_growth_steps=100, hysteresis=2)
+    record, _ = _run(opt, "NFNFN", mode="eager")
+    assert [r[0] for r in record] == [64, 64, 32, 32, 16]
+
+
+def test_min_scale_bounds_backoff():
+    record, _ = _run(_sgd_lso(initial_scale=4, min_scale=2), "NNNN")
+    assert [r[0] for r in record] == [2, 2, 2, 2]
+    # The default floor is 1, as in tf.keras 2.
+    record, _ = _run(_sgd_lso(initial_scale=2), "NNN")
+    assert [r[0] for r in record] == [1, 1, 1]
+
+
+def test_max_scale_bounds_growth():
+    record, _ = _run(_sgd_lso(initial_scale=8, dynamic_growth_steps=1, max_scale=16), "FFF")
+    assert [r[0] for r in record] == [16, 16, 16]
+
+
+def test_growth_and_backoff_factors():
+    opt = _sgd_lso(initial_scale=9, dynamic_growth_steps=1, growth_factor=3, backoff_factor=0.25)
+    record, _ = _run(opt, "FNN")
+    assert [r[0] for r in record] == [27, 6.75, 1.6875]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+def test_fixed_scale_never_changes_and_still_skips(mode):
+    opt = _sgd_lso(dynamic=False, initial_scale=128)
+    record, var = _run(opt, "FNFnF", mode)
+    assert [r[0] for r in record] == [128] * 5
+    assert [r[1] for r in record] == [0, 1, 1, 2, 2]
+    # tf.keras 2 applied non-finite gradients with dynamic=False; tfmp skips.
+    np.testing.assert_array_equal(var.numpy(), [-3, -3])
+
+
+def test_next_loss_scale_pure_function():
+    state = ls.LossScaleState(tf.constant(8.0), tf.constant(1, tf.int64), tf.constant(2, tf.int64))
+    kwargs = dict(dynamic=True, growth_steps=2, growth_factor=2.0, backoff_factor=0.5,
+                  hysteresis=2, min_scale=1.0, max_scale=2.0**24)
+    grown = ls.next_loss_scale(state, tf.constant(True), **kwargs)
+    assert (float(grown.scale), int(grown.growth_count), int(grown.hysteresis_left)) == (16, 0, 2)
+    spent = ls.next_loss_scale(state, tf.constant(False), **kwargs)
+    assert (float(spent.scale), int(spent.growth_count), int(spent.hysteresis_left)) == (8, 0, 1)
+    lowered = ls.next_loss_scale(spent, tf.constant(False), **kwargs)
+    assert (float(lowered.scale), int(lowered.hysteresis_left)) == (4, 1)
+    fixed = ls.next_loss_scale(state, tf.constant(False), **{**kwargs, "dynamic": False})
+    assert fixed is state
+
+
+# -- constructors -----------------------------------------------------------
+
+
+def test_keras3_form_defaults():
+    opt = tfmp.LossScaleOptimizer(keras.optimizers.SGD())
+    assert isinstance(opt, keras.optimizers.LossScaleOptimizer)
+    assert float(opt.loss_scale) == 2.0**15
+    assert opt.dynamic_growth_steps == 2000 and opt.dynamic
+    assert (opt.growth_factor, opt.backoff_factor, opt.hysteresis) == (2.0, 0.5, 1)
+    assert (opt.min_scale, opt.max_scale) == (1.0, 2.0**24)
+    assert int(opt.skipped_steps) == 0 and not bool(opt.last_step_skipped)
+
+
+def test_keras3_and_tf_keras2_forms():
+    k3 = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), initial_scale=64.0, dynamic_growth_steps=10)
+    assert (float(k3.loss_scale), k3.dynamic_growth_steps, k3.dynamic) == (64.0, 10, True)
+    k2 = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=True, initial_scale=None,
+                                 dynamic_growth_steps=None)
+    assert (float(k2.loss_scale), k2.dynamic_growth_steps) == (2.0**15, 2000)
+    fixed = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=1024)
+    assert (float(fixed.loss_scale), fixed.dynamic) == (1024.0, False)
+
+
+def test_positional_forms_of_both_apis():
+    k2 = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), False, 64.0)
+    assert (k2.dynamic, float(k2.loss_scale)) == (False, 64.0)
+    k3 = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), 64.0, 10)
+    assert (k3.dynamic, float(k3.loss_scale), k3.dynamic_growth_steps) == (True, 64.0, 10)
+    with pytest.raises(ValueError, match="initial_scale"):
+        tfmp.LossScaleOptimizer(keras.optimizers.SGD(), 64.0, initial_scale=32.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        (dict(initial_scale=0), "initial_scale=0"),
+        (dict(initial_scale=-1.0), "initial_scale=-1.0"),
+        (dict(initial_scale=INF), "initial_scale=inf"),
+        (dict(growth_factor=1.0), "growth_factor=1.0"),
+        (dict(growth_factor=0.5), "growth_factor=0.5"),
+        (dict(backoff_factor=1.0), "backoff_factor=1.0"),
+        (dict(backoff_factor=0.0), "backoff_factor=0.0"),
+        (dict(backoff_factor=1.5), "backoff_factor=1.5"),
+        (dict(hysteresis=0), "hysteresis=0"),
+        (dict(hysteresis=1.5), "hysteresis=1.5"),
+        (dict(min_scale=4.0, max_scale=2.0), "min_scale=4.0, max_scale=2.0"),
+        (dict(dynamic=False), "initial_scale=None"),
+        (dict(dynamic_growth_steps=0), "dynamic_growth_steps=0"),
+        (dict(initial_scale=2.0**30), "initial_scale=1073741824.0"),
+        (dict(dynamic="yes"), "dynamic='yes'"),
+    ],
+)
+def test_bad_arguments_name_the_value(kwargs, fragment):
+    with pytest.raises(ValueError) as info:
+        tfmp.LossScaleOptimizer(keras.optimizers.SGD(), **kwargs)
+    assert fragment in str(info.value)
+
+
+def test_rejects_wrapping_twice_and_non_optimizers():
+    with pytest.raises(ValueError, match="already a LossScaleOptimizer"):
+        tfmp.LossScaleOptimizer(tfmp.LossScaleOptimizer(keras.optimizers.SGD()))
+    with pytest.raises(ValueError, match="inner_optimizer='sgd'"):
+        tfmp.LossScaleOptimizer("sgd")
+
+
+# -- wrap_optimizer -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["float32", "fp32", "mixed_bfloat16", "bf16", "mixed_float16", "fp16"])
+@pytest.mark.parametrize("loss_scale", ["none", None, "dynamic", 128, "128"])
+def test_wrap_optimizer_grid(precision, loss_scale):
+    inner = keras.optimizers.Adam()
+    wrapped = tfmp.wrap_optimizer(inner, precision, loss_scale)
+    needs_scaling = tfmp.canonical_precision(precision) == "mixed_float16" and loss_scale not in ("none", None)
+    if not needs_scaling:
+        assert wrapped is inner
+        return
+    assert isinstance(wrapped, tfmp.LossScaleOptimizer)
+    assert wrapped.inner_optimizer is inner
+    if loss_scale == "dynamic":
+        assert wrapped.dynamic and float(wrapped.loss_scale) == 2.0**15
+    else:
+        assert not wrapped.dynamic and float(wrapped.loss_scale) == 128.0
+
+
+def test_wrap_optimizer_unwraps_and_passes_keywords():
+    inner = keras.optimizers.SGD()
+    keras_lso = keras.optimizers.LossScaleOptimizer(inner)
+    assert tfmp.wrap_optimizer(keras_lso, "float32") is inner
+    rewrapped = tfmp.wrap_optimizer(keras_lso, "mixed_float16", "dynamic", hysteresis=3)
+    assert isinstance(rewrapped, tfmp.LossScaleOptimizer)
+    assert rewrapped.inner_optimizer is inner and rewrapped.hysteresis == 3
+
+
+@pytest.mark.parametrize("bad", ["static", "-8", "0", "nan", -1, 0, INF])
+def test_wrap_optimizer_rejects_bad_loss_scale(bad):
+    with pytest.raises(ValueError) as info:
+        tfmp.wrap_optimizer(keras.optimizers.SGD(), "mixed_float16", bad)
+    assert f"loss_scale={bad!r}" in str(info.value)
+
+
+def test_wrap_optimizer_rejects_bad_precision():
+    with pytest.raises(ValueError, match="precision='int8'"):
+        tfmp.wrap_optimizer(keras.optimizers.SGD(), "int8")
+
+
+# -- skipping leaves everything untouched -----------------------------------------
+
+
+def _tiny_model(seed=1):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((4,)),
+        keras.layers.Dense(8, activation="relu"),
+        keras.layers.Dense(1, dtype="float32"),
+    ])
+    return model
+
+
+def _bits(values):
+    return [np.atleast_1d(np.asarray(v)).view(np.uint8).copy() for v in values]
+
+
+def test_skipped_step_leaves_weights_and_slots_bit_identical():
+    with tfmp.precision_scope("mixed_float16"):
+        model = _tiny_model()
+    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2), initial_scale=2.0**10)
+    opt.build(model.trainable_variables)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(tf.reduce_mean(tf.square(model(x))))
+        grads = opt.get_unscaled_gradients(tape.gradient(loss, model.trainable_variables))
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4)
+    step(x)
+    step(x)
+    before = _bits([v.numpy() for v in model.variables + opt.inner_optimizer.variables])
+    x_bad = x.copy()
+    x_bad[3, 2] = np.nan
+    step(x_bad)
+    after = _bits([v.numpy() for v in model.variables + opt.inner_optimizer.variables])
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    assert int(opt.inner_optimizer.iterations) == 2
+    assert bool(opt.last_step_skipped) and int(opt.skipped_steps) == 1
+    assert float(opt.loss_scale) == 2.0**9
+
+
+# -- the two custom-loop flows ------------------------------------------------
+
+
+def test_both_flows_unscale_exactly_once():
+    for flow in ("tf_keras2", "keras3"):
+        var = keras.Variable(np.zeros(1, np.float32))
+        opt = _sgd_lso(initial_scale=1024)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(3.0 * var)
+            scaled = opt.get_scaled_loss(loss) if flow == "tf_keras2" else opt.scale_loss(loss)
+        grads = tape.gradient(scaled, [var])
+        assert float(grads[0][0]) == 3072.0
+        if flow == "tf_keras2":
+            grads = opt.get_unscaled_gradients(grads)
+            assert float(grads[0][0]) == 3.0
+        opt.apply_gradients(zip(grads, [var]))
+        assert var.numpy().tolist() == [-3.0], flow
+
+
+def _train_with_flow(flow, batches):
+    with tfmp.precision_scope("mixed_float16"):
+        model = _tiny_model(seed=7)
+    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2), initial_scale=2.0**12,
+                                  dynamic_growth_steps=2)
+    opt.build(model.trainable_variables)
+    variables = model.trainable_variables
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+            scaled = opt.get_scaled_loss(loss) if flow == "tf_keras2" else opt.scale_loss(loss)
+        grads = tape.gradient(scaled, variables)
+        if flow == "tf_keras2":
+            grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, variables))
+        else:
+            opt.apply(grads, variables)
+
+    scales = []
+    for x, y in batches:
+        step(x, y)
+        scales.append(float(opt.loss_scale))
+    return [v.numpy() for v in model.variables + opt.inner_optimizer.variables], scales, int(opt.skipped_steps)
+
+
+def test_both_flows_give_identical_updates():
+    rng = np.random.default_rng(0)
+    batches = []
+    for i in range(6):
+        x = rng.normal(size=(16, 4)).astype(np.float32)
+        if i == 2:
+            x[0, 0] = np.inf  # one overflowing step, skipped by both
+        batches.append((x, rng.normal(size=(16, 1)).astype(np.float32)))
+    state_a, scales_a, skipped_a = _train_with_flow("tf_keras2", batches)
+    state_b, scales_b, skipped_b = _train_with_flow("keras3", batches)
+    assert scales_a == scales_b == [4096, 8192, 4096, 4096, 8192, 8192]
+    assert skipped_a == skipped_b == 1
+    assert all(np.array_equal(a, b) for a, b in zip(_bits(state_a), _bits(state_b)))
+
+
+def test_apply_without_scaled_loss_warns_loudly():
+    var = keras.Variable(np.zeros(1, np.float32))
+    opt = _sgd_lso(initial_scale=8)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(var)
+    with pytest.warns(RuntimeWarning, match="loss that was not scaled"):
+        opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))
+    # Once per optimizer, not on every step.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.apply_gradients(zip([tf.ones(1)], [var]))
+
+
+# -- API details ----------------------------------------------------------------
+
+
+def test_get_scaled_loss_accepts_callable():
+    opt = _sgd_lso(initial_scale=16)
+    scaled = opt.get_scaled_loss(lambda: tf.constant(0.5))
+    assert callable(scaled) and float(scaled()) == 8.0
+    assert float(opt.get_scaled_loss(tf.constant(0.5))) == 8.0
+
+
+def test_get_unscaled_gradients_passes_none_and_indexed_slices():
+    opt = _sgd_lso(initial_scale=1024)
+    sparse = tf.IndexedSlices(tf.constant([[1024.0, 2048.0]]), tf.constant([1]), tf.constant([3, 2]))
+    out = opt.get_unscaled_gradients([None, sparse, tf.constant([512.0])])
+    assert out[0] is None
+    assert isinstance(out[1], tf.IndexedSlices)
+    np.testing.assert_array_equal(out[1].values.numpy(), [[1.0, 2.0]])
+    np.testing.assert_array_equal(out[1].indices.numpy(), [1])
+    np.testing.assert_array_equal(out[2].numpy(), [0.5])
+
+
+def test_sparse_gradients_are_applied_and_skipped():
+    embedding = keras.layers.Embedding(4, 2, embeddings_initializer="zeros")
+    embedding.build((None,))
+    opt = _sgd_lso(initial_scale=256)
+    opt.build(embedding.trainable_variables)
+
+    def step(c):
+        with tf.GradientTape() as tape:
+            loss = opt.scale_loss(tf.reduce_sum(embedding(tf.constant([2])) * c))
+        grads = tape.gradient(loss, embedding.trainable_variables)
+        assert isinstance(grads[0], tf.IndexedSlices)
+        opt.apply_gradients(zip(grads, embedding.trainable_variables))
+
+    step(1.0)
+    step(INF)
+    table = embedding.embeddings.numpy()
+    np.testing.assert_array_equal(table[2], [-1.0, -1.0])
+    assert not table[[0, 1, 3]].any()
+    assert int(opt.skipped_steps) == 1
+
+
+@pytest.mark.parametrize("clip", [dict(clipnorm=1.0), dict(global_clipnorm=1.0), dict(clipvalue=0.5)])
+def test_inner_clipping_acts_on_unscaled_gradients(clip):
+    # Like PyTorch's unscale_() before clip_grad_norm_: the clip threshold is in
+    # units of the true gradient, so results match an unscaled float32 run.
+    def run(optimizer, scaled):
+        a = keras.Variable(np.zeros(2, np.float32))
+        b = keras.Variable(np.zeros(1, np.float32))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(a * [3.0, 4.0]) + tf.reduce_sum(b * 12.0)
+            if scaled:
+                loss = optimizer.scale_loss(loss)
+        optimizer.apply_gradients(zip(tape.gradient(loss, [a, b]), [a, b]))
+        return np.concatenate([a.numpy(), b.numpy()])
+
+    reference = run(keras.optimizers.SGD(1.0, **clip), scaled=False)
+    scaled = run(tfmp.LossScaleOptimizer(keras.optimizers.SGD(1.0, **clip), initial_scale=2.0**14), scaled=True)
+    np.testing.assert_allclose(scaled, reference, rtol=1e-6)
+    unclipped = np.array([-3.0, -4.0, -12.0])
+    assert not np.allclose(reference, unclipped)
+
+
+def test_observable_state_inside_tf_function():
+    var = keras.Variable(np.zeros(1, np.float32))
+    opt = _sgd_lso(initial_scale=32)
+    opt.build([var])
+
+    @tf.function
+    def step(c):
+        with tf.GradientTape() as tape:
+            loss = opt.scale_loss(tf.reduce_sum(var * c))
+        opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))
+        return opt.loss_scale, opt.skipped_steps, opt.last_step_skipped
+
+    assert [float(t) for t in step(tf.constant(INF))] == [16.0, 1.0, 1.0]
+    assert [float(t) for t in step(tf.constant(1.0))] == [16.0, 1.0, 0.0]
+
+
+def test_scale_loss_traced_before_build_reads_the_variable():
+    # Keras 3 bakes initial_scale into a graph traced before the first apply();
+    # tfmp's scale lives in a variable from construction on.
+    var = keras.Variable(np.zeros(1, np.float32))
+    opt = _sgd_lso(initial_scale=64)
+    scaled_loss = tf.function(lambda: opt.scale_loss(tf.constant(1.0)))
+    assert float(scaled_loss()) == 64.0
+    with tf.GradientTape() as tape:
+        loss = opt.scale_loss(tf.reduce_sum(var * INF))
+    opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))
+    assert float(scaled_loss()) == 32.0
+
+
+# -- state: config, checkpoints, .keras files -------------------------------------
+
+
+def test_get_config_round_trip():
+    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(3e-4, clipnorm=2.0), dynamic=True,
+                                  initial_scale=256.0, dynamic_growth_steps=50, growth_factor=4.0,
+                                  backoff_factor=0.25, hysteresis=3, min_scale=2.0, max_scale=2.0**20,
+                                  name="my_lso")
+    config = opt.get_config()
+    clone = tfmp.LossScaleOptimizer.from_config(dict(config))
+    assert clone.get_config() == config
+    assert isinstance(clone.inner_optimizer, keras.optimizers.Adam)
+    assert clone.inner_optimizer.clipnorm == 2.0
+    assert (clone.hysteresis, clone.min_scale, clone.max_scale) == (3, 2.0, 2.0**20)
+    fixed = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=8.0)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(fixed))
+    assert isinstance(restored, tfmp.LossScaleOptimizer)
+    assert not restored.dynamic and float(restored.loss_scale) == 8.0
+
+
+def test_checkpoint_mid_trajectory_continues_identically(tmp_path):
+    def fresh():
+        var = keras.Variable(np.zeros(2, np.float32))
+        opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.1), initial_scale=64,
+                                      dynamic_growth_steps=3, hysteresis=2)
+        opt.build([var])
+        return var, opt
+
+    var, opt = fresh()
+    _run(opt, "FFNFNF", var=var)
+    path = tf.train.Checkpoint(var=var, opt=opt).save(str(tmp_path / "ckpt"))
+    expected, _ = _run(opt, "FFNNFFF", var=var)
+    expected_state = [v.numpy() for v in [var] + opt.variables]
+
+    var2, opt2 = fresh()
+    tf.train.Checkpoint(var=var2, opt=opt2).restore(path).assert_consumed()
+    resumed, _ = _run(opt2, "FFNNFFF", var=var2)
+    assert resumed == expected
+    assert all(np.array_equal(a, b) for a, b in zip(_bits(expected_state),
+                                                     _bits([v.numpy() for v in [var2] + opt2.variables])))
+
+
+def test_keras_file_round_trip_restores_loss_scale_state(tmp_path):
+    with tfmp.precision_scope("mixed_float16"):
+        model = _tiny_model()
+    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2), initial_scale=2.0**10,
+                                  dynamic_growth_steps=3, hysteresis=2)
+    with tfmp.precision_scope("mixed_float16"):
+        model.compile(optimizer=opt, loss="mse")
+    assert model.optimizer is opt  # Keras does not wrap it again
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(16, 4)
+    y = np.ones((16, 1), np.float32)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    x_bad = x.copy()
+    x_bad[:, 0] = np.nan
+    model.fit(x_bad, y, batch_size=16, epochs=2, verbose=0)  # two overflows: one skip-only, one backoff
+    assert int(opt.skipped_steps) == 2 and float(opt.loss_scale) == 2.0**9
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    lopt = loaded.optimizer
+    assert isinstance(lopt, tfmp.LossScaleOptimizer)
+    assert lopt.get_config() == opt.get_config()
+    for name in ("dynamic_scale", "step_counter", "hysteresis_counter", "skipped_counter", "last_skipped_flag"):
+        assert getattr(lopt, name).numpy() == getattr(opt, name).numpy(), name
+    assert int(lopt.iterations) == int(opt.iterations) == 2
+    for a, b in zip(loaded.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fit_drives_the_scale_and_counts_skips():
+    with tfmp.precision_scope("mixed_float16"):
+        model = _tiny_model()
+        model.compile(optimizer=tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.01), initial_scale=4,
+                                                        dynamic_growth_steps=2), loss="mse")
+    x = np.ones((8, 4), np.float32)
+    model.fit(x, np.zeros((8, 1), np.float32), batch_size=2, epochs=1, verbose=0)
+    assert float(model.optimizer.loss_scale) == 16.0  # 4 finite steps, growth every 2
+    assert int(model.optimizer.iterations) == 4 and int(model.optimizer.skipped_steps) == 0
+    assert not math.isnan(float(model.evaluate(x, np.zeros((8, 1)), verbose=0)))
+
+
+# -- tf.distribute ------------------------------------------------------------------
+
+
+def _mirrored():
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.mark.parametrize("bad_replica", [0, 1, None])
+def test_mirrored_any_bad_replica_makes_every_replica_skip(bad_replica):
+    strategy = _mirrored()
+    with strategy.scope():
+        var = keras.Variable(np.ones(3, np.float32))
+        opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.1), initial_scale=8.0)
+        opt.build([var])
+
+    @tf.function
+    def step(multiplier):
+        def replica_fn(m):
+            with tf.GradientTape() as tape:
+                loss = opt.scale_loss(tf.reduce_sum(var * var) * m)
+            opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))
+
+        strategy.run(replica_fn, args=(multiplier,))
+
+    multiplier = strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(INF if ctx.replica_id_in_sync_group == bad_replica else 1.0)
+    )
+    step(multiplier)
+    weights = [t.numpy() for t in var.value.values]
+    scales = [float(t.numpy()) for t in opt.dynamic_scale.value.values]
+    assert len(weights) == 2
+    if bad_replica is None:
+        assert not np.array_equal(weights[0], np.ones(3))
+        np.testing.assert_array_equal(weights[0], weights[1])
+        assert scales == [8.0, 8.0] and int(opt.skipped_steps) == 0
+    else:
+        for w in weights:
+            np.testing.assert_array_equal(w, np.ones(3))
+        assert scales == [4.0, 4.0]
+        assert int(opt.skipped_steps) == 1 and opt.inner_optimizer.iterations.numpy() == 0
+
+
+@pytest.mark.parametrize("bad_example", [0, 3])
+def test_mirrored_fit_skips_when_either_replica_shard_is_non_finite(bad_example):
+    # A global batch of 4 splits as examples 0-1 on replica 0, 2-3 on replica 1.
+    # Keras 3's own LossScaleOptimizer applies the step when only replica 1
+    # overflows, turning every replica's weights non-finite.
+    strategy = _mirrored()
+    with tfmp.precision_scope("mixed_float16"), strategy.scope():
+        model = _tiny_model()
+        opt = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=8.0)
+        model.compile(optimizer=opt, loss="mse")
+    before = model.get_weights()
+    x = np.ones((4, 4), np.float32)
+    x[bad_example, 0] = np.nan
+    ds = tf.data.Dataset.from_tensor_slices((x, np.zeros((4, 1), np.float32))).batch(4)
+    model.fit(ds, epochs=1, verbose=0)
+    for variable in model.trainable_variables:
+        for replica_value in variable.value.values:
+            assert np.isfinite(replica_value.numpy()).all()
+    for a, b in zip(model.get_weights(), before):
+        np.testing.assert_array_equal(a, b)
+    assert [float(t.numpy()) for t in opt.dynamic_scale.value.values] == [4.0, 4.0]
+    assert int(opt.skipped_steps) == 1
