@@ -344,6 +344,18 @@ def test_both_flows_give_identical_updates():
     assert all(np.array_equal(a, b) for a, b in zip(_bits(state_a), _bits(state_b)))
 
 
+def test_unscaling_a_copy_to_inspect_does_not_stop_apply_from_unscaling():
+    var = keras.Variable(np.zeros(1, np.float32))
+    opt = _sgd_lso(initial_scale=1024)
+    with tf.GradientTape() as tape:
+        scaled = opt.scale_loss(tf.reduce_sum(3.0 * var))
+    grads = tape.gradient(scaled, [var])
+    inspected = opt.get_unscaled_gradients(grads)  # e.g. to log a gradient norm
+    assert float(inspected[0][0]) == 3.0
+    opt.apply_gradients(zip(grads, [var]))  # the scaled originals, Keras 3 style
+    assert var.numpy().tolist() == [-3.0]
+
+
 def test_apply_without_scaled_loss_warns_loudly():
     var = keras.Variable(np.zeros(1, np.float32))
     opt = _sgd_lso(initial_scale=8)

@@ -200,6 +200,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
     Gradients that went through `get_unscaled_gradients` are not unscaled a
     second time by `apply_gradients`, so a loop cannot unscale twice or never.
+    (Handing `apply_gradients` the very tensors that went *into*
+    `get_unscaled_gradients`, e.g. after unscaling a copy only to inspect it,
+    still unscales them once.)
     A step applied without the loss having been scaled logs a warning,
     because it would silently divide the update by the scale.
 
@@ -387,7 +390,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def scale_loss(self, loss: Any) -> tf.Tensor:
         """Returns `loss` multiplied by the current loss scale (Keras 3 API)."""
         self._flags.loss_scaled = True
-        return tf.multiply(loss, tf.cast(self.dynamic_scale, tf.as_dtype(loss.dtype)))
+        loss = tf.convert_to_tensor(loss)
+        return tf.multiply(loss, tf.cast(self.dynamic_scale, loss.dtype))
 
     def get_scaled_loss(self, loss: Any) -> Any:
         """Scales `loss` by the loss scale (tf.keras 2 API).
@@ -415,8 +419,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         Returns:
             The list of unscaled gradients.
         """
+        grads = list(grads)
         self._flags.grads_unscaled = True
-        return _unscale(list(grads), self.dynamic_scale)
+        # Remembered so that apply() can tell these scaled inputs from the
+        # unscaled outputs, should a caller unscale only to inspect.
+        self._flags.scaled_inputs = [g for g in grads if g is not None]
+        return _unscale(grads, self.dynamic_scale)
 
     # -- applying ---------------------------------------------------------
 
@@ -427,10 +435,14 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
-        already_unscaled = getattr(self._flags, "grads_unscaled", False)
+        scaled_inputs = getattr(self._flags, "scaled_inputs", [])
+        already_unscaled = getattr(self._flags, "grads_unscaled", False) and not any(
+            g is s for g in grads for s in scaled_inputs
+        )
         loss_scaled = getattr(self._flags, "loss_scaled", False)
         self._flags.grads_unscaled = False
         self._flags.loss_scaled = False
+        self._flags.scaled_inputs = []
         if not (already_unscaled or loss_scaled) and not self._warned_unscaled_loss:
             self._warned_unscaled_loss = True
             message = (
@@ -462,7 +474,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             tf.cond(
                 finite,
                 lambda: self._apply_inner(grads, trainable_variables, already_unscaled),
-                tf.no_op,
+                lambda: tf.constant(False),
             )
             self._update_state(finite)
             return
