@@ -4,23 +4,37 @@ Two logical CPU devices are configured before TensorFlow initialises, so that
 MirroredStrategy tests run on a CPU-only machine. Every test is checked for
 leaking global state: the Keras dtype policy and the TF32 switch must be the
 same after the test as before it.
+
+TensorFlow is imported lazily: under pytest-xdist the controller process runs
+no test and should not pay for (or print the start-up logs of) TensorFlow.
 """
 
 import os
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-_CPUS = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(_CPUS[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+def _is_xdist_controller(config) -> bool:
+    return bool(config.getoption("numprocesses", default=None)) and "PYTEST_XDIST_WORKER" not in os.environ
+
+
+def pytest_configure(config):
+    if _is_xdist_controller(config):
+        return
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
 @pytest.fixture(autouse=True)
 def global_state_is_restored():
     """Fails a test that leaves a different dtype policy or TF32 setting behind."""
+    import keras
+    import tensorflow as tf
+
     policy = keras.config.dtype_policy()
     tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
     yield
