@@ -379,6 +379,26 @@ def test_get_scaled_loss_accepts_callable():
     assert float(opt.get_scaled_loss(tf.constant(0.5))) == 8.0
 
 
+def test_float16_loss_is_scaled_in_float32_without_overflow():
+    # The loss value 4 times 2**15 exceeds 65504, its gradient (2**15) does not.
+    var = keras.Variable(np.full(1, 4.0, np.float32))
+    opt = _sgd_lso(initial_scale=2.0**15)
+    with tf.GradientTape() as tape:
+        loss16 = tf.reduce_sum(tf.cast(var, tf.float16))
+        scaled = opt.scale_loss(loss16)
+    assert scaled.dtype == tf.float32 and float(scaled) == 131072.0
+    opt.apply_gradients(zip(tape.gradient(scaled, [var]), [var]))
+    assert not bool(opt.last_step_skipped)
+    assert var.numpy().tolist() == [3.0]
+
+
+def test_float16_gradients_unscale_by_scales_beyond_float16_range():
+    opt = _sgd_lso(initial_scale=2.0**20)
+    g16 = tf.constant([2.0**-4], tf.float16)  # a float16 gradient at scale 2**20
+    (out,) = opt.get_unscaled_gradients([g16])
+    assert out.dtype == tf.float16 and float(out[0]) == 2.0**-24
+
+
 def test_get_unscaled_gradients_passes_none_and_indexed_slices():
     opt = _sgd_lso(initial_scale=1024)
     sparse = tf.IndexedSlices(tf.constant([[1024.0, 2048.0]]), tf.constant([1]), tf.constant([3, 2]))

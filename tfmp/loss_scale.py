@@ -149,12 +149,26 @@ def _unscale(grads: Sequence[Any], scale: tf.Tensor) -> list[Any]:
         if g is None:
             out.append(None)
         elif isinstance(g, tf.IndexedSlices):
-            values = g.values / tf.cast(scale, g.values.dtype)
-            out.append(tf.IndexedSlices(values, g.indices, g.dense_shape))
+            out.append(tf.IndexedSlices(_divide(g.values, scale), g.indices, g.dense_shape))
         else:
-            g = tf.convert_to_tensor(g)
-            out.append(g / tf.cast(scale, g.dtype))
+            out.append(_divide(tf.convert_to_tensor(g), scale))
     return out
+
+
+def _divide(x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+    # A 16-bit gradient is divided in float32: a scale above 65504 (float16's
+    # max) would otherwise turn into inf and every gradient into zero.
+    if x.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(tf.cast(x, tf.float32) / scale, x.dtype)
+    return x / tf.cast(scale, x.dtype)
+
+
+def _scale(loss: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+    # A 16-bit loss is scaled in float32: a float16 loss of 2.0 times 2**15
+    # would overflow the forward value itself and force a needless skip.
+    if loss.dtype in (tf.float16, tf.bfloat16):
+        loss = tf.cast(loss, tf.float32)
+    return loss * tf.cast(scale, loss.dtype)
 
 
 def _check_positive_number(name: str, value: Any) -> float:
@@ -388,10 +402,13 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     # -- scaling ----------------------------------------------------------
 
     def scale_loss(self, loss: Any) -> tf.Tensor:
-        """Returns `loss` multiplied by the current loss scale (Keras 3 API)."""
+        """Returns `loss` multiplied by the current loss scale (Keras 3 API).
+
+        A float16 or bfloat16 loss is scaled in float32, so the scaled value
+        itself cannot overflow.
+        """
         self._flags.loss_scaled = True
-        loss = tf.convert_to_tensor(loss)
-        return tf.multiply(loss, tf.cast(self.dynamic_scale, loss.dtype))
+        return _scale(tf.convert_to_tensor(loss), self.dynamic_scale)
 
     def get_scaled_loss(self, loss: Any) -> Any:
         """Scales `loss` by the loss scale (tf.keras 2 API).
