@@ -563,22 +563,39 @@ def test_fit_drives_the_scale_and_counts_skips():
     assert not math.isnan(float(model.evaluate(x, np.zeros((8, 1)), verbose=0)))
 
 
+def test_fit_with_jit_compile_skips_overflowing_batches():
+    with tfmp.precision_scope("mixed_float16"):
+        model = _tiny_model()
+        opt = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=8, dynamic_growth_steps=2)
+        model.compile(optimizer=opt, loss="mse", jit_compile=True)
+    x = np.ones((6, 4), np.float32)
+    x[2:4, 0] = np.nan  # the second of three batches
+    model.fit(x, np.zeros((6, 1), np.float32), batch_size=2, epochs=1, verbose=0, shuffle=False)
+    assert model.jit_compile
+    assert (float(opt.loss_scale), int(opt.skipped_steps), int(opt.iterations)) == (4.0, 1, 2)
+    assert all(np.isfinite(w).all() for w in model.get_weights())
+
+
 # -- tf.distribute ------------------------------------------------------------------
 
 
-def _mirrored():
+@pytest.fixture(scope="session")
+def mirrored():
+    # One strategy per process: separate MirroredStrategy objects reuse
+    # collective instance keys, and eager collectives of one then clash with
+    # another's ("Shape mismatch in the collective instance 100").
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("bad_replica", [0, 1, None])
-def test_mirrored_any_bad_replica_makes_every_replica_skip(bad_replica):
-    strategy = _mirrored()
+def test_mirrored_any_bad_replica_makes_every_replica_skip(mirrored, bad_replica, mode):
+    strategy = mirrored
     with strategy.scope():
         var = keras.Variable(np.ones(3, np.float32))
         opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.1), initial_scale=8.0)
         opt.build([var])
 
-    @tf.function
     def step(multiplier):
         def replica_fn(m):
             with tf.GradientTape() as tape:
@@ -587,6 +604,8 @@ def test_mirrored_any_bad_replica_makes_every_replica_skip(bad_replica):
 
         strategy.run(replica_fn, args=(multiplier,))
 
+    if mode == "function":
+        step = tf.function(step)
     multiplier = strategy.experimental_distribute_values_from_function(
         lambda ctx: tf.constant(INF if ctx.replica_id_in_sync_group == bad_replica else 1.0)
     )
@@ -606,11 +625,11 @@ def test_mirrored_any_bad_replica_makes_every_replica_skip(bad_replica):
 
 
 @pytest.mark.parametrize("bad_example", [0, 3])
-def test_mirrored_fit_skips_when_either_replica_shard_is_non_finite(bad_example):
+def test_mirrored_fit_skips_when_either_replica_shard_is_non_finite(mirrored, bad_example):
     # A global batch of 4 splits as examples 0-1 on replica 0, 2-3 on replica 1.
     # Keras 3's own LossScaleOptimizer applies the step when only replica 1
     # overflows, turning every replica's weights non-finite.
-    strategy = _mirrored()
+    strategy = mirrored
     with tfmp.precision_scope("mixed_float16"), strategy.scope():
         model = _tiny_model()
         opt = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=8.0)
