@@ -185,6 +185,12 @@ def _check_positive_number(name: str, value: Any) -> float:
     return float(value)
 
 
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
+    return int(value)
+
+
 @keras.saving.register_keras_serializable(package="tfmp")
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """A Keras 3 loss-scale optimizer that also speaks tf.keras 2.
@@ -293,15 +299,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         initial_scale = _check_positive_number("initial_scale", initial_scale)
         if dynamic_growth_steps is None:
             dynamic_growth_steps = DEFAULT_GROWTH_STEPS
-        if (
-            isinstance(dynamic_growth_steps, bool)
-            or not isinstance(dynamic_growth_steps, numbers.Integral)
-            or dynamic_growth_steps < 1
-        ):
-            raise ValueError(
-                "`dynamic_growth_steps` must be an integer >= 1. Received: "
-                f"dynamic_growth_steps={dynamic_growth_steps!r}"
-            )
+        dynamic_growth_steps = _check_count("dynamic_growth_steps", dynamic_growth_steps)
         growth_factor = _check_positive_number("growth_factor", growth_factor)
         if not growth_factor > 1:
             raise ValueError(
@@ -314,14 +312,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 "`backoff_factor` must be in (0, 1). Received: "
                 f"backoff_factor={backoff_factor!r}"
             )
-        if (
-            isinstance(hysteresis, bool)
-            or not isinstance(hysteresis, numbers.Integral)
-            or hysteresis < 1
-        ):
-            raise ValueError(
-                f"`hysteresis` must be an integer >= 1. Received: hysteresis={hysteresis!r}"
-            )
+        hysteresis = _check_count("hysteresis", hysteresis)
         min_scale = _check_positive_number("min_scale", min_scale)
         max_scale = _check_positive_number("max_scale", max_scale)
         if min_scale > max_scale:
@@ -338,14 +329,14 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         super().__init__(
             inner_optimizer,
             initial_scale=initial_scale,
-            dynamic_growth_steps=int(dynamic_growth_steps),
+            dynamic_growth_steps=dynamic_growth_steps,
             name=name,
             **kwargs,
         )
         self.dynamic = dynamic
         self.growth_factor = growth_factor
         self.backoff_factor = backoff_factor
-        self.hysteresis = int(hysteresis)
+        self.hysteresis = hysteresis
         self.min_scale = min_scale
         self.max_scale = max_scale
         self._flags = threading.local()
