@@ -18,11 +18,10 @@ a skipped-step counter and a finite check that all replicas agree on.
 
 from __future__ import annotations
 
-import logging
 import numbers
 import threading
 import warnings
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import keras
 import tensorflow as tf
@@ -36,8 +35,6 @@ __all__ = [
     "parse_loss_scale",
     "wrap_optimizer",
 ]
-
-_logger = logging.getLogger(__name__)
 
 DEFAULT_INITIAL_SCALE = 2.0**15
 DEFAULT_GROWTH_STEPS = 2000
@@ -460,7 +457,6 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 "loss scale. Scale the loss before tape.gradient()."
             )
             warnings.warn(message, RuntimeWarning, stacklevel=2)
-            _logger.warning(message)
         self._tf_apply(grads, trainable_variables, already_unscaled=already_unscaled)
 
     def _tf_apply(self, grads, trainable_variables=None, already_unscaled=False):
