@@ -220,8 +220,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     (Handing `apply_gradients` the very tensors that went *into*
     `get_unscaled_gradients`, e.g. after unscaling a copy only to inspect it,
     still unscales them once.)
-    A step applied without the loss having been scaled logs a warning,
-    because it would silently divide the update by the scale.
+    A step applied without the loss having been scaled raises a
+    `RuntimeWarning` (once per optimizer), because it would silently divide
+    the update by the scale.
 
     Args:
         inner_optimizer: The `keras.optimizers.Optimizer` to wrap.
