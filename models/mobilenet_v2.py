@@ -1,0 +1,71 @@
+"""The MobileNetV2 CIFAR-10 classifier of seed 002.
+
+`keras.applications.MobileNetV2` without its top and without pretrained
+weights, on 32x32x3 images, followed by global average pooling, a Dense
+head, and an output computed in float32 whatever the dtype policy: a
+softmax (the seed's choice) or, for a `from_logits=True` loss, the logits
+themselves passed through a float32 linear activation.
+"""
+
+from __future__ import annotations
+
+import keras
+
+__all__ = ["build_mobilenet_v2_classifier"]
+
+
+def build_mobilenet_v2_classifier(
+    input_shape: tuple[int, int, int] = (32, 32, 3),
+    num_classes: int = 10,
+    alpha: float = 1.0,
+    from_logits: bool = False,
+    batch_norm_momentum: float | None = None,
+    name: str = "mobilenet_v2_classifier",
+) -> keras.Model:
+    """Builds MobileNetV2 (no top, random init) plus pooling and a Dense head.
+
+    Args:
+        input_shape: `(height, width, 3)`; 32x32 is CIFAR-10's size.
+        num_classes: Number of classes.
+        alpha: MobileNetV2's width multiplier (1.0 is the standard network;
+            0.35 is the smallest Keras defines).
+        from_logits: Output float32 logits instead of float32 probabilities;
+            pair with a `from_logits=True` loss.
+        batch_norm_momentum: Momentum of the backbone's BatchNorm moving
+            statistics; None keeps Keras's 0.999. That value suits ImageNet's
+            thousands of steps per epoch; on a small dataset the moving
+            statistics then lag for thousands of steps and inference-mode
+            accuracy stays near chance, so small runs want e.g. 0.9.
+        name: The model's name.
+
+    Returns:
+        A functional `keras.Model` whose output is float32, shape
+        `(batch, num_classes)`.
+    """
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0. Received: alpha={alpha!r}")
+    if not isinstance(num_classes, int) or num_classes < 2:
+        raise ValueError(f"num_classes must be an integer >= 2. Received: num_classes={num_classes!r}")
+    if len(input_shape) != 3 or input_shape[-1] != 3:
+        raise ValueError(f"input_shape must be (height, width, 3). Received: input_shape={input_shape!r}")
+    inputs = keras.Input(input_shape, name="images")
+    backbone = keras.applications.MobileNetV2(
+        input_shape=input_shape, alpha=alpha, include_top=False, weights=None
+    )
+    if batch_norm_momentum is not None:
+        if not 0 <= batch_norm_momentum < 1:
+            raise ValueError(
+                f"batch_norm_momentum must be in [0, 1). Received: batch_norm_momentum={batch_norm_momentum!r}"
+            )
+        for layer in backbone.layers:
+            if isinstance(layer, keras.layers.BatchNormalization):
+                layer.momentum = batch_norm_momentum
+    x = backbone(inputs)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    x = keras.layers.Dense(num_classes, name="logits")(x)
+    # Outputs must be float32 under a mixed policy: the softmax, and the loss
+    # computed from it, lose too much in 16 bits.
+    outputs = keras.layers.Activation(
+        "linear" if from_logits else "softmax", dtype="float32", name="outputs"
+    )(x)
+    return keras.Model(inputs, outputs, name=name)

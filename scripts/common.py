@@ -1,0 +1,79 @@
+"""Flags shared by the training scripts, with defaults taken from the configs.
+
+The defaults live once, in the `tfmp.training` config dataclasses; this module
+only turns them into absl flags and back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Callable
+
+from absl import app
+from absl import flags
+
+import tfmp
+from tfmp import data as data_lib
+from tfmp import training
+
+
+def define_training_flags(defaults: training.TrainConfig) -> dict[str, flags.FlagHolder]:
+    """Defines the flags every training script has; returns their holders."""
+    return {
+        "precision": flags.DEFINE_enum(
+            "precision", defaults.precision, list(tfmp.PRECISIONS) + ["fp32", "fp16", "bf16"],
+            "Compute precision. auto: bfloat16 on Ampere+ GPUs, float16 on Volta/Turing, float32 otherwise."),
+        "loss_scale": flags.DEFINE_string(
+            "loss_scale", str(defaults.loss_scale),
+            "dynamic, none, or a positive fixed scale. Only mixed_float16 uses it."),
+        "xla": flags.DEFINE_enum(
+            "xla", str(defaults.xla), ["auto", "true", "false"],
+            "Compile the train step with XLA. auto: on with a GPU, off on CPU."),
+        "tf32": flags.DEFINE_bool(
+            "tf32", defaults.tf32, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs)."),
+        "epochs": flags.DEFINE_integer("epochs", defaults.epochs, "Passes over the training data.", lower_bound=1),
+        "batch_size": flags.DEFINE_integer("batch_size", defaults.batch_size, "Examples per step.", lower_bound=1),
+        "steps_per_epoch": flags.DEFINE_integer(
+            "steps_per_epoch", defaults.steps_per_epoch, "Optional cap on the steps of an epoch.", lower_bound=1),
+        "dataset": flags.DEFINE_enum(
+            "dataset", defaults.dataset, list(defaults.datasets),
+            "Training data. digits is embedded (no download); synthetic is random data for benchmarks."),
+        "data_dir": flags.DEFINE_string(
+            "data_dir", defaults.data_dir,
+            "Directory holding the downloaded dataset; default: keras.datasets' cache (~/.keras/datasets)."),
+        "logdir": flags.DEFINE_string("logdir", defaults.logdir, "Parent directory of the TensorBoard runs."),
+        "run_name": flags.DEFINE_string(
+            "run_name", defaults.run_name, "Run directory under --logdir; default: time, precision and loss scale."),
+        "seed": flags.DEFINE_integer("seed", defaults.seed, "Seed of weights, noise, shuffling and splits."),
+        "log_every": flags.DEFINE_integer(
+            "log_every", defaults.log_every, "Print the step line every N steps.", lower_bound=1),
+        "warmup_steps": flags.DEFINE_integer(
+            "warmup_steps", defaults.warmup_steps, "Leading steps left out of the mean throughput.", lower_bound=0),
+    }
+
+
+def config_from_flags(config_cls: type, holders: dict[str, flags.FlagHolder], **extra: Any) -> Any:
+    """Builds a `config_cls` from flag holders plus model-specific values."""
+    values = {name: holder.value for name, holder in holders.items()}
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = set(values) - fields
+    if unknown:
+        raise ValueError(f"Flags without a config field: {sorted(unknown)}")
+    return config_cls(**values, **extra)
+
+
+def check_no_arguments(argv: list[str]) -> None:
+    """absl's convention: positional arguments are a usage error."""
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected positional arguments: {argv[1:]!r}")
+
+
+def run(train_fn: Callable[[Any], Any], config: Any) -> Any:
+    """Runs `train_fn(config)`; bad settings become usage errors, missing data a clean exit."""
+    try:
+        return train_fn(config)
+    except training.ConfigError as e:
+        raise app.UsageError(str(e)) from None
+    except data_lib.DatasetNotFoundError as e:
+        sys.exit(f"error: {e}")

@@ -1,0 +1,44 @@
+"""The seed's loss-scaling comparison: three GAN runs side by side.
+
+1. float32; 2. mixed_float16 without loss scaling; 3. mixed_float16 with
+dynamic loss scaling. All three go under one parent directory, so
+TensorBoard overlays their generator and discriminator loss curves:
+
+    python3 scripts/compare_loss_scaling.py --dataset=digits --batch_size=256 --epochs=3
+    tensorboard --logdir logs/compare_loss_scaling
+
+Precision and loss-scale flags are set by the comparison itself.
+"""
+
+import os
+
+from absl import app
+
+from tfmp import training
+
+try:  # installed: the tfmp_scripts package; run from a checkout: this folder
+    from tfmp_scripts import common
+except ImportError:  # pragma: no cover
+    import common
+
+_DEFAULTS = training.GANConfig(logdir=os.path.join("logs", "compare_loss_scaling"))
+_FLAGS = common.define_training_flags(_DEFAULTS)
+
+
+def main(argv):
+    common.check_no_arguments(argv)
+    config = common.config_from_flags(training.GANConfig, _FLAGS)
+    results = common.run(training.compare_loss_scaling, config)
+    print()
+    print(training.comparison_table(results))
+    print()
+    print(f"Overlay the curves: tensorboard --logdir {config.logdir}")
+
+
+def run():
+    """Console entry point (`tfmp-compare-loss-scaling`)."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

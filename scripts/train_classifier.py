@@ -1,0 +1,45 @@
+"""Trains the MobileNetV2 classifier (seed 002) with mixed precision.
+
+    python3 scripts/train_classifier.py --dataset=digits --alpha=0.35 --epochs=5 \
+        --precision=mixed_bfloat16
+    tensorboard --logdir logs
+
+Defaults: CIFAR-10, batch 128, Adam(1e-3), a float32 softmax.
+"""
+
+from absl import app
+from absl import flags
+
+from tfmp import training
+
+try:  # installed: the tfmp_scripts package; run from a checkout: this folder
+    from tfmp_scripts import common
+except ImportError:  # pragma: no cover
+    import common
+
+_DEFAULTS = training.ClassifierConfig()
+_FLAGS = common.define_training_flags(_DEFAULTS)
+_ALPHA = flags.DEFINE_float("alpha", _DEFAULTS.alpha, "MobileNetV2 width multiplier.")
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", _DEFAULTS.learning_rate, "Adam learning rate.")
+_FROM_LOGITS = flags.DEFINE_bool(
+    "from_logits", _DEFAULTS.from_logits, "Output float32 logits with a from-logits loss instead of a softmax.")
+
+
+def main(argv):
+    common.check_no_arguments(argv)
+    config = common.config_from_flags(
+        training.ClassifierConfig, _FLAGS,
+        alpha=_ALPHA.value,
+        learning_rate=_LEARNING_RATE.value,
+        from_logits=_FROM_LOGITS.value,
+    )
+    common.run(training.train_classifier, config)
+
+
+def run():
+    """Console entry point (`tfmp-train-classifier`)."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,46 @@
+"""Trains the seed's GAN (generator + discriminator) with mixed precision.
+
+    python3 scripts/train_gan.py --dataset=digits --batch_size=256 --epochs=3 \
+        --precision=mixed_float16 --loss_scale=dynamic
+    tensorboard --logdir logs
+
+Defaults are the seed's: MNIST, batch 4096, Adam(1e-3) / RMSprop(1e-4).
+"""
+
+from absl import app
+from absl import flags
+
+from tfmp import training
+
+try:  # installed: the tfmp_scripts package; run from a checkout: this folder
+    from tfmp_scripts import common
+except ImportError:  # pragma: no cover
+    import common
+
+_DEFAULTS = training.GANConfig()
+_FLAGS = common.define_training_flags(_DEFAULTS)
+_LATENT_DIM = flags.DEFINE_integer("latent_dim", _DEFAULTS.latent_dim, "Noise size.", lower_bound=1)
+_G_LR = flags.DEFINE_float(
+    "generator_learning_rate", _DEFAULTS.generator_learning_rate, "Generator Adam learning rate.")
+_D_LR = flags.DEFINE_float(
+    "discriminator_learning_rate", _DEFAULTS.discriminator_learning_rate, "Discriminator RMSprop learning rate.")
+
+
+def main(argv):
+    common.check_no_arguments(argv)
+    config = common.config_from_flags(
+        training.GANConfig, _FLAGS,
+        latent_dim=_LATENT_DIM.value,
+        generator_learning_rate=_G_LR.value,
+        discriminator_learning_rate=_D_LR.value,
+    )
+    common.run(training.train_gan, config)
+
+
+def run():
+    """Console entry point (`tfmp-train-gan`)."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,294 @@
+"""Callbacks: the side effects of a training run.
+
+* `StepTimer` times every training step and adds `images_per_sec` to each
+  epoch's logs;
+* `ConsoleLogger` prints the seed's per-step line and a closing summary;
+* `EpochSummaries` writes each epoch's logs to TensorBoard, in the layout the
+  trainer asks for, and records the run's hyperparameters (HParams plugin);
+* `GeneratorSamples` writes a grid of generator images from fixed noise.
+
+Put `StepTimer` before the callbacks that read `images_per_sec`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorboard.plugins.hparams import api as hparams_api
+
+__all__ = ["ConsoleLogger", "EpochSummaries", "GeneratorSamples", "StepTimer", "image_grid"]
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Times training steps and reports throughput.
+
+    A step's time runs from `on_train_batch_begin` to `on_train_batch_end`;
+    Keras converts the step's logs to Python numbers before the latter, so the
+    step has finished on the device by then.
+
+    Args:
+        images_per_step: Images one step processes (for the GAN, twice the
+            batch: real and fake, as the seed counts).
+        warmup_steps: Leading steps of the run left out of
+            `mean_images_per_sec`: they include tracing and compilation.
+    """
+
+    def __init__(self, images_per_step: int, warmup_steps: int = 3):
+        super().__init__()
+        if images_per_step < 1 or warmup_steps < 0:
+            raise ValueError(
+                "images_per_step must be >= 1 and warmup_steps >= 0. Received: "
+                f"images_per_step={images_per_step!r}, warmup_steps={warmup_steps!r}"
+            )
+        self.images_per_step = int(images_per_step)
+        self.warmup_steps = int(warmup_steps)
+        self.step_times: list[float] = []
+        self._epoch_start = 0
+        self._start = 0.0
+
+    @property
+    def last_step_time(self) -> float:
+        """Seconds the latest step took."""
+        return self.step_times[-1]
+
+    @property
+    def measured_steps(self) -> int:
+        """Steps after the warm-up."""
+        return max(len(self.step_times) - self.warmup_steps, 0)
+
+    @property
+    def mean_images_per_sec(self) -> float | None:
+        """Images per second over all steps after the warm-up (None if none)."""
+        measured = self.step_times[self.warmup_steps:]
+        if not measured:
+            return None
+        return self.images_per_step * len(measured) / sum(measured)
+
+    def on_train_begin(self, logs=None):
+        self.step_times = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = len(self.step_times)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step_times.append(time.perf_counter() - self._start)
+
+    def on_epoch_end(self, epoch, logs=None):
+        epoch_times = self.step_times[self._epoch_start:]
+        if logs is not None and epoch_times:
+            logs["images_per_sec"] = self.images_per_step * len(epoch_times) / sum(epoch_times)
+
+
+def _format_number(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.3g}"
+
+
+class ConsoleLogger(keras.callbacks.Callback):
+    """Prints the seed's step line every `log_every` steps, and a summary.
+
+    The line, for the GAN:
+    `(epoch, step), G Loss: x, D Loss: y, loss_scale: s, step_time: t, throughput: N img/s`.
+    Losses are the epoch's running means, as Keras's progress bar shows them.
+    With two loss-scaled optimizers the scales print as `s_g/s_d`; without
+    loss scaling, `loss_scale: none`.
+
+    Args:
+        timer: The run's `StepTimer` (placed before this callback).
+        fields: `(label, log key)` pairs to print, e.g. `(("G Loss", "g_loss"),)`.
+        loss_scale_prefixes: Log-key prefixes of the loss-scale entries.
+        log_every: Print every this many steps (and the last step of each epoch).
+        logdir: Where the run's logs are, for the summary.
+        print_fn: Where lines go.
+    """
+
+    def __init__(
+        self,
+        timer: StepTimer,
+        fields: Sequence[tuple[str, str]],
+        loss_scale_prefixes: Sequence[str] = ("",),
+        log_every: int = 1,
+        logdir: str | None = None,
+        print_fn: Callable[[str], None] = print,
+    ):
+        super().__init__()
+        if log_every < 1:
+            raise ValueError(f"log_every must be >= 1. Received: log_every={log_every!r}")
+        self.timer = timer
+        self.fields = tuple(fields)
+        self.loss_scale_prefixes = tuple(loss_scale_prefixes)
+        self.log_every = int(log_every)
+        self.logdir = logdir
+        self.print_fn = print_fn
+        self.final_logs: dict[str, Any] = {}
+        self._epoch = 0
+        self._steps_in_epoch: int | None = None
+
+    def _loss_scale(self, logs: Mapping[str, Any]) -> str:
+        scales = [logs[p + "loss_scale"] for p in self.loss_scale_prefixes if p + "loss_scale" in logs]
+        return "/".join(_format_number(s) for s in scales) if scales else "none"
+
+    def _skipped(self, logs: Mapping[str, Any]) -> list[int]:
+        return [int(logs[p + "skipped_steps"]) for p in self.loss_scale_prefixes if p + "skipped_steps" in logs]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        self._steps_in_epoch = self.params.get("steps") if self.params else None
+
+    def on_train_batch_end(self, batch, logs=None):
+        last = self._steps_in_epoch is not None and batch + 1 == self._steps_in_epoch
+        if batch % self.log_every and not last:
+            return
+        logs = logs or {}
+        step_time = self.timer.last_step_time
+        values = ", ".join(f"{label}: {logs[key]:.3f}" for label, key in self.fields if key in logs)
+        self.print_fn(
+            f"({self._epoch}, {batch}), {values}, loss_scale: {self._loss_scale(logs)}, "
+            f"step_time: {step_time:.3f}, throughput: {self.timer.images_per_step / step_time:.3f} img/s"
+        )
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = dict(logs or {})
+        self.final_logs = logs
+        shown = ", ".join(f"{k} {_format_number(v) if 'loss_scale' in k or 'skipped' in k else f'{v:.4g}'}"
+                          for k, v in logs.items())
+        self.print_fn(f"epoch {epoch + 1}/{self.params.get('epochs', '?')}: {shown}")
+
+    def on_train_end(self, logs=None):
+        timer = self.timer
+        mean = timer.mean_images_per_sec
+        if mean is None:
+            throughput = f"n/a (all {len(timer.step_times)} steps were warm-up)"
+        else:
+            throughput = (
+                f"{mean:.1f} img/s over {timer.measured_steps} steps "
+                f"(first {timer.warmup_steps} steps excluded as warm-up)"
+            )
+        skipped = self._skipped(self.final_logs)
+        finals = ", ".join(f"{label} {self.final_logs[key]:.4f}" for label, key in self.fields if key in self.final_logs)
+        lines = [
+            f"summary: {len(timer.step_times)} steps; mean throughput {throughput}",
+            f"  skipped steps: {'/'.join(map(str, skipped)) if skipped else 'none (no loss scaling)'}; final {finals}",
+        ]
+        if self.logdir:
+            parent = os.path.dirname(os.path.normpath(self.logdir)) or "."
+            lines.append(f"  logs: {self.logdir}  (view: tensorboard --logdir {parent})")
+        for line in lines:
+            self.print_fn(line)
+
+
+class EpochSummaries(keras.callbacks.Callback):
+    """Writes every epoch's logs to TensorBoard, and the run's hyperparameters.
+
+    Each log key is sent where `route(key)` says: a `(sub-run, tag)` pair,
+    the sub-run being a directory under `logdir` ("" for `logdir` itself).
+    The hyperparameters go to `logdir` with the HParams plugin, so runs can
+    be compared in its table.
+
+    Args:
+        logdir: The run's directory.
+        route: Maps a log key to `(sub-run, tag)`; a trainer's
+            `summary_route`.
+        hparams: Hyperparameters to record (str, bool, int or float values).
+    """
+
+    def __init__(
+        self,
+        logdir: str,
+        route: Callable[[str], tuple[str, str]],
+        hparams: Mapping[str, Any] | None = None,
+    ):
+        super().__init__()
+        self.logdir = logdir
+        self.route = route
+        self.hparams = dict(hparams or {})
+        self._writers: dict[str, Any] = {}
+
+    def writer(self, run: str):
+        """The summary writer of a sub-run, created on first use."""
+        if run not in self._writers:
+            self._writers[run] = tf.summary.create_file_writer(os.path.join(self.logdir, run))
+        return self._writers[run]
+
+    def on_train_begin(self, logs=None):
+        if self.hparams:
+            with self.writer("").as_default():
+                hparams_api.hparams(self.hparams, trial_id=os.path.basename(os.path.normpath(self.logdir)))
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            if value is None or not np.isscalar(value) and np.ndim(value):
+                continue
+            run, tag = self.route(key)
+            with self.writer(run).as_default():
+                tf.summary.scalar(tag, float(value), step=epoch)
+        for writer in self._writers.values():
+            writer.flush()
+
+    def on_train_end(self, logs=None):
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
+
+
+def image_grid(images: np.ndarray, columns: int | None = None) -> np.ndarray:
+    """Tiles `(n, h, w, c)` images into one `(rows*h, columns*w, c)` image.
+
+    Missing cells of the last row are left black. `columns` defaults to
+    `ceil(sqrt(n))`.
+    """
+    images = np.asarray(images)
+    if images.ndim != 4 or len(images) == 0:
+        raise ValueError(f"images must be (n, h, w, c) with n >= 1. Received shape: {images.shape}")
+    n, h, w, c = images.shape
+    columns = columns or math.ceil(math.sqrt(n))
+    rows = math.ceil(n / columns)
+    grid = np.zeros((rows * h, columns * w, c), images.dtype)
+    for i, image in enumerate(images):
+        r, col = divmod(i, columns)
+        grid[r * h:(r + 1) * h, col * w:(col + 1) * w] = image
+    return grid
+
+
+class GeneratorSamples(keras.callbacks.Callback):
+    """Writes a grid of generator images from fixed noise every epoch.
+
+    The same noise every epoch shows how the generator's output evolves. The
+    generator runs in inference mode (BatchNorm uses its moving statistics).
+
+    Args:
+        logdir: Directory of the summary (e.g. the run's `generator/`).
+        generator: The generator model.
+        noise: Fixed noise, `(n, latent_dim)`.
+        tag: The image summary's tag.
+    """
+
+    def __init__(self, logdir: str, generator: keras.Model, noise: np.ndarray, tag: str = "samples"):
+        super().__init__()
+        self.logdir = logdir
+        self.generator = generator
+        self.noise = np.asarray(noise, np.float32)
+        self.tag = tag
+        self._writer = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        images = keras.ops.convert_to_numpy(self.generator(self.noise, training=False)).astype(np.float32)
+        grid = np.clip(image_grid(images), 0.0, 1.0)
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.logdir)
+        with self._writer.as_default():
+            tf.summary.image(self.tag, grid[None], step=epoch)
+        self._writer.flush()
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,448 @@
+"""Trainers: `keras.Model`s whose `train_step` is the mixed-precision step.
+
+`ClassifierTrainer` and `GANTrainer` override `train_step` with the custom
+loop of the seed tutorials, so `fit()`, callbacks, the progress bar and
+`evaluate()` all work as in Keras. The step is pure model math; everything
+precision-specific lives once, in `MixedPrecisionTrainer.optimize`:
+
+```python
+with tf.GradientTape() as tape:
+    loss = forward()
+    scaled_loss = optimizer.get_scaled_loss(loss)    # float16 only
+grads = tape.gradient(scaled_loss, variables)
+grads = optimizer.get_unscaled_gradients(grads)      # float16 only
+optimizer.apply_gradients(zip(grads, variables))
+```
+
+With float32, bfloat16 or `loss_scale="none"` the optimizer is a plain Keras
+optimizer and the two scaling lines are skipped. `compile()` decides which:
+it wraps the optimizer in `tfmp.LossScaleOptimizer` when the model computes
+in float16 (as Keras 3's `compile()` does), honouring `loss_scale`.
+
+Compiling the step (graph mode, or XLA with `jit_compile=True`) is left to
+Keras's `make_train_function`; side effects (console lines, TensorBoard,
+sample images) belong in `tfmp.callbacks`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import keras
+import tensorflow as tf
+
+from tfmp import loss_scale as loss_scale_lib
+
+__all__ = [
+    "ClassifierTrainer",
+    "GANTrainer",
+    "MixedPrecisionTrainer",
+    "computes_in_float16",
+    "discriminator_labels",
+    "prepare_optimizer",
+]
+
+
+def _all_layers(model: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """The model and every layer nested in it, depth first."""
+    layers = [model]
+    for layer in getattr(model, "layers", ()):
+        layers.extend(_all_layers(layer))
+    return layers
+
+
+def computes_in_float16(model: keras.layers.Layer) -> bool:
+    """Whether any layer of `model` computes in float16 (and so needs loss scaling)."""
+    return any(layer.compute_dtype == "float16" for layer in _all_layers(model))
+
+
+def prepare_optimizer(
+    optimizer: str | keras.optimizers.Optimizer,
+    model: keras.layers.Layer,
+    loss_scale: str | float | None = "dynamic",
+) -> keras.optimizers.Optimizer:
+    """Returns the optimizer a model should train with.
+
+    * A `tfmp.LossScaleOptimizer` is used as given (`loss_scale` is ignored).
+    * Otherwise, when `model` computes in float16, the optimizer is wrapped in
+      a `tfmp.LossScaleOptimizer` according to `loss_scale` (`"dynamic"`, a
+      fixed positive number, or `"none"` for no scaling). A stock Keras
+      `LossScaleOptimizer` is replaced by tfmp's with the same settings.
+    * A model that computes in float32 or bfloat16 gets the bare optimizer.
+
+    Args:
+        optimizer: A Keras optimizer or its name.
+        model: The model whose variables the optimizer updates.
+        loss_scale: The loss-scale setting for a float16 model.
+
+    Returns:
+        A Keras optimizer.
+    """
+    optimizer = keras.optimizers.get(optimizer)
+    if isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
+        return optimizer
+    kwargs = {}
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        kwargs = {
+            "initial_scale": optimizer.initial_scale,
+            "dynamic_growth_steps": optimizer.dynamic_growth_steps,
+        }
+        if loss_scale_lib.parse_loss_scale(loss_scale) != "dynamic":
+            kwargs = {}
+    precision = "mixed_float16" if computes_in_float16(model) else "float32"
+    return loss_scale_lib.wrap_optimizer(optimizer, precision, loss_scale, **kwargs)
+
+
+def _unscale_for_distribution(loss: tf.Tensor) -> tf.Tensor:
+    """Undoes Keras's 1/num_replicas loss scaling, for the loss metrics."""
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    return loss * replicas if replicas > 1 else loss
+
+
+class MixedPrecisionTrainer(keras.Model):
+    """The logic the trainers share: the loss-scaled update and its logs.
+
+    Subclasses write `train_step` as model math and call `optimize` once per
+    optimizer. Class attributes tell the callbacks how to present the logs:
+
+    Attributes:
+        console_fields: `(label, log key)` pairs printed on each console line.
+        loss_scale_prefixes: One log-key prefix per optimizer; the logs hold
+            `<prefix>loss_scale` and `<prefix>skipped_steps` for each
+            loss-scaled optimizer.
+        images_per_example: Images processed per example of a batch (the GAN
+            counts real and fake images, as its seed does).
+    """
+
+    console_fields: tuple[tuple[str, str], ...] = (("Loss", "loss"),)
+    loss_scale_prefixes: tuple[str, ...] = ("",)
+    images_per_example: int = 1
+
+    def optimize(
+        self,
+        optimizer: keras.optimizers.Optimizer,
+        variables: Sequence[keras.Variable],
+        forward: Callable[[], tuple[tf.Tensor, Any]],
+    ) -> tuple[tf.Tensor, Any]:
+        """Runs `forward` under a tape and applies the gradient of its loss.
+
+        Under a `tfmp.LossScaleOptimizer` this is the tf.keras 2 flow:
+        `get_scaled_loss` -> `tape.gradient` -> `get_unscaled_gradients` ->
+        `apply_gradients` (which skips the update if any gradient is
+        non-finite and adjusts the scale). Otherwise the plain gradient step.
+
+        Args:
+            optimizer: The optimizer of `variables`.
+            variables: The variables to differentiate and update.
+            forward: Computes `(loss, aux)`; `loss` is a float32 scalar.
+
+        Returns:
+            `(loss, aux)` as `forward` returned them (the loss unscaled).
+        """
+        scaled = isinstance(optimizer, loss_scale_lib.LossScaleOptimizer)
+        if not scaled and isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            raise TypeError(
+                "A stock keras.optimizers.LossScaleOptimizer has no get_scaled_loss; "
+                "compile() the trainer so it uses tfmp.LossScaleOptimizer. "
+                f"Received: optimizer={optimizer!r}"
+            )
+        with tf.GradientTape() as tape:
+            loss, aux = forward()
+            # Scaled inside the tape, so the gradient flows through the scale.
+            target = optimizer.get_scaled_loss(loss) if scaled else loss
+        grads = tape.gradient(target, variables)
+        if scaled:
+            grads = optimizer.get_unscaled_gradients(grads)
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss, aux
+
+    @staticmethod
+    def loss_scale_logs(optimizer: keras.optimizers.Optimizer, prefix: str = "") -> dict[str, tf.Tensor]:
+        """The current loss scale and skipped-step count, if `optimizer` scales."""
+        if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
+            return {}
+        return {
+            f"{prefix}loss_scale": optimizer.loss_scale,
+            f"{prefix}skipped_steps": optimizer.skipped_steps,
+        }
+
+    def summary_route(self, key: str) -> tuple[str, str]:
+        """Where an epoch log goes in TensorBoard: `(sub-run, tag)`.
+
+        Keras's layout: `val_x` goes to `validation/epoch_x`, anything else
+        to `train/epoch_x`.
+        """
+        if key.startswith("val_"):
+            return "validation", f"epoch_{key[4:]}"
+        return "train", f"epoch_{key}"
+
+
+class ClassifierTrainer(MixedPrecisionTrainer):
+    """Trains a classifier with the loss-scaled custom step.
+
+    Wraps any Keras model (its output should be float32: a float32 softmax,
+    or float32 logits with a `from_logits=True` loss). Use it like a Keras
+    model; `compile()` takes the usual `loss` and `metrics`:
+
+    ```python
+    with tfmp.precision_scope("mixed_float16"):
+        trainer = tfmp.trainers.ClassifierTrainer(build_model())
+        trainer.compile(keras.optimizers.Adam(1e-3),
+                        loss="sparse_categorical_crossentropy",
+                        metrics=["accuracy"], loss_scale="dynamic")
+    trainer.fit(train_ds, validation_data=val_ds, epochs=3)
+    ```
+
+    Args:
+        network: The classifier to train.
+        **kwargs: Passed to `keras.Model` (e.g. `name`).
+    """
+
+    def __init__(self, network: keras.Model, **kwargs: Any):
+        kwargs.setdefault("name", f"{network.name}_trainer")
+        super().__init__(**kwargs)
+        self.network = network
+        self.built = network.built
+
+    def call(self, inputs: Any, training: bool = False) -> Any:
+        return self.network(inputs, training=training)
+
+    def compile(
+        self,
+        optimizer: str | keras.optimizers.Optimizer = "adam",
+        loss: Any = None,
+        metrics: Any = None,
+        loss_scale: str | float | None = "dynamic",
+        **kwargs: Any,
+    ) -> None:
+        """Configures training; see `keras.Model.compile`.
+
+        Args:
+            optimizer: The optimizer; wrapped for loss scaling by
+                `prepare_optimizer` when the network computes in float16.
+            loss: The loss, as for `keras.Model.compile`.
+            metrics: The metrics, as for `keras.Model.compile`.
+            loss_scale: `"dynamic"`, `"none"` or a fixed scale (float16 only).
+            **kwargs: Other `keras.Model.compile` arguments, e.g. `jit_compile`.
+        """
+        kwargs["auto_scale_loss"] = False  # prepare_optimizer decided already
+        super().compile(
+            optimizer=prepare_optimizer(optimizer, self.network, loss_scale),
+            loss=loss,
+            metrics=metrics,
+            **kwargs,
+        )
+
+    def train_step(self, data: Any) -> dict[str, Any]:
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+
+        def forward():
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+            return loss, y_pred
+
+        loss, y_pred = self.optimize(self.optimizer, self.trainable_variables, forward)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(_unscale_for_distribution(loss), sample_weight=tf.shape(y)[0])
+        logs = self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        logs.update(self.loss_scale_logs(self.optimizer))
+        return logs
+
+
+def discriminator_labels(
+    batch_size: int | tf.Tensor, softening: float, swap_fraction: float
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The seed's discriminator targets: softened, with a few rows swapped.
+
+    The seed labels real images 0 and fake images 1, softened towards each
+    other by `softening` (real `softening`, fake `1 - softening`). Its stated
+    aim is to "invert a few of the discriminator labels" each step: the first
+    `floor(batch_size * swap_fraction)` rows of each batch get the other
+    class's label. (The published code, with `soften=0.1`, moved those rows to
+    the hard labels 0 and 1 instead of inverting them; tfmp inverts them.)
+
+    Args:
+        batch_size: Images per batch (may be a scalar tensor).
+        softening: Distance of each label from the hard 0/1 target.
+        swap_fraction: Share of rows whose real and fake labels are swapped.
+
+    Returns:
+        `(real_labels, fake_labels)`, float32 of shape `(batch_size, 1)`.
+    """
+    rows = tf.range(batch_size)
+    n_swap = tf.cast(tf.floor(tf.cast(batch_size, tf.float32) * swap_fraction), tf.int32)
+    swapped = (rows < n_swap)[:, None]
+    real, fake = tf.constant(softening, tf.float32), tf.constant(1.0 - softening, tf.float32)
+    return tf.where(swapped, fake, real), tf.where(swapped, real, fake)
+
+
+class GANTrainer(MixedPrecisionTrainer):
+    """Trains the seed's GAN: generator step, then discriminator step.
+
+    Each step draws fresh noise uniform in [-1, 1] and updates the generator
+    (target: the discriminator calls its images real) and then the
+    discriminator (real images against freshly generated ones), each with its
+    own forward pass, optimizer and loss scale, as the seed does. The loss is
+    the mean sigmoid cross-entropy on float32 logits; labels follow
+    `discriminator_labels` (real 0, fake 1, softened, 10% swapped).
+
+    `fit()` takes a dataset of real images (a `(images, labels)` dataset
+    works; labels are ignored). Calling the trainer on noise runs the
+    generator, so `predict(noise)` makes images.
+
+    Args:
+        generator: Maps `(batch, latent_dim)` noise to images.
+        discriminator: Maps images to `(batch, 1)` float32 logits.
+        label_softening: See `discriminator_labels` (the seed: 0.01).
+        label_swap_fraction: See `discriminator_labels` (the seed: 0.1).
+        seed: Seed of the noise generator.
+        **kwargs: Passed to `keras.Model`.
+    """
+
+    console_fields = (("G Loss", "g_loss"), ("D Loss", "d_loss"))
+    loss_scale_prefixes = ("g_", "d_")
+    images_per_example = 2
+
+    def __init__(
+        self,
+        generator: keras.Model,
+        discriminator: keras.Model,
+        label_softening: float = 0.01,
+        label_swap_fraction: float = 0.1,
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
+        kwargs.setdefault("name", "gan_trainer")
+        super().__init__(**kwargs)
+        if not 0 <= label_softening < 0.5:
+            raise ValueError(f"label_softening must be in [0, 0.5). Received: label_softening={label_softening!r}")
+        if not 0 <= label_swap_fraction <= 1:
+            raise ValueError(
+                f"label_swap_fraction must be in [0, 1]. Received: label_swap_fraction={label_swap_fraction!r}"
+            )
+        self.generator = generator
+        self.discriminator = discriminator
+        self.latent_dim = int(generator.input_shape[-1])
+        self.label_softening = float(label_softening)
+        self.label_swap_fraction = float(label_swap_fraction)
+        self.noise_seed = keras.random.SeedGenerator(seed)
+        self.g_loss_tracker = keras.metrics.Mean(name="g_loss")
+        self.d_loss_tracker = keras.metrics.Mean(name="d_loss")
+        self.bce = keras.losses.BinaryCrossentropy(from_logits=True)
+        self.generator_optimizer = None
+        self.discriminator_optimizer = None
+        self.built = generator.built and discriminator.built
+
+    @property
+    def metrics(self) -> list[keras.metrics.Metric]:
+        # Listed here so fit() and evaluate() reset them every epoch.
+        return [self.g_loss_tracker, self.d_loss_tracker]
+
+    def call(self, noise: Any, training: bool = False) -> Any:
+        return self.generator(noise, training=training)
+
+    def compile(
+        self,
+        generator_optimizer: str | keras.optimizers.Optimizer | None = None,
+        discriminator_optimizer: str | keras.optimizers.Optimizer | None = None,
+        loss_scale: str | float | None = "dynamic",
+        **kwargs: Any,
+    ) -> None:
+        """Configures training.
+
+        Args:
+            generator_optimizer: Defaults to the seed's `Adam(1e-3)`.
+            discriminator_optimizer: Defaults to the seed's `RMSprop(1e-4)`.
+            loss_scale: `"dynamic"`, `"none"` or a fixed scale, applied to
+                each optimizer separately when its model computes in float16.
+            **kwargs: Other `keras.Model.compile` arguments, e.g. `jit_compile`.
+        """
+        kwargs["auto_scale_loss"] = False
+        super().compile(optimizer=None, **kwargs)
+        self.generator_optimizer = prepare_optimizer(
+            generator_optimizer or keras.optimizers.Adam(1e-3), self.generator, loss_scale
+        )
+        self.discriminator_optimizer = prepare_optimizer(
+            discriminator_optimizer or keras.optimizers.RMSprop(1e-4), self.discriminator, loss_scale
+        )
+        self.generator_optimizer.build(self.generator.trainable_variables)
+        self.discriminator_optimizer.build(self.discriminator.trainable_variables)
+
+    def sample_noise(self, batch_size: int | tf.Tensor) -> tf.Tensor:
+        """Noise uniform in [-1, 1], float32 `(batch_size, latent_dim)`."""
+        return keras.random.uniform(
+            (batch_size, self.latent_dim), minval=-1.0, maxval=1.0, seed=self.noise_seed
+        )
+
+    def _loss(self, logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        return self.bce(labels, tf.cast(logits, tf.float32))
+
+    def generator_loss(self, batch_size: int | tf.Tensor, training: bool) -> tf.Tensor:
+        """The generator's loss on fresh noise: its images should pass as real."""
+        fake_logits = self.discriminator(self.generator(self.sample_noise(batch_size), training=training), training=training)
+        real_target = tf.fill((batch_size, 1), tf.constant(self.label_softening, tf.float32))
+        return self._loss(fake_logits, real_target)
+
+    def discriminator_loss(self, real: tf.Tensor, fake: tf.Tensor, training: bool) -> tf.Tensor:
+        """The discriminator's loss: the mean of its real and fake losses."""
+        real_labels, fake_labels = discriminator_labels(
+            tf.shape(real)[0], self.label_softening, self.label_swap_fraction
+        )
+        real_loss = self._loss(self.discriminator(real, training=training), real_labels)
+        fake_loss = self._loss(self.discriminator(fake, training=training), fake_labels)
+        return 0.5 * (real_loss + fake_loss)
+
+    @staticmethod
+    def _real_images(data: Any) -> tf.Tensor:
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        return x
+
+    def train_step(self, data: Any) -> dict[str, Any]:
+        real = self._real_images(data)
+        batch_size = tf.shape(real)[0]
+        g_loss, _ = self.optimize(
+            self.generator_optimizer,
+            self.generator.trainable_variables,
+            lambda: (self.generator_loss(batch_size, training=True), None),
+        )
+        # The discriminator's fakes come from the freshly updated generator,
+        # outside its tape: no gradient flows back into the generator.
+        fake = self.generator(self.sample_noise(batch_size), training=True)
+        d_loss, _ = self.optimize(
+            self.discriminator_optimizer,
+            self.discriminator.trainable_variables,
+            lambda: (self.discriminator_loss(real, fake, training=True), None),
+        )
+        return self._logs(g_loss, d_loss)
+
+    def test_step(self, data: Any) -> dict[str, Any]:
+        real = self._real_images(data)
+        batch_size = tf.shape(real)[0]
+        g_loss = self.generator_loss(batch_size, training=False)
+        fake = self.generator(self.sample_noise(batch_size), training=False)
+        d_loss = self.discriminator_loss(real, fake, training=False)
+        return self._logs(g_loss, d_loss)
+
+    def _logs(self, g_loss: tf.Tensor, d_loss: tf.Tensor) -> dict[str, Any]:
+        self.g_loss_tracker.update_state(_unscale_for_distribution(g_loss))
+        self.d_loss_tracker.update_state(_unscale_for_distribution(d_loss))
+        logs = {m.name: m.result() for m in self.metrics}
+        logs.update(self.loss_scale_logs(self.generator_optimizer, "g_"))
+        logs.update(self.loss_scale_logs(self.discriminator_optimizer, "d_"))
+        return logs
+
+    def summary_route(self, key: str) -> tuple[str, str]:
+        """The seed's layout: `generator/loss` and `discriminator/loss` overlay.
+
+        `g_x` goes to `generator/x`, `d_x` to `discriminator/x`; other keys
+        (throughput) to the run's root. Validation keys get a
+        `_validation` sub-run of their own.
+        """
+        validation = key.startswith("val_")
+        if validation:
+            key = key[4:]
+        for prefix, run in (("g_", "generator"), ("d_", "discriminator")):
+            if key.startswith(prefix):
+                return (f"{run}_validation" if validation else run), key[len(prefix):]
+        return ("validation" if validation else ""), key

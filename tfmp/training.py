@@ -1,0 +1,455 @@
+"""Training runs: one config object in, a trained model and its logs out.
+
+`train_gan(GANConfig(...))` trains the seed's GAN and
+`train_classifier(ClassifierConfig(...))` the MobileNetV2 classifier. Both:
+
+1. validate the config and refuse impossible settings before any training
+   (`ConfigError`, naming the value);
+2. resolve the precision, loss scale and XLA, and print a one-line note
+   when a loss scale is given that the precision does not use;
+3. load the data (`tfmp.data`), build the model under the precision's
+   global policy (restored afterwards), and `fit()` a `tfmp.trainers`
+   trainer with the callbacks of `tfmp.callbacks`: the seed's console line,
+   per-epoch TensorBoard curves and the run's hyperparameters under
+   `<logdir>/<run_name>/`.
+
+`compare_loss_scaling` runs the seed's three GAN configurations side by side.
+The scripts in `scripts/` are thin absl front ends to these functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import tempfile
+from typing import Any, Callable, ClassVar, Sequence
+
+import keras
+import numpy as np
+
+from models.gan import build_discriminator, build_generator
+from models.mobilenet_v2 import build_mobilenet_v2_classifier
+from tfmp import callbacks as callbacks_lib
+from tfmp import data as data_lib
+from tfmp import loss_scale as loss_scale_lib
+from tfmp import precision as precision_lib
+from tfmp import trainers
+
+__all__ = [
+    "ClassifierConfig",
+    "ConfigError",
+    "GANConfig",
+    "RunResult",
+    "TrainConfig",
+    "compare_loss_scaling",
+    "comparison_table",
+    "default_run_name",
+    "train_classifier",
+    "train_gan",
+]
+
+
+class ConfigError(ValueError):
+    """An impossible run setting, found before any training."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Settings every training run shares.
+
+    Attributes:
+        precision: `float32`, `mixed_float16`, `mixed_bfloat16`, `auto`, or an
+            alias (`fp32`, `fp16`, `bf16`).
+        loss_scale: `"dynamic"`, `"none"` or a fixed positive scale; used
+            only under `mixed_float16`.
+        xla: `"auto"` (on with a GPU, off on CPU), `"true"` or `"false"`.
+        tf32: Allow TensorFloat-32 for float32 math on Ampere+ GPUs.
+        epochs: Passes over the training data.
+        batch_size: Examples per step.
+        steps_per_epoch: Optional cap on the steps of an epoch.
+        dataset: One of the config's `datasets`.
+        data_dir: Directory holding a downloaded dataset (see `tfmp.data`).
+        logdir: Parent directory of the TensorBoard runs.
+        run_name: The run's directory under `logdir`; by default a timestamp
+            plus the precision and loss-scale settings.
+        seed: Seed of weights, noise, shuffling and the data split.
+        log_every: Print the step line every this many steps.
+        warmup_steps: Leading steps left out of the mean throughput.
+    """
+
+    datasets: ClassVar[tuple[str, ...]] = data_lib.DATASETS
+    image_shape: ClassVar[tuple[int, int, int]] = (28, 28, 1)
+
+    precision: str = "auto"
+    loss_scale: str | float = "dynamic"
+    xla: str | bool = "auto"
+    tf32: bool = True
+    epochs: int = 4
+    batch_size: int = 128
+    steps_per_epoch: int | None = None
+    dataset: str = "digits"
+    data_dir: str | None = None
+    logdir: str = "logs"
+    run_name: str = ""
+    seed: int = 0
+    log_every: int = 1
+    warmup_steps: int = 3
+
+    def validate(self) -> None:
+        """Raises `ConfigError` naming the first impossible setting.
+
+        Also makes sure `logdir` can be created and written to.
+        """
+        try:
+            precision_lib.canonical_precision(self.precision)
+            loss_scale_lib.parse_loss_scale(self.loss_scale)
+            precision_lib.resolve_jit_compile(self.xla, has_gpu=False)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        for name in ("epochs", "batch_size", "log_every"):
+            _check_int(name, getattr(self, name), minimum=1)
+        _check_int("warmup_steps", self.warmup_steps, minimum=0)
+        if self.steps_per_epoch is not None:
+            _check_int("steps_per_epoch", self.steps_per_epoch, minimum=1)
+        if self.dataset.lower() not in self.datasets:
+            raise ConfigError(
+                f"Unknown dataset for this model. Valid: {', '.join(self.datasets)}. "
+                f"Received: dataset={self.dataset!r}"
+            )
+        for field in dataclasses.fields(self):
+            if field.name.endswith("learning_rate") and not getattr(self, field.name) > 0:
+                raise ConfigError(f"{field.name} must be > 0. Received: {field.name}={getattr(self, field.name)!r}")
+        _check_writable_dir("logdir", self.logdir)
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}. Received: {name}={value!r}")
+
+
+def _check_writable_dir(name: str, path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"{name} must be a directory tfmp can create and write to ({e.strerror or e}). "
+            f"Received: {name}={path!r}"
+        ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class GANConfig(TrainConfig):
+    """The seed GAN's run: its defaults are the seed's.
+
+    Attributes:
+        latent_dim: Noise size (100).
+        generator_widths: Generator conv widths (64, 32, 8).
+        discriminator_widths: Discriminator conv widths (24, 64, 128).
+        generator_learning_rate: Adam's rate (1e-3).
+        discriminator_learning_rate: RMSprop's rate (1e-4).
+        label_softening: Label softening (0.01).
+        label_swap_fraction: Share of discriminator labels swapped (0.1).
+        num_samples: Generator images in the per-epoch TensorBoard grid.
+    """
+
+    datasets: ClassVar[tuple[str, ...]] = ("mnist", "digits", "synthetic")
+    image_shape: ClassVar[tuple[int, int, int]] = (28, 28, 1)
+
+    batch_size: int = 4096
+    dataset: str = "mnist"
+    latent_dim: int = 100
+    generator_widths: tuple[int, int, int] = (64, 32, 8)
+    discriminator_widths: tuple[int, int, int] = (24, 64, 128)
+    generator_learning_rate: float = 1e-3
+    discriminator_learning_rate: float = 1e-4
+    label_softening: float = 0.01
+    label_swap_fraction: float = 0.1
+    num_samples: int = 16
+
+    def validate(self) -> None:
+        super().validate()
+        _check_int("latent_dim", self.latent_dim, minimum=1)
+        _check_int("num_samples", self.num_samples, minimum=1)
+        for name in ("generator_widths", "discriminator_widths"):
+            widths = getattr(self, name)
+            if len(widths) != 3:
+                raise ConfigError(f"{name} must be three integers. Received: {name}={widths!r}")
+            for width in widths:
+                _check_int(name, width, minimum=1)
+        if not 0 <= self.label_softening < 0.5:
+            raise ConfigError(f"label_softening must be in [0, 0.5). Received: label_softening={self.label_softening!r}")
+        if not 0 <= self.label_swap_fraction <= 1:
+            raise ConfigError(
+                f"label_swap_fraction must be in [0, 1]. Received: label_swap_fraction={self.label_swap_fraction!r}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierConfig(TrainConfig):
+    """The MobileNetV2 classifier's run (seed 002).
+
+    Attributes:
+        alpha: MobileNetV2's width multiplier.
+        learning_rate: Adam's learning rate.
+        from_logits: Output float32 logits and use a from-logits loss,
+            instead of a float32 softmax.
+        validation_batch_size: Batch size of the validation pass.
+    """
+
+    datasets: ClassVar[tuple[str, ...]] = ("cifar10", "digits", "synthetic")
+    image_shape: ClassVar[tuple[int, int, int]] = (32, 32, 3)
+
+    epochs: int = 10
+    batch_size: int = 128
+    dataset: str = "cifar10"
+    alpha: float = 1.0
+    learning_rate: float = 1e-3
+    from_logits: bool = False
+    validation_batch_size: int = 256
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.alpha > 0:
+            raise ConfigError(f"alpha must be > 0. Received: alpha={self.alpha!r}")
+        _check_int("validation_batch_size", self.validation_batch_size, minimum=1)
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What a training run returns.
+
+    Attributes:
+        logs: The last epoch's logs (losses, metrics, loss scales, skipped
+            steps, `images_per_sec`).
+        images_per_sec: Mean throughput after the warm-up steps (None if
+            every step was warm-up).
+        steps: Training steps run.
+        warmup_steps: Steps left out of `images_per_sec`.
+        logdir: The run's TensorBoard directory.
+        precision: The precision used (`auto` resolved).
+        loss_scale: `"dynamic"`, `"none"` or the fixed scale in force
+            (`"none"` unless the precision is `mixed_float16`).
+        jit_compile: Whether the step was XLA-compiled.
+        trainer: The trained `tfmp.trainers` model.
+    """
+
+    logs: dict[str, Any]
+    images_per_sec: float | None
+    steps: int
+    warmup_steps: int
+    logdir: str
+    precision: str
+    loss_scale: str | float
+    jit_compile: bool
+    trainer: trainers.MixedPrecisionTrainer
+
+    @property
+    def skipped_steps(self) -> int:
+        """Skipped steps summed over the run's loss-scaled optimizers."""
+        return int(sum(v for k, v in self.logs.items() if k.endswith("skipped_steps") and not k.startswith("val_")))
+
+
+def default_run_name(precision: str, loss_scale: str | float) -> str:
+    """A timestamp plus the precision and loss-scale settings."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}_{precision}_ls-{loss_scale}"
+
+
+@dataclasses.dataclass
+class _Job:
+    """A model-specific piece of a run, built under the precision policy."""
+
+    trainer: trainers.MixedPrecisionTrainer
+    train_data: Any
+    validation_data: Any
+    callbacks: list[keras.callbacks.Callback]
+    hparams: dict[str, Any]
+
+
+def _batches(num_examples: int, batch_size: int, drop_remainder: bool) -> int:
+    return num_examples // batch_size if drop_remainder else -(-num_examples // batch_size)
+
+
+def _gan_job(config: GANConfig, split: data_lib.Split, loss_scale: str | float, jit_compile: bool, run_dir: str) -> _Job:
+    generator = build_generator(config.latent_dim, config.generator_widths)
+    discriminator = build_discriminator(config.discriminator_widths)
+    trainer = trainers.GANTrainer(
+        generator, discriminator, config.label_softening, config.label_swap_fraction, seed=config.seed
+    )
+    trainer.compile(
+        keras.optimizers.Adam(config.generator_learning_rate),
+        keras.optimizers.RMSprop(config.discriminator_learning_rate),
+        loss_scale=loss_scale,
+        jit_compile=jit_compile,
+    )
+    # As the seed: incomplete batches are dropped.
+    train = data_lib.make_dataset(split.x_train, batch_size=config.batch_size, drop_remainder=True, seed=config.seed)
+    noise = np.random.default_rng(config.seed).uniform(-1, 1, (config.num_samples, config.latent_dim))
+    samples = callbacks_lib.GeneratorSamples(os.path.join(run_dir, "generator"), generator, noise)
+    hparams = {"latent_dim": config.latent_dim, "generator_learning_rate": config.generator_learning_rate,
+               "discriminator_learning_rate": config.discriminator_learning_rate}
+    return _Job(trainer, train, None, [samples], hparams)
+
+
+def _classifier_job(
+    config: ClassifierConfig, split: data_lib.Split, loss_scale: str | float, jit_compile: bool, run_dir: str
+) -> _Job:
+    num_classes = int(max(split.y_train.max(), split.y_val.max())) + 1
+    network = build_mobilenet_v2_classifier(
+        config.image_shape, num_classes=num_classes, alpha=config.alpha, from_logits=config.from_logits
+    )
+    trainer = trainers.ClassifierTrainer(network)
+    trainer.compile(
+        keras.optimizers.Adam(config.learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=config.from_logits),
+        metrics=["accuracy"],
+        loss_scale=loss_scale,
+        jit_compile=jit_compile,
+    )
+    train = data_lib.make_dataset(split.x_train, split.y_train, batch_size=config.batch_size, seed=config.seed)
+    validation = data_lib.make_dataset(
+        split.x_val, split.y_val, batch_size=config.validation_batch_size, shuffle=False
+    )
+    hparams = {"alpha": config.alpha, "learning_rate": config.learning_rate, "from_logits": config.from_logits}
+    return _Job(trainer, train, validation, [], hparams)
+
+
+def _run(
+    config: TrainConfig,
+    build_job: Callable[..., _Job],
+    drop_remainder: bool,
+    print_fn: Callable[[str], None],
+) -> RunResult:
+    config.validate()
+    precision = precision_lib.resolve_precision(config.precision)
+    loss_scale = loss_scale_lib.parse_loss_scale(config.loss_scale)
+    if precision != "mixed_float16":
+        if loss_scale != "none":
+            print_fn(f"note: loss_scale={loss_scale} is ignored under {precision}; only float16 needs loss scaling.")
+        loss_scale = "none"
+    jit_compile = precision_lib.resolve_jit_compile(config.xla)
+    run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale))
+    _check_writable_dir("logdir", run_dir)
+
+    split = data_lib.load_images(config.dataset, config.image_shape, data_dir=config.data_dir, seed=config.seed)
+    steps = _batches(len(split.x_train), config.batch_size, drop_remainder)
+    if steps == 0:
+        raise ConfigError(
+            f"batch_size is larger than the {len(split.x_train)} training images of dataset "
+            f"{config.dataset!r}, and incomplete batches are dropped; use a batch size <= "
+            f"{len(split.x_train)}. Received: batch_size={config.batch_size}"
+        )
+    capped = config.steps_per_epoch is not None and config.steps_per_epoch < steps
+    steps = min(steps, config.steps_per_epoch or steps)
+
+    keras.utils.set_random_seed(config.seed)
+    with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
+        job = build_job(config, split, loss_scale, jit_compile, run_dir)
+        trainer = job.trainer
+        timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
+        console = callbacks_lib.ConsoleLogger(
+            timer, trainer.console_fields, trainer.loss_scale_prefixes, config.log_every, run_dir, print_fn
+        )
+        hparams = {
+            "precision": precision,
+            "loss_scale": str(loss_scale),
+            "xla": jit_compile,
+            "tf32": config.tf32,
+            "batch_size": config.batch_size,
+            "dataset": config.dataset,
+            "epochs": config.epochs,
+            "seed": config.seed,
+            **job.hparams,
+        }
+        summaries = callbacks_lib.EpochSummaries(run_dir, trainer.summary_route, hparams)
+        print_fn(
+            f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
+            f"tf32={config.tf32} dataset={config.dataset} batch_size={config.batch_size} "
+            f"steps/epoch={steps} logdir={run_dir}"
+        )
+        # Capped epochs read on from where the last one stopped.
+        train_data = job.train_data.repeat() if capped else job.train_data
+        trainer.fit(
+            train_data,
+            validation_data=job.validation_data,
+            epochs=config.epochs,
+            steps_per_epoch=steps,
+            callbacks=[timer, console, summaries, *job.callbacks],
+            shuffle=False,  # the pipeline shuffles
+            verbose=0,
+        )
+    return RunResult(
+        logs=console.final_logs,
+        images_per_sec=timer.mean_images_per_sec,
+        steps=len(timer.step_times),
+        warmup_steps=config.warmup_steps,
+        logdir=run_dir,
+        precision=precision,
+        loss_scale=loss_scale,
+        jit_compile=jit_compile,
+        trainer=trainer,
+    )
+
+
+def train_gan(config: GANConfig, print_fn: Callable[[str], None] = print) -> RunResult:
+    """Trains the seed's GAN as `config` says; see the module docstring.
+
+    Raises:
+        ConfigError: for an impossible setting, before training.
+        tfmp.data.DatasetNotFoundError: when the dataset is not available.
+    """
+    return _run(config, _gan_job, drop_remainder=True, print_fn=print_fn)
+
+
+def train_classifier(config: ClassifierConfig, print_fn: Callable[[str], None] = print) -> RunResult:
+    """Trains the MobileNetV2 classifier as `config` says; see the module docstring.
+
+    Raises:
+        ConfigError: for an impossible setting, before training.
+        tfmp.data.DatasetNotFoundError: when the dataset is not available.
+    """
+    return _run(config, _classifier_job, drop_remainder=False, print_fn=print_fn)
+
+
+COMPARISON = (
+    ("float32", "float32", "none"),
+    ("mixed_float16_no_loss_scale", "mixed_float16", "none"),
+    ("mixed_float16_dynamic_loss_scale", "mixed_float16", "dynamic"),
+)
+
+
+def compare_loss_scaling(
+    config: GANConfig, print_fn: Callable[[str], None] = print
+) -> list[tuple[str, RunResult]]:
+    """Runs the seed's three GAN configurations under one parent directory.
+
+    float32; mixed_float16 without loss scaling; mixed_float16 with dynamic
+    loss scaling. Everything else comes from `config`; the runs are written
+    to `<config.logdir>/<name>` so TensorBoard overlays them.
+
+    Returns:
+        `(name, RunResult)` per configuration, in the order above.
+    """
+    results = []
+    for name, precision, loss_scale in COMPARISON:
+        print_fn(f"== {name} ==")
+        variant = dataclasses.replace(config, precision=precision, loss_scale=loss_scale, run_name=name)
+        results.append((name, train_gan(variant, print_fn=print_fn)))
+    return results
+
+
+def comparison_table(results: Sequence[tuple[str, RunResult]]) -> str:
+    """A markdown table of final G/D loss, skipped steps and throughput."""
+    lines = [
+        "| run | final G loss | final D loss | skipped steps (G/D) | img/s |",
+        "|---|---|---|---|---|",
+    ]
+    for name, result in results:
+        logs = result.logs
+        skipped = "/".join(str(int(logs[k])) for k in ("g_skipped_steps", "d_skipped_steps") if k in logs) or "-"
+        ips = f"{result.images_per_sec:.0f}" if result.images_per_sec is not None else "n/a"
+        lines.append(f"| {name} | {logs['g_loss']:.4f} | {logs['d_loss']:.4f} | {skipped} | {ips} |")
+    return "\n".join(lines)
