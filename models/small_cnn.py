@@ -1,6 +1,6 @@
 """A small convolutional classifier for the embedded digits.
 
-It is the model of tfmp's loss-scaling demo and numerics tests: small enough
+It is the model of tfmp's loss-scaling numerics tests: small enough
 to train in seconds on a CPU, with Tensor-Core-friendly widths (multiples of
 8), and its softmax computed in float32 whatever the dtype policy, as mixed
 precision requires.

@@ -18,39 +18,47 @@ from tfmp import data as data_lib
 from tfmp import training
 
 
-def define_training_flags(defaults: training.TrainConfig) -> dict[str, flags.FlagHolder]:
-    """Defines the flags every training script has; returns their holders."""
-    return {
-        "precision": flags.DEFINE_enum(
+def define_training_flags(
+    defaults: training.TrainConfig, exclude: tuple[str, ...] = ()
+) -> dict[str, flags.FlagHolder]:
+    """Defines the flags every training script has; returns their holders.
+
+    Args:
+        defaults: The config whose values become the flags' defaults.
+        exclude: Flags a script sets itself and must not offer.
+    """
+    definitions = {
+        "precision": lambda: flags.DEFINE_enum(
             "precision", defaults.precision, list(tfmp.PRECISIONS) + ["fp32", "fp16", "bf16"],
             "Compute precision. auto: bfloat16 on Ampere+ GPUs, float16 on Volta/Turing, float32 otherwise."),
-        "loss_scale": flags.DEFINE_string(
+        "loss_scale": lambda: flags.DEFINE_string(
             "loss_scale", str(defaults.loss_scale),
             "dynamic, none, or a positive fixed scale. Only mixed_float16 uses it."),
-        "xla": flags.DEFINE_enum(
+        "xla": lambda: flags.DEFINE_enum(
             "xla", str(defaults.xla), ["auto", "true", "false"],
             "Compile the train step with XLA. auto: on with a GPU, off on CPU."),
-        "tf32": flags.DEFINE_bool(
+        "tf32": lambda: flags.DEFINE_bool(
             "tf32", defaults.tf32, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs)."),
-        "epochs": flags.DEFINE_integer("epochs", defaults.epochs, "Passes over the training data.", lower_bound=1),
-        "batch_size": flags.DEFINE_integer("batch_size", defaults.batch_size, "Examples per step.", lower_bound=1),
-        "steps_per_epoch": flags.DEFINE_integer(
+        "epochs": lambda: flags.DEFINE_integer("epochs", defaults.epochs, "Passes over the training data.", lower_bound=1),
+        "batch_size": lambda: flags.DEFINE_integer("batch_size", defaults.batch_size, "Examples per step.", lower_bound=1),
+        "steps_per_epoch": lambda: flags.DEFINE_integer(
             "steps_per_epoch", defaults.steps_per_epoch, "Optional cap on the steps of an epoch.", lower_bound=1),
-        "dataset": flags.DEFINE_enum(
+        "dataset": lambda: flags.DEFINE_enum(
             "dataset", defaults.dataset, list(defaults.datasets),
             "Training data. digits is embedded (no download); synthetic is random data for benchmarks."),
-        "data_dir": flags.DEFINE_string(
+        "data_dir": lambda: flags.DEFINE_string(
             "data_dir", defaults.data_dir,
             "Directory holding the downloaded dataset; default: keras.datasets' cache (~/.keras/datasets)."),
-        "logdir": flags.DEFINE_string("logdir", defaults.logdir, "Parent directory of the TensorBoard runs."),
-        "run_name": flags.DEFINE_string(
+        "logdir": lambda: flags.DEFINE_string("logdir", defaults.logdir, "Parent directory of the TensorBoard runs."),
+        "run_name": lambda: flags.DEFINE_string(
             "run_name", defaults.run_name, "Run directory under --logdir; default: time, precision and loss scale."),
-        "seed": flags.DEFINE_integer("seed", defaults.seed, "Seed of weights, noise, shuffling and splits."),
-        "log_every": flags.DEFINE_integer(
+        "seed": lambda: flags.DEFINE_integer("seed", defaults.seed, "Seed of weights, noise, shuffling and splits."),
+        "log_every": lambda: flags.DEFINE_integer(
             "log_every", defaults.log_every, "Print the step line every N steps.", lower_bound=1),
-        "warmup_steps": flags.DEFINE_integer(
+        "warmup_steps": lambda: flags.DEFINE_integer(
             "warmup_steps", defaults.warmup_steps, "Leading steps left out of the mean throughput.", lower_bound=0),
     }
+    return {name: define() for name, define in definitions.items() if name not in exclude}
 
 
 def config_from_flags(config_cls: type, holders: dict[str, flags.FlagHolder], **extra: Any) -> Any:

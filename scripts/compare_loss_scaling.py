@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover
     import common
 
 _DEFAULTS = training.GANConfig(logdir=os.path.join("logs", "compare_loss_scaling"))
-_FLAGS = common.define_training_flags(_DEFAULTS)
+_FLAGS = common.define_training_flags(_DEFAULTS, exclude=("precision", "loss_scale", "run_name"))
 
 
 def main(argv):

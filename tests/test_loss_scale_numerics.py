@@ -1,6 +1,6 @@
 """Loss scaling on real data: float16 gradients flush to zero without it.
 
-The model is the demo's small CNN, trained briefly in float32 on the embedded
+The model is a small CNN, trained briefly in float32 on the embedded
 digits. Its weights are then copied into a mixed_float16 twin. We compare the
 activation gradients (the quantity Micikevicius et al. measured) of one
 batch: a value counts as flushed when the float32 reference is non-zero but

@@ -7,8 +7,13 @@ The public names most users need:
 * `tfmp.LossScaleOptimizer`: loss scaling with both the tf.keras 2 and the
   Keras 3 custom-loop API.
 * `tfmp.wrap_optimizer`: the optimizer a precision needs.
+* `tfmp.ClassifierTrainer`, `tfmp.GANTrainer`: `keras.Model`s whose
+  `train_step` is the loss-scaled custom step (`tfmp.trainers`).
+
+Whole runs (data, model, callbacks, TensorBoard) are in `tfmp.training`.
 """
 
+from tfmp import trainers
 from tfmp.loss_scale import LossScaleOptimizer, parse_loss_scale, wrap_optimizer
 from tfmp.precision import (
     PRECISIONS,
@@ -20,10 +25,13 @@ from tfmp.precision import (
     set_tf32,
     tf32_scope,
 )
+from tfmp.trainers import ClassifierTrainer, GANTrainer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ClassifierTrainer",
+    "GANTrainer",
     "LossScaleOptimizer",
     "PRECISIONS",
     "canonical_precision",
@@ -34,5 +42,6 @@ __all__ = [
     "set_precision",
     "set_tf32",
     "tf32_scope",
+    "trainers",
     "wrap_optimizer",
 ]

@@ -8,7 +8,7 @@ when neither works they raise `DatasetNotFoundError`, which says where to put
 the file and points to `digits`. `synthetic` makes random images for
 benchmarks, and `load_images` picks one of them by name (see `DATASETS`).
 
-`make_dataset` is the `tf.data` pipeline the demos and trainers feed from.
+`make_dataset` is the `tf.data` pipeline the trainers feed from.
 MNIST, CIFAR-10 and synthetic images stay uint8 in memory; the pipeline
 scales each batch to [0, 1] in float32 on the host, and the model's first
 layer casts it to its compute dtype.

@@ -198,6 +198,8 @@ class ClassifierTrainer(MixedPrecisionTrainer):
         **kwargs: Passed to `keras.Model` (e.g. `name`).
     """
 
+    console_fields = (("Loss", "loss"), ("Accuracy", "accuracy"))
+
     def __init__(self, network: keras.Model, **kwargs: Any):
         kwargs.setdefault("name", f"{network.name}_trainer")
         super().__init__(**kwargs)

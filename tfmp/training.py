@@ -187,15 +187,25 @@ class GANConfig(TrainConfig):
             )
 
 
+LR_SCHEDULES = ("cosine", "constant")
+
+
 @dataclasses.dataclass(frozen=True)
 class ClassifierConfig(TrainConfig):
     """The MobileNetV2 classifier's run (seed 002).
 
     Attributes:
         alpha: MobileNetV2's width multiplier.
-        learning_rate: Adam's learning rate.
+        learning_rate: Adam's (peak) learning rate.
+        lr_schedule: `"cosine"` decays the rate to zero over the run
+            (`keras.optimizers.schedules.CosineDecay`), which makes the final
+            accuracy of a short run far less noisy; `"constant"` keeps it.
         from_logits: Output float32 logits and use a from-logits loss,
             instead of a float32 softmax.
+        batch_norm_momentum: Momentum of the backbone's BatchNorm moving
+            statistics. Keras's MobileNetV2 uses 0.999, which on small data
+            leaves inference-mode accuracy near chance for thousands of steps
+            (measured on the embedded digits); 0.9 tracks within an epoch.
         validation_batch_size: Batch size of the validation pass.
     """
 
@@ -207,14 +217,24 @@ class ClassifierConfig(TrainConfig):
     dataset: str = "cifar10"
     alpha: float = 1.0
     learning_rate: float = 1e-3
+    lr_schedule: str = "cosine"
     from_logits: bool = False
+    batch_norm_momentum: float = 0.9
     validation_batch_size: int = 256
 
     def validate(self) -> None:
         super().validate()
         if not self.alpha > 0:
             raise ConfigError(f"alpha must be > 0. Received: alpha={self.alpha!r}")
+        if not 0 <= self.batch_norm_momentum < 1:
+            raise ConfigError(
+                f"batch_norm_momentum must be in [0, 1). Received: batch_norm_momentum={self.batch_norm_momentum!r}"
+            )
         _check_int("validation_batch_size", self.validation_batch_size, minimum=1)
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(
+                f"Unknown lr_schedule. Valid: {', '.join(LR_SCHEDULES)}. Received: lr_schedule={self.lr_schedule!r}"
+            )
 
 
 @dataclasses.dataclass
@@ -273,7 +293,9 @@ def _batches(num_examples: int, batch_size: int, drop_remainder: bool) -> int:
     return num_examples // batch_size if drop_remainder else -(-num_examples // batch_size)
 
 
-def _gan_job(config: GANConfig, split: data_lib.Split, loss_scale: str | float, jit_compile: bool, run_dir: str) -> _Job:
+def _gan_job(
+    config: GANConfig, split: data_lib.Split, loss_scale: str | float, jit_compile: bool, run_dir: str, steps: int
+) -> _Job:
     generator = build_generator(config.latent_dim, config.generator_widths)
     discriminator = build_discriminator(config.discriminator_widths)
     trainer = trainers.GANTrainer(
@@ -295,15 +317,19 @@ def _gan_job(config: GANConfig, split: data_lib.Split, loss_scale: str | float, 
 
 
 def _classifier_job(
-    config: ClassifierConfig, split: data_lib.Split, loss_scale: str | float, jit_compile: bool, run_dir: str
+    config: ClassifierConfig, split: data_lib.Split, loss_scale: str | float, jit_compile: bool, run_dir: str, steps: int
 ) -> _Job:
     num_classes = int(max(split.y_train.max(), split.y_val.max())) + 1
     network = build_mobilenet_v2_classifier(
-        config.image_shape, num_classes=num_classes, alpha=config.alpha, from_logits=config.from_logits
+        config.image_shape, num_classes=num_classes, alpha=config.alpha, from_logits=config.from_logits,
+        batch_norm_momentum=config.batch_norm_momentum,
     )
     trainer = trainers.ClassifierTrainer(network)
+    learning_rate = config.learning_rate
+    if config.lr_schedule == "cosine":
+        learning_rate = keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps=config.epochs * steps)
     trainer.compile(
-        keras.optimizers.Adam(config.learning_rate),
+        keras.optimizers.Adam(learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=config.from_logits),
         metrics=["accuracy"],
         loss_scale=loss_scale,
@@ -313,7 +339,8 @@ def _classifier_job(
     validation = data_lib.make_dataset(
         split.x_val, split.y_val, batch_size=config.validation_batch_size, shuffle=False
     )
-    hparams = {"alpha": config.alpha, "learning_rate": config.learning_rate, "from_logits": config.from_logits}
+    hparams = {"alpha": config.alpha, "learning_rate": config.learning_rate, "lr_schedule": config.lr_schedule,
+               "from_logits": config.from_logits, "batch_norm_momentum": config.batch_norm_momentum}
     return _Job(trainer, train, validation, [], hparams)
 
 
@@ -347,7 +374,7 @@ def _run(
 
     keras.utils.set_random_seed(config.seed)
     with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
-        job = build_job(config, split, loss_scale, jit_compile, run_dir)
+        job = build_job(config, split, loss_scale, jit_compile, run_dir, steps)
         trainer = job.trainer
         timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
         console = callbacks_lib.ConsoleLogger(

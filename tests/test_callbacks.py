@@ -1,0 +1,110 @@
+"""Tests for tfmp/callbacks.py."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfmp import callbacks
+
+
+def _read_scalars(directory):
+    values = {}
+    for name in sorted(os.listdir(directory)):
+        if not name.startswith("events"):
+            continue
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "scalars":
+                    values.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
+    return values
+
+
+def test_step_timer_excludes_warmup_and_reports_epoch_throughput():
+    timer = callbacks.StepTimer(images_per_step=100, warmup_steps=2)
+    timer.on_train_begin()
+    timer.on_epoch_begin(0)
+    # Simulated step times: a slow first (tracing) step, then 0.5 s steps.
+    timer.step_times.extend([5.0, 0.5, 0.5, 0.25])
+    logs = {}
+    timer.on_epoch_end(0, logs)
+    assert logs["images_per_sec"] == pytest.approx(400 / 6.25)
+    assert timer.measured_steps == 2
+    assert timer.mean_images_per_sec == pytest.approx(200 / 0.75)
+
+
+def test_step_timer_has_no_mean_when_every_step_is_warmup():
+    timer = callbacks.StepTimer(images_per_step=10, warmup_steps=3)
+    timer.step_times.extend([1.0, 1.0])
+    assert timer.mean_images_per_sec is None
+
+
+def test_step_timer_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="images_per_step=0"):
+        callbacks.StepTimer(images_per_step=0)
+
+
+def test_console_logger_prints_the_seed_line_and_a_summary():
+    lines = []
+    timer = callbacks.StepTimer(images_per_step=512, warmup_steps=1)
+    console = callbacks.ConsoleLogger(
+        timer, (("G Loss", "g_loss"), ("D Loss", "d_loss")), ("g_", "d_"), log_every=2,
+        logdir="logs/run1", print_fn=lines.append,
+    )
+    console.set_params({"epochs": 1, "steps": 3})
+    console.on_epoch_begin(0)
+    logs = {"g_loss": 0.6991, "d_loss": 0.6123, "g_loss_scale": 32768.0, "d_loss_scale": 16384.0,
+            "g_skipped_steps": 0, "d_skipped_steps": 1}
+    for step, seconds in enumerate([2.0, 0.25, 0.5]):
+        timer.step_times.append(seconds)
+        console.on_train_batch_end(step, logs)
+    assert lines == [
+        "(0, 0), G Loss: 0.699, D Loss: 0.612, loss_scale: 32768/16384, step_time: 2.000, throughput: 256.000 img/s",
+        "(0, 2), G Loss: 0.699, D Loss: 0.612, loss_scale: 32768/16384, step_time: 0.500, throughput: 1024.000 img/s",
+    ]
+    console.on_epoch_end(0, dict(logs, images_per_sec=600.0))
+    console.on_train_end()
+    summary = "\n".join(lines[3:])
+    assert "3 steps; mean throughput 1365.3 img/s over 2 steps (first 1 steps excluded as warm-up)" in summary
+    assert "skipped steps: 0/1" in summary
+    assert "final G Loss 0.6991, D Loss 0.6123" in summary
+    assert "tensorboard --logdir logs" in summary
+
+
+def test_console_logger_without_loss_scaling_says_none():
+    lines = []
+    timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0)
+    console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),), print_fn=lines.append)
+    console.set_params({"epochs": 1, "steps": 1})
+    console.on_epoch_begin(0)
+    timer.step_times.append(0.5)
+    console.on_train_batch_end(0, {"loss": 1.0})
+    assert "loss_scale: none" in lines[0]
+
+
+def test_epoch_summaries_route_scalars_and_record_hparams(tmp_path):
+    routes = {"g_loss": ("generator", "loss"), "d_loss": ("discriminator", "loss"), "images_per_sec": ("", "images_per_sec")}
+    summaries = callbacks.EpochSummaries(str(tmp_path), routes.__getitem__, {"precision": "mixed_float16", "batch_size": 64})
+    summaries.on_train_begin()
+    summaries.on_epoch_end(0, {"g_loss": 0.75, "d_loss": 0.5, "images_per_sec": 100.0})
+    summaries.on_epoch_end(1, {"g_loss": 0.25, "d_loss": 0.125, "images_per_sec": 200.0})
+    summaries.on_train_end()
+    assert _read_scalars(tmp_path / "generator") == {"loss": [(0, 0.75), (1, 0.25)]}
+    assert _read_scalars(tmp_path / "discriminator") == {"loss": [(0, 0.5), (1, 0.125)]}
+    assert _read_scalars(tmp_path) == {"images_per_sec": [(0, 100.0), (1, 200.0)]}
+    plugins = set()
+    for name in os.listdir(tmp_path):
+        if name.startswith("events"):
+            for event in tf.compat.v1.train.summary_iterator(str(tmp_path / name)):
+                plugins.update(v.metadata.plugin_data.plugin_name for v in event.summary.value)
+    assert "hparams" in plugins
+
+
+def test_image_grid_tiles_row_major_and_pads():
+    images = np.arange(3, dtype=np.float32).reshape(3, 1, 1, 1) + 1
+    grid = callbacks.image_grid(images)
+    assert grid.shape == (2, 2, 1)
+    assert grid[..., 0].tolist() == [[1.0, 2.0], [3.0, 0.0]]
+    with pytest.raises(ValueError, match="shape"):
+        callbacks.image_grid(np.zeros((2, 2)))

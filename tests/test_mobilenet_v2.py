@@ -1,0 +1,44 @@
+"""Tests for models/mobilenet_v2.py."""
+
+import keras
+import pytest
+
+import tfmp
+from models.mobilenet_v2 import build_mobilenet_v2_classifier
+
+
+@pytest.mark.parametrize("precision, compute", [("float32", "float32"), ("bf16", "bfloat16"), ("fp16", "float16")])
+@pytest.mark.parametrize("from_logits", [False, True])
+def test_head_computes_in_policy_and_output_in_float32(precision, compute, from_logits):
+    with tfmp.precision_scope(precision):
+        model = build_mobilenet_v2_classifier(num_classes=7, alpha=0.35, from_logits=from_logits)
+    assert model.get_layer("logits").compute_dtype == compute
+    assert model.get_layer("outputs").compute_dtype == "float32"
+    assert model.get_layer("outputs").activation.__name__ == ("linear" if from_logits else "softmax")
+    assert model.output_shape == (None, 7) and model.output.dtype == "float32"
+
+
+def test_backbone_is_keras_mobilenet_v2_without_top_or_weights():
+    model = build_mobilenet_v2_classifier(alpha=0.35)
+    backbone = model.layers[1]
+    assert backbone.name.startswith("mobilenetv2_0.35")
+    assert backbone.output_shape == (None, 1, 1, 1280)
+    assert model.get_layer("pool").__class__ is keras.layers.GlobalAveragePooling2D
+
+
+def test_batch_norm_momentum_is_applied_to_every_backbone_batch_norm():
+    model = build_mobilenet_v2_classifier(alpha=0.35, batch_norm_momentum=0.9)
+    norms = [layer for layer in model.layers[1].layers if isinstance(layer, keras.layers.BatchNormalization)]
+    assert norms and all(layer.momentum == 0.9 for layer in norms)
+    default = build_mobilenet_v2_classifier(alpha=0.35)
+    assert all(layer.momentum == 0.999 for layer in default.layers[1].layers
+               if isinstance(layer, keras.layers.BatchNormalization))
+
+
+def test_bad_arguments_name_the_value():
+    with pytest.raises(ValueError, match="alpha=0"):
+        build_mobilenet_v2_classifier(alpha=0)
+    with pytest.raises(ValueError, match="num_classes=1"):
+        build_mobilenet_v2_classifier(num_classes=1)
+    with pytest.raises(ValueError, match="batch_norm_momentum=1.0"):
+        build_mobilenet_v2_classifier(batch_norm_momentum=1.0)

@@ -1,0 +1,117 @@
+"""The absl scripts, run as a user runs them: in a subprocess."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEED_LINE = re.compile(
+    r"^\((\d+), (\d+)\), G Loss: \d+\.\d{3}, D Loss: \d+\.\d{3}, loss_scale: (\S+), "
+    r"step_time: \d+\.\d{3}, throughput: \d+\.\d{3} img/s$"
+)
+
+
+def _run(command, *flags, timeout=600):
+    if command.endswith(".py"):
+        command = [sys.executable, os.path.join(ROOT, "scripts", command)]
+    else:
+        executable = shutil.which(command)
+        if executable is None:
+            pytest.fail(f"console command {command} is not installed; run pip install -e .")
+        command = [executable]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    return subprocess.run(
+        command + list(flags), capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+    )
+
+
+def _event_files(directory):
+    return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files if f.startswith("events")]
+
+
+def test_train_gan_prints_the_seed_lines_and_writes_curves(tmp_path):
+    proc = _run(
+        "train_gan.py", "--dataset=digits", "--batch_size=32", "--epochs=2", "--steps_per_epoch=2",
+        "--precision=mixed_float16", "--loss_scale=dynamic", f"--logdir={tmp_path}", "--run_name=gan",
+        "--warmup_steps=1",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    steps = [SEED_LINE.match(line) for line in lines if line.startswith("(")]
+    assert len(steps) == 4 and all(steps), lines
+    assert [(m.group(1), m.group(2)) for m in steps] == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
+    assert all(m.group(3) == "32768/32768" for m in steps)
+    summary = "\n".join(lines[lines.index(next(line for line in lines if line.startswith("summary:"))):])
+    assert "over 3 steps (first 1 steps excluded as warm-up)" in summary
+    assert "skipped steps: 0/0" in summary
+    assert f"tensorboard --logdir {tmp_path}" in summary
+    assert _event_files(tmp_path / "gan" / "generator") and _event_files(tmp_path / "gan" / "discriminator")
+
+
+def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
+    proc = _run(
+        "train_classifier.py", "--dataset=digits", "--alpha=0.35", "--batch_size=16", "--epochs=1",
+        "--steps_per_epoch=2", "--precision=bf16", "--loss_scale=dynamic", f"--logdir={tmp_path}",
+        "--run_name=clf",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note:")]
+    assert notes == ["note: loss_scale=dynamic is ignored under mixed_bfloat16; only float16 needs loss scaling."]
+    assert re.search(r"^\(0, 1\), Loss: \d+\.\d{3}, Accuracy: \d\.\d{3}, loss_scale: none, step_time: ",
+                     proc.stdout, re.M), proc.stdout
+    assert _event_files(tmp_path / "clf" / "train") and _event_files(tmp_path / "clf" / "validation")
+
+
+@pytest.mark.parametrize(
+    "script, flag, expected",
+    [
+        ("train_gan.py", "--precision=fp8", "fp8"),
+        ("train_gan.py", "--batch_size=0", "--batch_size=0"),
+        ("train_gan.py", "--loss_scale=-2", "loss_scale='-2'"),
+        ("train_gan.py", "--dataset=cifar10", "cifar10"),
+        ("train_classifier.py", "--xla=sometimes", "sometimes"),
+        ("train_classifier.py", "--epochs=-1", "--epochs=-1"),
+    ],
+)
+def test_bad_flags_fail_before_training(script, flag, expected, tmp_path):
+    proc = _run(script, "--dataset=digits", flag, f"--logdir={tmp_path / 'logs'}")
+    assert proc.returncode != 0
+    assert expected in proc.stderr
+    assert not _event_files(tmp_path)
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_unwritable_logdir_is_a_usage_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = _run("train_gan.py", "--dataset=digits", "--batch_size=32", f"--logdir={blocker}/logs")
+    assert proc.returncode != 0
+    assert f"logdir='{blocker}/logs'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_mnist_offline_names_the_file_and_the_embedded_alternative(tmp_path):
+    proc = _run("train_gan.py", f"--data_dir={tmp_path}", f"--logdir={tmp_path / 'logs'}")
+    assert proc.returncode != 0
+    assert os.path.join(str(tmp_path), "mnist.npz") in proc.stderr
+    assert "digits" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not _event_files(tmp_path)
+
+
+def test_compare_loss_scaling_console_command_prints_the_table(tmp_path):
+    proc = _run(
+        "tfmp-compare-loss-scaling", "--dataset=digits", "--batch_size=16", "--epochs=1",
+        "--steps_per_epoch=1", "--warmup_steps=0", f"--logdir={tmp_path}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1].strip() for row in rows] == [
+        "run", "float32", "mixed_float16_no_loss_scale", "mixed_float16_dynamic_loss_scale"]
+    assert f"tensorboard --logdir {tmp_path}" in proc.stdout
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["float32", "mixed_float16_no_loss_scale", "mixed_float16_dynamic_loss_scale"])

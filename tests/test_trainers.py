@@ -1,0 +1,218 @@
+"""Tests for tfmp/trainers.py: the loss-scaled step inside fit()."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfmp
+from models.gan import build_discriminator, build_generator
+from tfmp import trainers
+
+
+def _linear_classifier(seed=0):
+    inputs = keras.Input((4,))
+    logits = keras.layers.Dense(3, name="dense", kernel_initializer=keras.initializers.GlorotUniform(seed))(inputs)
+    outputs = keras.layers.Activation("softmax", dtype="float32", name="probs")(logits)
+    return keras.Model(inputs, outputs)
+
+
+def _tiny_gan(seed=0):
+    generator = build_generator(latent_dim=8, widths=(8, 8, 8))
+    discriminator = build_discriminator(widths=(8, 8, 8))
+    return trainers.GANTrainer(generator, discriminator, seed=seed)
+
+
+def _data(n=32, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, size=n).astype(np.int32)
+
+
+# --- labels -----------------------------------------------------------------
+
+
+def test_discriminator_labels_soften_and_swap_the_first_tenth():
+    real, fake = trainers.discriminator_labels(20, softening=0.01, swap_fraction=0.1)
+    np.testing.assert_allclose(real.numpy()[:, 0], [0.99] * 2 + [0.01] * 18, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(fake.numpy()[:, 0], [0.01] * 2 + [0.99] * 18, rtol=0, atol=1e-7)
+    assert real.shape == (20, 1) and real.dtype == tf.float32
+
+
+def test_discriminator_labels_round_the_swap_count_down():
+    real, _ = trainers.discriminator_labels(19, softening=0.0, swap_fraction=0.1)
+    assert real.numpy()[:, 0].tolist() == [1.0] + [0.0] * 18
+
+
+# --- optimizer preparation (the Model Garden grid) ----------------------------
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("loss_scale", ["none", "dynamic", 128])
+def test_prepare_optimizer_wraps_only_float16_with_a_loss_scale(precision, loss_scale):
+    with tfmp.precision_scope(precision):
+        model = _linear_classifier()
+    optimizer = trainers.prepare_optimizer(keras.optimizers.SGD(0.1), model, loss_scale)
+    wrapped = precision == "mixed_float16" and loss_scale != "none"
+    assert isinstance(optimizer, tfmp.LossScaleOptimizer) == wrapped
+    if wrapped:
+        assert float(optimizer.loss_scale) == (2.0**15 if loss_scale == "dynamic" else 128.0)
+        assert optimizer.dynamic == (loss_scale == "dynamic")
+
+
+def test_prepare_optimizer_keeps_a_tfmp_optimizer_and_converts_a_keras_one():
+    with tfmp.precision_scope("mixed_float16"):
+        model = _linear_classifier()
+    mine = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=64, hysteresis=2)
+    assert trainers.prepare_optimizer(mine, model, "none") is mine
+    stock = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=256)
+    converted = trainers.prepare_optimizer(stock, model)
+    assert isinstance(converted, tfmp.LossScaleOptimizer)
+    assert float(converted.loss_scale) == 256.0
+
+
+def test_computes_in_float16_looks_into_nested_models():
+    with tfmp.precision_scope("mixed_float16"):
+        inner = _linear_classifier()
+    outer = keras.Sequential([keras.Input((4,)), inner])
+    assert trainers.computes_in_float16(outer)
+    assert not trainers.computes_in_float16(_linear_classifier())
+
+
+# --- the classifier step ------------------------------------------------------
+
+
+def test_scaled_step_equals_the_plain_step_exactly():
+    """A power-of-two loss scale multiplies and divides exactly: same update."""
+    x, y = _data()
+    plain = trainers.ClassifierTrainer(_linear_classifier())
+    plain.compile(keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy", loss_scale="none")
+    scaled = trainers.ClassifierTrainer(_linear_classifier())
+    scaled.compile(
+        tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.5), dynamic=False, initial_scale=1024),
+        loss="sparse_categorical_crossentropy",
+    )
+    for trainer in (plain, scaled):
+        trainer.fit(x, y, batch_size=32, epochs=1, verbose=0, shuffle=False)
+    for a, b in zip(plain.network.get_weights(), scaled.network.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert float(scaled.optimizer.loss_scale) == 1024.0
+
+
+def test_fit_and_evaluate_report_losses_metrics_and_loss_scale():
+    x, y = _data()
+    with tfmp.precision_scope("mixed_float16"):
+        trainer = trainers.ClassifierTrainer(_linear_classifier())
+        trainer.compile(keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = trainer.fit(x, y, batch_size=8, epochs=2, validation_data=(x, y), verbose=0)
+    assert set(history.history) >= {"loss", "accuracy", "val_loss", "val_accuracy", "loss_scale", "skipped_steps"}
+    assert history.history["loss_scale"] == [32768.0, 32768.0]
+    assert history.history["skipped_steps"] == [0, 0]
+    assert history.history["loss"][1] < history.history["loss"][0]
+    results = trainer.evaluate(x, y, verbose=0, return_dict=True)
+    assert results["loss"] == pytest.approx(history.history["val_loss"][1], rel=1e-3)
+
+
+def test_a_non_finite_batch_is_skipped_and_the_scale_backs_off():
+    x, y = _data(8)
+    x[3, 0] = np.inf
+    with tfmp.precision_scope("mixed_float16"):
+        trainer = trainers.ClassifierTrainer(_linear_classifier())
+        trainer.compile(keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    before = trainer.network.get_weights()
+    history = trainer.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    for a, b in zip(before, trainer.network.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert history.history["skipped_steps"] == [1]
+    assert history.history["loss_scale"] == [16384.0]
+
+
+def test_a_stock_keras_loss_scale_optimizer_is_refused_in_the_step():
+    x, y = _data(8)
+    trainer = trainers.ClassifierTrainer(_linear_classifier())
+    trainer.compile(keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    trainer.optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    with pytest.raises(TypeError, match="tfmp.LossScaleOptimizer"):
+        trainer.fit(x, y, batch_size=8, epochs=1, verbose=0)
+
+
+def test_classifier_summary_route_is_keras_layout():
+    trainer = trainers.ClassifierTrainer(_linear_classifier())
+    assert trainer.summary_route("loss") == ("train", "epoch_loss")
+    assert trainer.summary_route("val_accuracy") == ("validation", "epoch_accuracy")
+    assert trainer.summary_route("loss_scale") == ("train", "epoch_loss_scale")
+
+
+# --- the GAN step ---------------------------------------------------------------
+
+
+def test_gan_losses_are_the_seed_formula():
+    gan = _tiny_gan()
+    real = tf.random.stateless_uniform((10, 28, 28, 1), seed=(1, 2))
+    fake = tf.random.stateless_uniform((10, 28, 28, 1), seed=(3, 4))
+    d_loss = gan.discriminator_loss(real, fake, training=False)
+    real_labels, fake_labels = trainers.discriminator_labels(10, 0.01, 0.1)
+    xent = tf.nn.sigmoid_cross_entropy_with_logits
+    expected = 0.5 * (
+        tf.reduce_mean(xent(labels=real_labels, logits=gan.discriminator(real)))
+        + tf.reduce_mean(xent(labels=fake_labels, logits=gan.discriminator(fake)))
+    )
+    np.testing.assert_allclose(float(d_loss), float(expected), rtol=1e-6)
+
+
+def test_gan_step_updates_both_models_with_their_own_optimizers():
+    gan = _tiny_gan()
+    gan.compile(keras.optimizers.Adam(1e-3), keras.optimizers.RMSprop(1e-4))
+    g_before = [v.numpy() for v in gan.generator.trainable_variables]
+    d_before = [v.numpy() for v in gan.discriminator.trainable_variables]
+    real = np.random.default_rng(0).uniform(size=(16, 28, 28, 1)).astype(np.float32)
+    history = gan.fit(real, batch_size=16, epochs=1, verbose=0)
+    assert set(history.history) == {"g_loss", "d_loss"}
+    assert all(np.isfinite(v[0]) for v in history.history.values())
+    assert all(not np.array_equal(a, v.numpy()) for a, v in zip(g_before, gan.generator.trainable_variables))
+    assert all(not np.array_equal(a, v.numpy()) for a, v in zip(d_before, gan.discriminator.trainable_variables))
+    assert int(gan.generator_optimizer.iterations) == 1
+    assert int(gan.discriminator_optimizer.iterations) == 1
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_float16_gan_has_one_loss_scale_per_optimizer(jit_compile):
+    with tfmp.precision_scope("mixed_float16"):
+        gan = _tiny_gan()
+        gan.compile(loss_scale="dynamic", jit_compile=jit_compile)
+    assert isinstance(gan.generator_optimizer, tfmp.LossScaleOptimizer)
+    assert isinstance(gan.discriminator_optimizer, tfmp.LossScaleOptimizer)
+    assert gan.generator_optimizer is not gan.discriminator_optimizer
+    real = np.random.default_rng(0).uniform(size=(16, 28, 28, 1)).astype(np.float32)
+    history = gan.fit(real, batch_size=8, epochs=1, verbose=0)
+    logs = {k: v[-1] for k, v in history.history.items()}
+    assert logs["g_loss_scale"] == logs["d_loss_scale"] == 32768.0
+    assert logs["g_skipped_steps"] == logs["d_skipped_steps"] == 0
+    assert np.isfinite(logs["g_loss"]) and np.isfinite(logs["d_loss"])
+    assert int(gan.generator_optimizer.iterations) == 2
+
+
+def test_gan_evaluate_and_predict():
+    gan = _tiny_gan()
+    gan.compile()
+    real = np.random.default_rng(0).uniform(size=(8, 28, 28, 1)).astype(np.float32)
+    results = gan.evaluate(real, batch_size=8, verbose=0, return_dict=True)
+    assert set(results) == {"g_loss", "d_loss"}
+    images = gan.predict(np.zeros((3, 8), np.float32), verbose=0)
+    assert images.shape == (3, 28, 28, 1) and images.dtype == np.float32
+
+
+def test_gan_summary_route_is_the_seed_layout():
+    gan = _tiny_gan()
+    assert gan.summary_route("g_loss") == ("generator", "loss")
+    assert gan.summary_route("d_loss") == ("discriminator", "loss")
+    assert gan.summary_route("d_loss_scale") == ("discriminator", "loss_scale")
+    assert gan.summary_route("images_per_sec") == ("", "images_per_sec")
+    assert gan.summary_route("val_g_loss") == ("generator_validation", "loss")
+
+
+def test_gan_rejects_bad_label_settings():
+    generator, discriminator = build_generator(8, (8, 8, 8)), build_discriminator((8, 8, 8))
+    with pytest.raises(ValueError, match="label_softening=0.7"):
+        trainers.GANTrainer(generator, discriminator, label_softening=0.7)
+    with pytest.raises(ValueError, match="label_swap_fraction=2"):
+        trainers.GANTrainer(generator, discriminator, label_swap_fraction=2)

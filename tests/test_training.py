@@ -1,0 +1,143 @@
+"""Tests for tfmp/training.py: configs, real runs on the embedded digits."""
+
+import dataclasses
+import math
+import os
+
+import pytest
+
+from tfmp import training
+
+# Tiny but real: the embedded digits, a few steps, narrow models.
+TINY_GAN = training.GANConfig(
+    dataset="digits", batch_size=32, epochs=2, steps_per_epoch=2, warmup_steps=1, num_samples=4,
+    generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), log_every=1,
+)
+TINY_CLASSIFIER = training.ClassifierConfig(
+    dataset="digits", batch_size=16, epochs=1, steps_per_epoch=2, warmup_steps=1, alpha=0.35,
+    validation_batch_size=128,
+)
+PRECISION_GRID = [
+    ("float32", "none"),
+    ("mixed_bfloat16", "dynamic"),
+    ("mixed_float16", "dynamic"),
+    ("mixed_float16", "none"),
+    ("mixed_float16", "128"),
+]
+
+
+def _quiet(lines):
+    return lines.append
+
+
+# --- validation -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"precision": "float8"}, "precision='float8'"),
+        ({"loss_scale": "-4"}, "loss_scale='-4'"),
+        ({"loss_scale": "huge"}, "loss_scale='huge'"),
+        ({"xla": "maybe"}, "xla='maybe'"),
+        ({"batch_size": 0}, "batch_size=0"),
+        ({"epochs": -1}, "epochs=-1"),
+        ({"steps_per_epoch": 0}, "steps_per_epoch=0"),
+        ({"dataset": "cifar10"}, "dataset='cifar10'"),
+        ({"dataset": "imagenet"}, "dataset='imagenet'"),
+        ({"generator_learning_rate": 0.0}, "generator_learning_rate=0.0"),
+        ({"generator_widths": (8, 8)}, "generator_widths=(8, 8)"),
+        ({"label_softening": 0.5}, "label_softening=0.5"),
+    ],
+)
+def test_gan_config_refuses_bad_values_naming_them(change, message, tmp_path):
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), **change)
+    with pytest.raises(training.ConfigError) as error:
+        config.validate()
+    assert message in str(error.value)
+
+
+def test_classifier_config_refuses_bad_values(tmp_path):
+    for change, message in [({"alpha": 0.0}, "alpha=0.0"), ({"dataset": "mnist"}, "dataset='mnist'"),
+                            ({"batch_norm_momentum": 1.0}, "batch_norm_momentum=1.0")]:
+        with pytest.raises(training.ConfigError, match=message.replace("(", r"\(")):
+            dataclasses.replace(TINY_CLASSIFIER, logdir=str(tmp_path), **change).validate()
+
+
+def test_an_unwritable_logdir_is_refused_before_training(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    config = dataclasses.replace(TINY_GAN, logdir=str(blocker / "logs"))
+    with pytest.raises(training.ConfigError, match="logdir="):
+        training.train_gan(config, print_fn=_quiet([]))
+
+
+def test_a_batch_larger_than_the_data_is_refused(tmp_path):
+    config = dataclasses.replace(TINY_GAN, batch_size=4096, logdir=str(tmp_path))
+    with pytest.raises(training.ConfigError, match="batch_size=4096"):
+        training.train_gan(config, print_fn=_quiet([]))
+    assert not any(os.scandir(tmp_path / os.listdir(tmp_path)[0])) if os.listdir(tmp_path) else True
+
+
+def test_the_defaults_are_the_seeds():
+    config = training.GANConfig()
+    assert (config.batch_size, config.dataset, config.latent_dim) == (4096, "mnist", 100)
+    assert (config.generator_learning_rate, config.discriminator_learning_rate) == (1e-3, 1e-4)
+    assert (config.label_softening, config.label_swap_fraction) == (0.01, 0.1)
+    assert training.ClassifierConfig().dataset == "cifar10"
+
+
+# --- smoke runs: every precision, loss scaling on and off ------------------------------
+
+
+@pytest.mark.parametrize("precision, loss_scale", PRECISION_GRID)
+def test_train_gan_runs_for_every_precision(precision, loss_scale, tmp_path):
+    lines = []
+    config = dataclasses.replace(TINY_GAN, precision=precision, loss_scale=loss_scale, logdir=str(tmp_path))
+    result = training.train_gan(config, print_fn=lines.append)
+    scaled = precision == "mixed_float16" and loss_scale != "none"
+    assert result.steps == 4 and result.precision == precision
+    assert math.isfinite(result.logs["g_loss"]) and math.isfinite(result.logs["d_loss"])
+    assert ("g_loss_scale" in result.logs) == scaled
+    if scaled:
+        expected = 32768.0 if loss_scale == "dynamic" else 128.0
+        assert result.logs["g_loss_scale"] == result.logs["d_loss_scale"] == expected
+    step_lines = [line for line in lines if line.startswith("(")]
+    assert len(step_lines) == 4 and step_lines[0].startswith("(0, 0), G Loss: ")
+    assert ("loss_scale: none" in step_lines[0]) == (not scaled)
+    notes = [line for line in lines if line.startswith("note:")]
+    assert len(notes) == (precision != "mixed_float16" and loss_scale != "none")
+    assert os.path.isdir(os.path.join(result.logdir, "generator"))
+    assert os.path.isdir(os.path.join(result.logdir, "discriminator"))
+    assert os.path.basename(result.logdir).endswith(f"{precision}_ls-{result.loss_scale}")
+
+
+@pytest.mark.parametrize("precision, loss_scale", PRECISION_GRID)
+def test_train_classifier_runs_for_every_precision(precision, loss_scale, tmp_path):
+    lines = []
+    config = dataclasses.replace(TINY_CLASSIFIER, precision=precision, loss_scale=loss_scale, logdir=str(tmp_path))
+    result = training.train_classifier(config, print_fn=lines.append)
+    assert result.steps == 2
+    assert {"loss", "accuracy", "val_loss", "val_accuracy", "images_per_sec"} <= set(result.logs)
+    assert ("loss_scale" in result.logs) == (precision == "mixed_float16" and loss_scale != "none")
+    assert math.isfinite(result.logs["val_loss"])
+    assert any(line.startswith("(0, 1), Loss: ") for line in lines)
+    assert os.path.isdir(os.path.join(result.logdir, "train"))
+    assert os.path.isdir(os.path.join(result.logdir, "validation"))
+
+
+def test_compare_loss_scaling_runs_the_three_seed_configurations(tmp_path):
+    lines = []
+    config = dataclasses.replace(TINY_GAN, epochs=1, logdir=str(tmp_path))
+    results = training.compare_loss_scaling(config, print_fn=lines.append)
+    assert [name for name, _ in results] == [name for name, _, _ in training.COMPARISON]
+    assert sorted(os.listdir(tmp_path)) == sorted(name for name, _, _ in training.COMPARISON)
+    by_name = dict(results)
+    assert by_name["float32"].precision == "float32"
+    assert by_name["mixed_float16_no_loss_scale"].loss_scale == "none"
+    assert by_name["mixed_float16_dynamic_loss_scale"].logs["g_loss_scale"] == 32768.0
+    table = training.comparison_table(results).splitlines()
+    assert table[0].startswith("| run | final G loss | final D loss | skipped steps")
+    assert len(table) == 5
+    assert table[4].startswith("| mixed_float16_dynamic_loss_scale |") and "| 0/0 |" in table[4]
+    assert "| - |" in table[2]
