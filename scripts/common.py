@@ -62,7 +62,7 @@ def define_training_flags(
 
 
 def config_from_flags(config_cls: type, holders: dict[str, flags.FlagHolder], **extra: Any) -> Any:
-    """Builds a `config_cls` from flag holders plus model-specific values."""
+    """Builds a `config_cls` from flag holders (named as its fields) plus extra values."""
     values = {name: holder.value for name, holder in holders.items()}
     fields = {f.name for f in dataclasses.fields(config_cls)}
     unknown = set(values) - fields
@@ -75,6 +75,18 @@ def check_no_arguments(argv: list[str]) -> None:
     """absl's convention: positional arguments are a usage error."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected positional arguments: {argv[1:]!r}")
+
+
+def make_main(
+    config_cls: type, train_fn: Callable[[Any], Any], holders: dict[str, flags.FlagHolder]
+) -> Callable[[list[str]], None]:
+    """The `main(argv)` of a training script: flags -> config -> `train_fn`."""
+
+    def main(argv: list[str]) -> None:
+        check_no_arguments(argv)
+        run(train_fn, config_from_flags(config_cls, holders))
+
+    return main
 
 
 def run(train_fn: Callable[[Any], Any], config: Any) -> Any:

@@ -18,31 +18,20 @@ except ImportError:  # pragma: no cover
     import common
 
 _DEFAULTS = training.ClassifierConfig()
-_FLAGS = common.define_training_flags(_DEFAULTS)
-_ALPHA = flags.DEFINE_float("alpha", _DEFAULTS.alpha, "MobileNetV2 width multiplier.")
-_LEARNING_RATE = flags.DEFINE_float("learning_rate", _DEFAULTS.learning_rate, "Adam learning rate.")
-_LR_SCHEDULE = flags.DEFINE_enum(
-    "lr_schedule", _DEFAULTS.lr_schedule, list(training.LR_SCHEDULES),
-    "cosine: decay the learning rate to zero over the run; constant: keep it.")
-_FROM_LOGITS = flags.DEFINE_bool(
-    "from_logits", _DEFAULTS.from_logits, "Output float32 logits with a from-logits loss instead of a softmax.")
-
-_BN_MOMENTUM = flags.DEFINE_float(
-    "batch_norm_momentum", _DEFAULTS.batch_norm_momentum,
-    "BatchNorm moving-statistics momentum (Keras's MobileNetV2: 0.999, too slow for small data).")
-
-
-def main(argv):
-    common.check_no_arguments(argv)
-    config = common.config_from_flags(
-        training.ClassifierConfig, _FLAGS,
-        alpha=_ALPHA.value,
-        learning_rate=_LEARNING_RATE.value,
-        lr_schedule=_LR_SCHEDULE.value,
-        from_logits=_FROM_LOGITS.value,
-        batch_norm_momentum=_BN_MOMENTUM.value,
-    )
-    common.run(training.train_classifier, config)
+_FLAGS = {
+    **common.define_training_flags(_DEFAULTS),
+    "alpha": flags.DEFINE_float("alpha", _DEFAULTS.alpha, "MobileNetV2 width multiplier."),
+    "learning_rate": flags.DEFINE_float("learning_rate", _DEFAULTS.learning_rate, "Adam learning rate."),
+    "lr_schedule": flags.DEFINE_enum(
+        "lr_schedule", _DEFAULTS.lr_schedule, list(training.LR_SCHEDULES),
+        "cosine: decay the learning rate to zero over the run; constant: keep it."),
+    "from_logits": flags.DEFINE_bool(
+        "from_logits", _DEFAULTS.from_logits, "Output float32 logits with a from-logits loss instead of a softmax."),
+    "batch_norm_momentum": flags.DEFINE_float(
+        "batch_norm_momentum", _DEFAULTS.batch_norm_momentum,
+        "BatchNorm moving-statistics momentum (Keras's MobileNetV2: 0.999, too slow for small data)."),
+}
+main = common.make_main(training.ClassifierConfig, training.train_classifier, _FLAGS)
 
 
 def run():

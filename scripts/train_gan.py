@@ -18,23 +18,16 @@ except ImportError:  # pragma: no cover
     import common
 
 _DEFAULTS = training.GANConfig()
-_FLAGS = common.define_training_flags(_DEFAULTS)
-_LATENT_DIM = flags.DEFINE_integer("latent_dim", _DEFAULTS.latent_dim, "Noise size.", lower_bound=1)
-_G_LR = flags.DEFINE_float(
-    "generator_learning_rate", _DEFAULTS.generator_learning_rate, "Generator Adam learning rate.")
-_D_LR = flags.DEFINE_float(
-    "discriminator_learning_rate", _DEFAULTS.discriminator_learning_rate, "Discriminator RMSprop learning rate.")
-
-
-def main(argv):
-    common.check_no_arguments(argv)
-    config = common.config_from_flags(
-        training.GANConfig, _FLAGS,
-        latent_dim=_LATENT_DIM.value,
-        generator_learning_rate=_G_LR.value,
-        discriminator_learning_rate=_D_LR.value,
-    )
-    common.run(training.train_gan, config)
+_FLAGS = {
+    **common.define_training_flags(_DEFAULTS),
+    "latent_dim": flags.DEFINE_integer("latent_dim", _DEFAULTS.latent_dim, "Noise size.", lower_bound=1),
+    "generator_learning_rate": flags.DEFINE_float(
+        "generator_learning_rate", _DEFAULTS.generator_learning_rate, "Generator Adam learning rate."),
+    "discriminator_learning_rate": flags.DEFINE_float(
+        "discriminator_learning_rate", _DEFAULTS.discriminator_learning_rate,
+        "Discriminator RMSprop learning rate."),
+}
+main = common.make_main(training.GANConfig, training.train_gan, _FLAGS)
 
 
 def run():

@@ -82,13 +82,13 @@ def prepare_optimizer(
     if isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
         return optimizer
     kwargs = {}
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+    if (isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+            and loss_scale_lib.parse_loss_scale(loss_scale) == "dynamic"):
+        # Keep the stock optimizer's dynamic settings.
         kwargs = {
             "initial_scale": optimizer.initial_scale,
             "dynamic_growth_steps": optimizer.dynamic_growth_steps,
         }
-        if loss_scale_lib.parse_loss_scale(loss_scale) != "dynamic":
-            kwargs = {}
     precision = "mixed_float16" if computes_in_float16(model) else "float32"
     return loss_scale_lib.wrap_optimizer(optimizer, precision, loss_scale, **kwargs)
 
