@@ -26,6 +26,7 @@ sample images) belong in `tfmp.callbacks`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 import keras
@@ -37,6 +38,7 @@ __all__ = [
     "ClassifierTrainer",
     "GANTrainer",
     "MixedPrecisionTrainer",
+    "Objective",
     "computes_in_float16",
     "discriminator_labels",
     "prepare_optimizer",
@@ -97,6 +99,24 @@ def _unscale_for_distribution(loss: tf.Tensor) -> tf.Tensor:
     """Undoes Keras's 1/num_replicas loss scaling, for the loss metrics."""
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     return loss * replicas if replicas > 1 else loss
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """One loss a trainer minimises, with what minimises it.
+
+    Attributes:
+        name: Which part of the trainer this is (e.g. `"generator"`).
+        optimizer: The optimizer of `variables`.
+        variables: The variables differentiated and updated.
+        loss_fn: Computes the loss (a float32 scalar) on the batch the
+            objective was made from, in a training-mode forward pass.
+    """
+
+    name: str
+    optimizer: keras.optimizers.Optimizer | None
+    variables: Sequence[keras.Variable]
+    loss_fn: Callable[[], tf.Tensor]
 
 
 class MixedPrecisionTrainer(keras.Model):
@@ -165,6 +185,33 @@ class MixedPrecisionTrainer(keras.Model):
             f"{prefix}loss_scale": optimizer.loss_scale,
             f"{prefix}skipped_steps": optimizer.skipped_steps,
         }
+
+    @property
+    def networks(self) -> dict[str, keras.Model]:
+        """The trained models by name."""
+        raise NotImplementedError
+
+    @property
+    def loss_networks(self) -> dict[str, keras.Model]:
+        """The networks whose outputs a loss is computed from."""
+        raise NotImplementedError
+
+    def objectives(self, data: Any) -> list[Objective]:
+        """The losses `train_step` minimises on `data`, without updating anything.
+
+        For diagnostics (`tfmp.diagnostics`): each objective's loss can be
+        differentiated with respect to its variables as the step would.
+        """
+        raise NotImplementedError
+
+    def float32_copy(self) -> "MixedPrecisionTrainer":
+        """A trainer of the same kind whose networks compute in float32.
+
+        The networks are copies (`tfmp.diagnostics.float32_copy`) holding the
+        same weights; the copy is compiled with the same losses but plain
+        optimizers. Used to compute float32 reference gradients.
+        """
+        raise NotImplementedError
 
     def summary_route(self, key: str) -> tuple[str, str]:
         """Where an epoch log goes in TensorBoard: `(sub-run, tag)`.
@@ -235,15 +282,36 @@ class ClassifierTrainer(MixedPrecisionTrainer):
             **kwargs,
         )
 
+    @property
+    def networks(self) -> dict[str, keras.Model]:
+        return {self.network.name: self.network}
+
+    @property
+    def loss_networks(self) -> dict[str, keras.Model]:
+        return self.networks
+
+    def _forward(self, x: Any, y: Any, sample_weight: Any) -> tuple[tf.Tensor, Any]:
+        y_pred = self(x, training=True)
+        loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+        return loss, y_pred
+
+    def objectives(self, data: Any) -> list[Objective]:
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        return [Objective(self.network.name, self.optimizer, self.trainable_variables,
+                          lambda: self._forward(x, y, sample_weight)[0])]
+
+    def float32_copy(self) -> "ClassifierTrainer":
+        from tfmp import diagnostics  # diagnostics builds on the trainers
+
+        copy = ClassifierTrainer(diagnostics.float32_copy(self.network))
+        copy.compile(keras.optimizers.SGD(), loss=self.loss, loss_scale="none")
+        return copy
+
     def train_step(self, data: Any) -> dict[str, Any]:
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-
-        def forward():
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-            return loss, y_pred
-
-        loss, y_pred = self.optimize(self.optimizer, self.trainable_variables, forward)
+        loss, y_pred = self.optimize(
+            self.optimizer, self.trainable_variables, lambda: self._forward(x, y, sample_weight)
+        )
         for metric in self.metrics:
             if metric.name == "loss":
                 metric.update_state(_unscale_for_distribution(loss), sample_weight=tf.shape(y)[0])
@@ -399,6 +467,41 @@ class GANTrainer(MixedPrecisionTrainer):
     def _real_images(data: Any) -> tf.Tensor:
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         return x
+
+    @property
+    def networks(self) -> dict[str, keras.Model]:
+        return {"generator": self.generator, "discriminator": self.discriminator}
+
+    @property
+    def loss_networks(self) -> dict[str, keras.Model]:
+        return {"discriminator": self.discriminator}
+
+    def objectives(self, data: Any) -> list[Objective]:
+        """The generator's and the discriminator's losses on one batch.
+
+        The discriminator's fakes are drawn once, from the current generator
+        (`train_step` draws them after the generator's update).
+        """
+        real = self._real_images(data)
+        batch_size = tf.shape(real)[0]
+        fake = self.generator(self.sample_noise(batch_size), training=True)
+        return [
+            Objective("generator", self.generator_optimizer, self.generator.trainable_variables,
+                      lambda: self.generator_loss(batch_size, training=True)),
+            Objective("discriminator", self.discriminator_optimizer, self.discriminator.trainable_variables,
+                      lambda: self.discriminator_loss(real, fake, training=True)),
+        ]
+
+    def float32_copy(self) -> "GANTrainer":
+        from tfmp import diagnostics  # diagnostics builds on the trainers
+
+        copy = GANTrainer(
+            diagnostics.float32_copy(self.generator), diagnostics.float32_copy(self.discriminator),
+            self.label_softening, self.label_swap_fraction,
+        )
+        copy.noise_seed.state.assign(self.noise_seed.state)
+        copy.compile(keras.optimizers.SGD(), keras.optimizers.SGD(), loss_scale="none")
+        return copy
 
     def train_step(self, data: Any) -> dict[str, Any]:
         real = self._real_images(data)
