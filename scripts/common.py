@@ -57,6 +57,10 @@ def define_training_flags(
             "log_every", defaults.log_every, "Print the step line every N steps.", lower_bound=1),
         "warmup_steps": lambda: flags.DEFINE_integer(
             "warmup_steps", defaults.warmup_steps, "Leading steps left out of the mean throughput.", lower_bound=0),
+        "diagnose_every": lambda: flags.DEFINE_integer(
+            "diagnose_every", defaults.diagnose_every,
+            "Every N steps, log the gradients' float16 underflow/overflow fractions to TensorBoard; 0: never.",
+            lower_bound=0),
     }
     return {name: define() for name, define in definitions.items() if name not in exclude}
 

@@ -115,3 +115,43 @@ def test_compare_loss_scaling_console_command_prints_the_table(tmp_path):
     assert f"tensorboard --logdir {tmp_path}" in proc.stdout
     assert sorted(os.listdir(tmp_path)) == sorted(
         ["float32", "mixed_float16_no_loss_scale", "mixed_float16_dynamic_loss_scale"])
+
+
+def test_diagnose_flags_the_seed_pitfall_and_writes_histograms(tmp_path):
+    proc = _run(
+        "diagnose.py", "--model=gan", "--generator_widths=63,31,7", "--batch_size=90", "--precision=fp16",
+        f"--logdir={tmp_path}", "--run_name=diag",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for section in ("Tensor Core alignment (multiples of 8, batch size 90)", "Float32 outputs",
+                    "Gradient numerics in float16", "suggested static loss scale: 2^", "First non-finite layer: none"):
+        assert section in out, out
+    for layer, dimension, value, aligned in (("generator/dense", "units", 3087, 3088),
+                                             ("generator/conv_1", "filters", 63, 64),
+                                             ("generator/conv_2", "input channels", 63, 64),
+                                             ("(batch)", "batch size", 90, 88)):
+        assert re.search(rf"warn\s+{re.escape(layer)}\s+{dimension}\s+{value}\s+{aligned}", out), out
+    assert "x32768: zero" in out  # the float16 run's current loss scale
+    assert _event_files(tmp_path / "diag" / "diagnostics")
+
+
+def test_diagnose_seed_variants_contrast_the_two_generators():
+    proc = _run("diagnose.py", "--seed_variants")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    good, bad = proc.stdout.split("== seed 000's bad sizes")
+    assert "0 warning(s)" in good and "9 warning(s)" in bad and "4090" in bad
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (("--model=gan", "--alpha=0.5"), "--alpha applies to --model=mobilenet_v2"),
+        (("--generator_widths=8,x,8",), "Received: 8,x,8"),
+        (("--model=vgg",), "vgg"),
+    ],
+)
+def test_diagnose_bad_flags_are_usage_errors(flags, expected):
+    proc = _run("diagnose.py", *flags)
+    assert proc.returncode != 0 and expected in proc.stderr
+    assert "Traceback" not in proc.stderr

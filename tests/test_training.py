@@ -5,6 +5,7 @@ import math
 import os
 
 import pytest
+import tensorflow as tf
 
 from tfmp import training
 
@@ -108,9 +109,38 @@ def test_train_gan_runs_for_every_precision(precision, loss_scale, tmp_path):
     assert ("loss_scale: none" in step_lines[0]) == (not scaled)
     notes = [line for line in lines if line.startswith("note:")]
     assert len(notes) == (precision != "mixed_float16" and loss_scale != "none")
+    assert not any(line.startswith("warning:") for line in lines)  # aligned sizes, float32 outputs
     assert os.path.isdir(os.path.join(result.logdir, "generator"))
     assert os.path.isdir(os.path.join(result.logdir, "discriminator"))
     assert os.path.basename(result.logdir).endswith(f"{precision}_ls-{result.loss_scale}")
+
+
+def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tmp_path):
+    config = dataclasses.replace(
+        TINY_GAN, precision="bf16", generator_widths=(8, 8, 7), batch_size=30, epochs=1, logdir=str(tmp_path)
+    )
+    lines = []
+    diagnosed = training.train_gan(dataclasses.replace(config, diagnose_every=1, run_name="diag"), lines.append)
+    plain = training.train_gan(dataclasses.replace(config, run_name="plain"), _quiet([]))
+    (block,) = [line.splitlines() for line in lines if line.startswith("warning:")]
+    assert block == [
+        "warning: mixed-precision pitfalls found (details: scripts/diagnose.py):",
+        "  (batch): batch size 30 is not a multiple of 8 (use 32)",
+        "  generator/conv_3: filters 7 is not a multiple of 8 (use 8)",
+        "  generator/conv_final: input channels 7 is not a multiple of 8 (use 8)",
+    ]
+    # The gradient reports ran on steps 1 and 2 and changed nothing: same losses as without them.
+    assert (diagnosed.logs["g_loss"], diagnosed.logs["d_loss"]) == (plain.logs["g_loss"], plain.logs["d_loss"])
+    for a, b in zip(diagnosed.trainer.variables, plain.trainer.variables):
+        assert (a.numpy() == b.numpy()).all(), a.path
+    events = [f for f in os.listdir(os.path.join(diagnosed.logdir, "diagnostics")) if f.startswith("events")]
+    tags = {
+        (value.tag, event.step)
+        for name in events
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(diagnosed.logdir, "diagnostics", name))
+        for value in event.summary.value
+    }
+    assert {("generator/underflow_fraction", 1), ("discriminator/overflow_fraction", 2)} <= tags
 
 
 def _check_classifier_run(result, lines, precision, loss_scale, steps):

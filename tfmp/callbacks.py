@@ -5,7 +5,9 @@
 * `ConsoleLogger` prints the seed's per-step line and a closing summary;
 * `EpochSummaries` writes each epoch's logs to TensorBoard, in the layout the
   trainer asks for, and records the run's hyperparameters (HParams plugin);
-* `GeneratorSamples` writes a grid of generator images from fixed noise.
+* `GeneratorSamples` writes a grid of generator images from fixed noise;
+* `GradientDiagnostics` logs the float16 underflow/overflow fractions of the
+  gradients every N steps (`tfmp.diagnostics`).
 
 Put `StepTimer` before the callbacks that read `images_per_sec`.
 """
@@ -22,7 +24,9 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-__all__ = ["ConsoleLogger", "EpochSummaries", "GeneratorSamples", "StepTimer", "image_grid"]
+from tfmp import diagnostics
+
+__all__ = ["ConsoleLogger", "EpochSummaries", "GeneratorSamples", "GradientDiagnostics", "StepTimer", "image_grid"]
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -292,3 +296,43 @@ class GeneratorSamples(keras.callbacks.Callback):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+class GradientDiagnostics(keras.callbacks.Callback):
+    """Logs what float16 would lose of the gradients, every `every` steps.
+
+    Every `every` training steps it runs `tfmp.diagnostics.gradient_report`
+    on a fixed probe batch with the current weights and loss scales, and
+    writes the underflow, subnormal and overflow fractions (unscaled and at
+    the loss scale) and log2|g| histograms to the run's `diagnostics`
+    sub-run (`tfmp.diagnostics.write_gradient_summaries`). The float32
+    reference copy is made once and refreshed with the weights each time.
+    The step timer does not see this work when it is placed before it.
+
+    Args:
+        probe: One training batch, as `fit()` receives it.
+        every: Steps between reports, >= 1.
+        logdir: The run's directory.
+    """
+
+    def __init__(self, probe: Any, every: int, logdir: str):
+        super().__init__()
+        if every < 1:
+            raise ValueError(f"every must be >= 1. Received: every={every!r}")
+        self.probe = probe
+        self.every = int(every)
+        self.logdir = logdir
+        self.reports: list[tuple[int, Any]] = []
+        self._step = 0
+        self._reference = None
+
+    def on_train_begin(self, logs=None):
+        self._reference = self.model.float32_copy()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        if self._step % self.every:
+            return
+        report = diagnostics.gradient_report(self.model, self.probe, print_fn=None, reference=self._reference)
+        diagnostics.write_gradient_summaries(report, self.logdir, self._step)
+        self.reports.append((self._step, report))

@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfmp import trainers as trainers_lib
+from tfmp.precision import float32_copy
 
 __all__ = [
     "ALIGNMENT",
@@ -407,35 +408,6 @@ def float32_output_report(
 # --------------------------------------------------------------------------
 
 
-def float32_copy(model: keras.Model) -> keras.Model:
-    """A copy of a functional or sequential model computing in float32, same weights.
-
-    Every layer (nested models included) is rebuilt from its config with
-    `dtype="float32"`, and the weights are copied over, so the copy computes
-    what the mixed-precision model approximates.
-
-    Raises:
-        ValueError: for a model Keras cannot clone (subclassed models without
-            a config round trip), naming it.
-    """
-    def clone(layer):
-        return layer.__class__.from_config({**layer.get_config(), "dtype": "float32"})
-
-    from tfmp import precision as precision_lib
-
-    try:
-        with precision_lib.precision_scope("float32"):
-            copy = keras.models.clone_model(model, clone_function=clone, recursive=True)
-    except (NotImplementedError, TypeError, ValueError) as e:
-        raise ValueError(
-            "float32 reference gradients need a copy of the model in float32, made with "
-            f"keras.models.clone_model; it failed ({e}). Use a functional or sequential model, "
-            f"or give the layers get_config/from_config. Received: model={model.name!r}"
-        ) from None
-    copy.set_weights(model.get_weights())
-    return copy
-
-
 @dataclasses.dataclass
 class VariableGradients:
     """What float16 would do to one variable's gradient.
@@ -549,12 +521,18 @@ class GradientReport:
 
     objectives: list[ObjectiveGradients]
     batch_size: int
+    compute_dtype: str = "float16"
 
     def __str__(self) -> str:
         out = [
             "Gradient numerics in float16 (float32 gradients of a float32 copy of the model with the "
             f"same weights, one batch of {self.batch_size}; fractions of all values):"
         ]
+        if self.compute_dtype != "float16":
+            out.append(
+                f"  (this model computes in {self.compute_dtype}, which has float32's range: nothing here "
+                "underflows or overflows in it; the fractions are what float16 would lose)"
+            )
         for obj in self.objectives:
             scale = obj.loss_scale
             header = ["variable", "count", "max |g|", "zero <2^-24", "subnormal <2^-14", "overflow >65504"]
@@ -610,6 +588,12 @@ def _scale_of(objective: trainers_lib.Objective) -> float | None:
 
     opt = objective.optimizer
     return float(opt.loss_scale) if isinstance(opt, loss_scale_lib.LossScaleOptimizer) else None
+
+
+def _compute_dtype(trainer: trainers_lib.MixedPrecisionTrainer) -> str:
+    """float16 if any layer computes in it, else bfloat16 if any does, else float32."""
+    dtypes = {layer.compute_dtype for model in trainer.networks.values() for _, layer in _leaf_layers(model)}
+    return next((d for d in ("float16", "bfloat16") if d in dtypes), "float32")
 
 
 @contextlib.contextmanager
@@ -693,7 +677,7 @@ def gradient_report(
         stats = [_variable_gradients(n, g, scale) for n, g in zip(names, grads)]
         max_abs = max((s.max_abs for s in stats), default=0.0)
         objectives.append(ObjectiveGradients(name, stats, scale, _suggest_scale(max_abs, margin), margin))
-    report = GradientReport(objectives, batch_size)
+    report = GradientReport(objectives, batch_size, _compute_dtype(trainer))
     if print_fn is not None:
         print_fn(str(report))
     return report
@@ -940,10 +924,15 @@ class Diagnosis:
 
 def diagnose(
     source: Source, data: Any, loss: Any = None, loss_scale: float | str | None = "current",
-    print_fn: Callable[[str], None] | None = print,
+    batch_size: int | None = None, print_fn: Callable[[str], None] | None = print,
 ) -> Diagnosis:
-    """Runs all four reports on `source` with one batch `data`."""
-    batch_size = int(tf.shape(tf.nest.flatten(data)[0])[0])
+    """Runs all four reports on `source` with one batch `data`.
+
+    `batch_size` is the training batch size the alignment report checks
+    (default: the size of `data`).
+    """
+    if batch_size is None:
+        batch_size = int(tf.shape(tf.nest.flatten(data)[0])[0])
     diagnosis = Diagnosis(
         tensor_core_report(source, batch_size, print_fn=None),
         float32_output_report(source, loss, print_fn=None),

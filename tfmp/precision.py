@@ -27,6 +27,7 @@ __all__ = [
     "PRECISIONS",
     "canonical_precision",
     "choose_precision",
+    "float32_copy",
     "precision_scope",
     "resolve_jit_compile",
     "resolve_precision",
@@ -196,3 +197,31 @@ def resolve_jit_compile(xla: str | bool, has_gpu: bool | None = None) -> bool:
             has_gpu = bool(tf.config.list_physical_devices("GPU"))
         value = has_gpu
     return value
+
+
+def float32_copy(model: keras.Model) -> keras.Model:
+    """A copy of a functional or sequential model computing in float32, same weights.
+
+    Every layer (nested models included) is rebuilt from its config with
+    `dtype="float32"`, and the weights are copied over, so the copy computes
+    what the mixed-precision model approximates.
+
+    Raises:
+        ValueError: for a model Keras cannot clone (subclassed models without
+            a config round trip), naming it.
+    """
+
+    def clone(layer):
+        return layer.__class__.from_config({**layer.get_config(), "dtype": "float32"})
+
+    try:
+        with precision_scope("float32"):
+            copy = keras.models.clone_model(model, clone_function=clone, recursive=True)
+    except (NotImplementedError, TypeError, ValueError) as e:
+        raise ValueError(
+            "float32 reference gradients need a copy of the model in float32, made with "
+            f"keras.models.clone_model; it failed ({e}). Use a functional or sequential model, "
+            f"or give the layers get_config/from_config. Received: model={model.name!r}"
+        ) from None
+    copy.set_weights(model.get_weights())
+    return copy

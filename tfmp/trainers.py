@@ -33,6 +33,7 @@ import keras
 import tensorflow as tf
 
 from tfmp import loss_scale as loss_scale_lib
+from tfmp import precision as precision_lib
 
 __all__ = [
     "ClassifierTrainer",
@@ -207,7 +208,7 @@ class MixedPrecisionTrainer(keras.Model):
     def float32_copy(self) -> "MixedPrecisionTrainer":
         """A trainer of the same kind whose networks compute in float32.
 
-        The networks are copies (`tfmp.diagnostics.float32_copy`) holding the
+        The networks are copies (`tfmp.precision.float32_copy`) holding the
         same weights; the copy is compiled with the same losses but plain
         optimizers. Used to compute float32 reference gradients.
         """
@@ -301,9 +302,7 @@ class ClassifierTrainer(MixedPrecisionTrainer):
                           lambda: self._forward(x, y, sample_weight)[0])]
 
     def float32_copy(self) -> "ClassifierTrainer":
-        from tfmp import diagnostics  # diagnostics builds on the trainers
-
-        copy = ClassifierTrainer(diagnostics.float32_copy(self.network))
+        copy = ClassifierTrainer(precision_lib.float32_copy(self.network))
         copy.compile(keras.optimizers.SGD(), loss=self.loss, loss_scale="none")
         return copy
 
@@ -493,10 +492,8 @@ class GANTrainer(MixedPrecisionTrainer):
         ]
 
     def float32_copy(self) -> "GANTrainer":
-        from tfmp import diagnostics  # diagnostics builds on the trainers
-
         copy = GANTrainer(
-            diagnostics.float32_copy(self.generator), diagnostics.float32_copy(self.discriminator),
+            precision_lib.float32_copy(self.generator), precision_lib.float32_copy(self.discriminator),
             self.label_softening, self.label_swap_fraction,
         )
         copy.noise_seed.state.assign(self.noise_seed.state)

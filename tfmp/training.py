@@ -13,6 +13,10 @@
    per-epoch TensorBoard curves and the run's hyperparameters under
    `<logdir>/<run_name>/`.
 
+Under mixed precision a run first prints the `tfmp.diagnostics` pitfalls it
+finds (Tensor Core alignment, 16-bit outputs); `diagnose_every` logs the
+gradients' float16 underflow and overflow fractions during training.
+
 `compare_loss_scaling` runs the seed's three GAN configurations side by side.
 The scripts in `scripts/` are thin absl front ends to these functions.
 """
@@ -32,6 +36,7 @@ from models.gan import build_discriminator, build_generator
 from models.mobilenet_v2 import build_mobilenet_v2_classifier
 from tfmp import callbacks as callbacks_lib
 from tfmp import data as data_lib
+from tfmp import diagnostics
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
 from tfmp import trainers
@@ -76,6 +81,9 @@ class TrainConfig:
         seed: Seed of weights, noise, shuffling and the data split.
         log_every: Print the step line every this many steps.
         warmup_steps: Leading steps left out of the mean throughput.
+        diagnose_every: Every this many steps, log the float16 underflow and
+            overflow fractions of the gradients of a fixed probe batch to
+            TensorBoard (`tfmp.callbacks.GradientDiagnostics`); 0 = never.
     """
 
     datasets: ClassVar[tuple[str, ...]] = data_lib.DATASETS
@@ -95,6 +103,7 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 1
     warmup_steps: int = 3
+    diagnose_every: int = 0
 
     def validate(self) -> None:
         """Raises `ConfigError` naming the first impossible setting.
@@ -110,6 +119,7 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "log_every"):
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
+        _check_int("diagnose_every", self.diagnose_every, minimum=0)
         if self.steps_per_epoch is not None:
             _check_int("steps_per_epoch", self.steps_per_epoch, minimum=1)
         if self.dataset.lower() not in self.datasets:
@@ -287,6 +297,14 @@ class _Job:
     validation_data: Any
     callbacks: list[keras.callbacks.Callback]
     hparams: dict[str, Any]
+    probe: Any  # one training batch, for diagnostics
+
+
+def _probe_batch(x: np.ndarray, y: np.ndarray | None, batch_size: int) -> Any:
+    """The first `batch_size` training examples, through the training pipeline."""
+    n = min(batch_size, len(x))
+    (batch,) = list(data_lib.make_dataset(x[:n], None if y is None else y[:n], batch_size=n, shuffle=False))
+    return batch
 
 
 def _batches(num_examples: int, batch_size: int, drop_remainder: bool) -> int:
@@ -313,7 +331,7 @@ def _gan_job(
     samples = callbacks_lib.GeneratorSamples(os.path.join(run_dir, "generator"), generator, noise)
     hparams = {"latent_dim": config.latent_dim, "generator_learning_rate": config.generator_learning_rate,
                "discriminator_learning_rate": config.discriminator_learning_rate}
-    return _Job(trainer, train, None, [samples], hparams)
+    return _Job(trainer, train, None, [samples], hparams, _probe_batch(split.x_train, None, config.batch_size))
 
 
 def _classifier_job(
@@ -341,15 +359,23 @@ def _classifier_job(
     )
     hparams = {"alpha": config.alpha, "learning_rate": config.learning_rate, "lr_schedule": config.lr_schedule,
                "from_logits": config.from_logits, "batch_norm_momentum": config.batch_norm_momentum}
-    return _Job(trainer, train, validation, [], hparams)
+    probe = _probe_batch(split.x_train, split.y_train, config.batch_size)
+    return _Job(trainer, train, validation, [], hparams, probe)
 
 
-def _run(
-    config: TrainConfig,
-    build_job: Callable[..., _Job],
-    drop_remainder: bool,
-    print_fn: Callable[[str], None],
-) -> RunResult:
+@dataclasses.dataclass
+class _Setting:
+    """What a config resolves to before any model is built."""
+
+    precision: str
+    loss_scale: str | float
+    jit_compile: bool
+    split: data_lib.Split
+    run_dir: str
+
+
+def _prepare(config: TrainConfig, print_fn: Callable[[str], None]) -> _Setting:
+    """Validates `config`, resolves precision, loss scale and XLA, and loads the data."""
     config.validate()
     precision = precision_lib.resolve_precision(config.precision)
     loss_scale = loss_scale_lib.parse_loss_scale(config.loss_scale)
@@ -359,9 +385,21 @@ def _run(
         loss_scale = "none"
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
     run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale))
-    _check_writable_dir("logdir", run_dir)
-
     split = data_lib.load_images(config.dataset, config.image_shape, data_dir=config.data_dir, seed=config.seed)
+    return _Setting(precision, loss_scale, jit_compile, split, run_dir)
+
+
+def _run(
+    config: TrainConfig,
+    build_job: Callable[..., _Job],
+    drop_remainder: bool,
+    print_fn: Callable[[str], None],
+) -> RunResult:
+    setting = _prepare(config, print_fn)
+    precision, loss_scale, jit_compile, split = (
+        setting.precision, setting.loss_scale, setting.jit_compile, setting.split)
+    run_dir = setting.run_dir
+    _check_writable_dir("logdir", run_dir)
     steps = _batches(len(split.x_train), config.batch_size, drop_remainder)
     if steps == 0:
         raise ConfigError(
@@ -392,11 +430,18 @@ def _run(
             **job.hparams,
         }
         summaries = callbacks_lib.EpochSummaries(run_dir, trainer.summary_route, hparams)
+        extra = list(job.callbacks)
+        if config.diagnose_every:
+            extra.append(callbacks_lib.GradientDiagnostics(job.probe, config.diagnose_every, run_dir))
         print_fn(
             f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
             f"tf32={config.tf32} dataset={config.dataset} batch_size={config.batch_size} "
             f"steps/epoch={steps} logdir={run_dir}"
         )
+        if precision != "float32":
+            warnings = diagnostics.startup_warnings(trainer, config.batch_size)
+            if warnings:
+                print_fn(warnings)
         # Capped epochs read on from where the last one stopped.
         train_data = job.train_data.repeat() if capped else job.train_data
         trainer.fit(
@@ -404,7 +449,7 @@ def _run(
             validation_data=job.validation_data,
             epochs=config.epochs,
             steps_per_epoch=steps,
-            callbacks=[timer, console, summaries, *job.callbacks],
+            callbacks=[timer, console, summaries, *extra],
             shuffle=False,  # the pipeline shuffles
             verbose=0,
         )
@@ -439,6 +484,42 @@ def train_classifier(config: ClassifierConfig, print_fn: Callable[[str], None] =
         tfmp.data.DatasetNotFoundError: when the dataset is not available.
     """
     return _run(config, _classifier_job, drop_remainder=False, print_fn=print_fn)
+
+
+_JOBS: dict[type, Callable[..., _Job]] = {GANConfig: _gan_job, ClassifierConfig: _classifier_job}
+
+
+def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = print) -> diagnostics.Diagnosis:
+    """Builds the run `config` describes and diagnoses it on its first batch.
+
+    Nothing is trained. The trainer is built and compiled exactly as
+    `train_gan` / `train_classifier` would, under the config's precision and
+    loss scale; `tfmp.diagnostics.diagnose` then runs the four reports on the
+    first `batch_size` training examples (fewer if the dataset is smaller;
+    the alignment report checks `batch_size` itself). With `config.run_name`
+    set, the gradient histograms are also written to `<logdir>/<run_name>`.
+
+    Raises:
+        ConfigError: for an impossible setting.
+        tfmp.data.DatasetNotFoundError: when the dataset is not available.
+    """
+    build_job = _JOBS.get(type(config))
+    if build_job is None:
+        raise ConfigError(f"No model for this config; use GANConfig or ClassifierConfig. Received: {type(config).__name__}")
+    print_fn = print_fn or (lambda line: None)
+    setting = _prepare(config, print_fn)
+    if config.run_name:
+        _check_writable_dir("logdir", setting.run_dir)
+    keras.utils.set_random_seed(config.seed)
+    with precision_lib.precision_scope(setting.precision):
+        job = build_job(config, setting.split, setting.loss_scale, False, setting.run_dir, 1)
+        print_fn(f"diagnosing {job.trainer.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
+                 f"batch_size={config.batch_size} dataset={config.dataset}\n")
+        diagnosis = diagnostics.diagnose(job.trainer, job.probe, batch_size=config.batch_size, print_fn=print_fn)
+    if config.run_name:
+        diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)
+        print_fn(f"\nlog2|g| histograms: tensorboard --logdir {setting.run_dir}")
+    return diagnosis
 
 
 COMPARISON = (

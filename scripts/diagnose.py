@@ -1,0 +1,85 @@
+"""Why is my mixed-precision run slow or wrong? Four reports, no training.
+
+    python3 scripts/diagnose.py --model=gan --precision=mixed_float16 --batch_size=256
+    python3 scripts/diagnose.py --model=gan --generator_widths=63,31,7 --batch_size=4090
+    python3 scripts/diagnose.py --model=mobilenet_v2 --precision=mixed_bfloat16 --alpha=0.35
+    python3 scripts/diagnose.py --seed_variants
+
+Builds the model and trainer exactly as the training scripts do and prints,
+for the first batch of the dataset: the Tensor Core alignment report, the
+float32-output check, the gradient numerics in float16 (with a suggested
+static loss scale), and the first non-finite layer, if any. With
+--run_name, log2|g| histograms go to <logdir>/<run_name> for TensorBoard.
+--seed_variants prints the alignment report of seed 000's generator and of
+its "bad sizes" variant (widths 63/31/7, batch 4090) side by side.
+"""
+
+from absl import app
+from absl import flags
+
+import tfmp
+from models.gan import build_generator
+from tfmp import diagnostics
+from tfmp import training
+
+try:  # installed: the tfmp_scripts package; run from a checkout: this folder
+    from tfmp_scripts import common
+except ImportError:  # pragma: no cover
+    import common
+
+_CONFIGS = {"gan": training.GANConfig, "mobilenet_v2": training.ClassifierConfig}
+_DEFAULTS = training.TrainConfig(precision="mixed_float16", batch_size=256, dataset="digits")
+_MODEL = flags.DEFINE_enum("model", "gan", list(_CONFIGS), "The model to diagnose.")
+_FLAGS = common.define_training_flags(
+    _DEFAULTS,
+    exclude=("xla", "tf32", "epochs", "steps_per_epoch", "log_every", "warmup_steps", "diagnose_every"),
+)
+_GENERATOR_WIDTHS = flags.DEFINE_list(
+    "generator_widths", ",".join(map(str, training.GANConfig.generator_widths)),
+    "gan: the generator's three conv widths (seed 000's bad sizes: 63,31,7).")
+_ALPHA = flags.DEFINE_float("alpha", training.ClassifierConfig.alpha, "mobilenet_v2: the width multiplier.")
+_SEED_VARIANTS = flags.DEFINE_bool(
+    "seed_variants", False, "Only print the alignment of seed 000's generator and of its bad-sizes variant.")
+
+
+def _model_values() -> dict:
+    """The model-specific config fields, refusing flags of the other model."""
+    if _MODEL.value == "gan":
+        if _ALPHA.present:
+            raise app.UsageError(f"--alpha applies to --model=mobilenet_v2. Received: --model={_MODEL.value}")
+        try:
+            return {"generator_widths": tuple(int(w) for w in _GENERATOR_WIDTHS.value)}
+        except ValueError:
+            raise app.UsageError(
+                f"--generator_widths must be three integers. Received: {','.join(_GENERATOR_WIDTHS.value)}"
+            ) from None
+    if _GENERATOR_WIDTHS.present:
+        raise app.UsageError(f"--generator_widths applies to --model=gan. Received: --model={_MODEL.value}")
+    return {"alpha": _ALPHA.value}
+
+
+def _seed_variants(precision: str) -> None:
+    for title, widths, batch_size in (("seed 000's generator", (64, 32, 8), 4096),
+                                      ("seed 000's bad sizes", (63, 31, 7), 4090)):
+        print(f"== {title}: widths {widths}, batch {batch_size}, {precision} ==")
+        with tfmp.precision_scope(precision):
+            diagnostics.tensor_core_report(build_generator(widths=widths), batch_size)
+        print()
+
+
+def main(argv):
+    common.check_no_arguments(argv)
+    if _SEED_VARIANTS.value:
+        _seed_variants(tfmp.canonical_precision(_FLAGS["precision"].value))
+        return
+    config = common.config_from_flags(_CONFIGS[_MODEL.value], _FLAGS, **_model_values())
+    common.run(training.diagnose_run, config)
+
+
+def run():
+    """Console entry point (`tfmp-diagnose`)."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
