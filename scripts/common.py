@@ -61,13 +61,35 @@ def define_training_flags(
             "diagnose_every", defaults.diagnose_every,
             "Every N steps, log the gradients' float16 underflow/overflow fractions to TensorBoard; 0: never.",
             lower_bound=0),
+        "profile_steps": lambda: flags.DEFINE_string(
+            "profile_steps", "",
+            "START,END: capture a TensorFlow profiler trace of these steps (from 1, inclusive) into the "
+            "run's logdir, for TensorBoard's Profile tab. Start after the warm-up steps."),
+        "float32_layers": lambda: flags.DEFINE_string(
+            "float32_layers", defaults.float32_layers,
+            "Regex (re.search on layer paths such as model/block_1_expand_BN): those layers compute in "
+            "float32 under a mixed policy."),
     }
     return {name: define() for name, define in definitions.items() if name not in exclude}
 
 
+def parse_step_range(value: str) -> tuple[int, int] | None:
+    """`"START,END"` -> `(START, END)`; `""` -> None. Bad text is a usage error naming it."""
+    if not value:
+        return None
+    try:
+        start, end = (int(part) for part in value.split(","))
+    except ValueError:
+        raise app.UsageError(f"--profile_steps must be START,END (two integers). Received: {value!r}") from None
+    return start, end
+
+
+_PARSERS = {"profile_steps": parse_step_range}
+
+
 def config_from_flags(config_cls: type, holders: dict[str, flags.FlagHolder], **extra: Any) -> Any:
     """Builds a `config_cls` from flag holders (named as its fields) plus extra values."""
-    values = {name: holder.value for name, holder in holders.items()}
+    values = {name: _PARSERS.get(name, lambda v: v)(holder.value) for name, holder in holders.items()}
     fields = {f.name for f in dataclasses.fields(config_cls)}
     unknown = set(values) - fields
     if unknown:

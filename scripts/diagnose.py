@@ -32,7 +32,8 @@ _DEFAULTS = training.TrainConfig(precision="mixed_float16", batch_size=256, data
 _MODEL = flags.DEFINE_enum("model", "gan", list(_CONFIGS), "The model to diagnose.")
 _FLAGS = common.define_training_flags(
     _DEFAULTS,
-    exclude=("xla", "tf32", "epochs", "steps_per_epoch", "log_every", "warmup_steps", "diagnose_every"),
+    exclude=("xla", "tf32", "epochs", "steps_per_epoch", "log_every", "warmup_steps", "diagnose_every",
+             "profile_steps"),
 )
 _GENERATOR_WIDTHS = flags.DEFINE_list(
     "generator_widths", ",".join(map(str, training.GANConfig.generator_widths)),

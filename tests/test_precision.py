@@ -140,3 +140,34 @@ def test_resolve_jit_compile_auto_detects_cpu():
 def test_resolve_jit_compile_rejects_unknown():
     with pytest.raises(ValueError, match="xla='maybe'"):
         precision.resolve_jit_compile("maybe")
+
+
+def _mixed_mlp():
+    with precision.precision_scope("mixed_bfloat16"):
+        inputs = keras.Input((4,))
+        x = keras.layers.Dense(8, name="dense_a")(inputs)
+        x = keras.layers.BatchNormalization(name="block_bn")(x)
+        x = keras.layers.Dense(8, name="dense_b")(x)
+        return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32", name="out")(x), name="mlp")
+
+
+def test_keep_float32_sets_per_layer_policies_on_matching_paths():
+    model = _mixed_mlp()
+    kept = precision.keep_float32([model], r"_bn$|dense_b")
+    assert kept == ["mlp/block_bn", "mlp/dense_b"]
+    dtypes = {layer.name: layer.compute_dtype for layer in model.layers[1:]}
+    assert dtypes == {"dense_a": "bfloat16", "block_bn": "float32", "dense_b": "float32", "out": "float32"}
+    # The layer really computes in float32 now; the others still in bfloat16.
+    x = tf.ones((2, 4))
+    assert model.get_layer("dense_a")(x).dtype == tf.bfloat16
+    assert model.get_layer("dense_b")(tf.ones((2, 8), tf.bfloat16)).dtype == tf.float32
+    assert model(x).dtype == tf.float32
+
+
+def test_keep_float32_refuses_bad_or_unmatched_patterns():
+    model = _mixed_mlp()
+    with pytest.raises(ValueError, match=r"Received: '\('"):
+        precision.keep_float32([model], "(")
+    with pytest.raises(ValueError, match=r"such as mlp/.*Received: 'conv'"):
+        precision.keep_float32([model], "conv")
+    assert model.get_layer("dense_a").compute_dtype == "bfloat16"

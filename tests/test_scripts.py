@@ -56,11 +56,15 @@ def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
     proc = _run(
         "train_classifier.py", "--dataset=digits", "--alpha=0.35", "--batch_size=16", "--epochs=1",
         "--steps_per_epoch=2", "--precision=bf16", "--loss_scale=dynamic", f"--logdir={tmp_path}",
-        "--run_name=clf",
+        "--run_name=clf", "--profile_steps=2,2", "--float32_layers=_BN$",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stdout.splitlines() if line.startswith("note:")]
     assert notes == ["note: loss_scale=dynamic is ignored under mixed_bfloat16; only float16 needs loss scaling."]
+    # MobileNetV2 has 52 BatchNorm layers; the stem's is "bn_Conv1" and the last "Conv_1_bn".
+    assert "float32 layers: 50 matching '_BN$' (mobilenet_v2_classifier/mobilenetv2_0.35_32/" in proc.stdout
+    assert f"profiled steps 2-2: tensorboard --logdir {tmp_path / 'clf'}" in proc.stdout
+    assert [f for _, _, files in os.walk(tmp_path / "clf" / "plugins") for f in files if f.endswith(".xplane.pb")]
     assert re.search(r"^\(0, 1\), Loss: \d+\.\d{3}, Accuracy: \d\.\d{3}, loss_scale: none, step_time: ",
                      proc.stdout, re.M), proc.stdout
     assert _event_files(tmp_path / "clf" / "train") and _event_files(tmp_path / "clf" / "validation")
@@ -75,6 +79,9 @@ def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
         ("train_gan.py", "--dataset=cifar10", "cifar10"),
         ("train_classifier.py", "--xla=sometimes", "sometimes"),
         ("train_classifier.py", "--epochs=-1", "--epochs=-1"),
+        ("train_classifier.py", "--profile_steps=5", "Received: '5'"),
+        ("train_classifier.py", "--profile_steps=5,2", "end=2"),
+        ("train_classifier.py", "--float32_layers=nosuchlayer", "Received: 'nosuchlayer'"),
     ],
 )
 def test_bad_flags_fail_before_training(script, flag, expected, tmp_path):

@@ -7,7 +7,8 @@
   trainer asks for, and records the run's hyperparameters (HParams plugin);
 * `GeneratorSamples` writes a grid of generator images from fixed noise;
 * `GradientDiagnostics` logs the float16 underflow/overflow fractions of the
-  gradients every N steps (`tfmp.diagnostics`).
+  gradients every N steps (`tfmp.diagnostics`);
+* `ProfileSteps` captures a TensorFlow profiler trace of chosen steps.
 
 Put `StepTimer` before the callbacks that read `images_per_sec`.
 """
@@ -26,7 +27,8 @@ from tensorboard.plugins.hparams import api as hparams_api
 
 from tfmp import diagnostics
 
-__all__ = ["ConsoleLogger", "EpochSummaries", "GeneratorSamples", "GradientDiagnostics", "StepTimer", "image_grid"]
+__all__ = ["ConsoleLogger", "EpochSummaries", "GeneratorSamples", "GradientDiagnostics", "ProfileSteps", "StepTimer",
+           "image_grid"]
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -336,3 +338,69 @@ class GradientDiagnostics(keras.callbacks.Callback):
         report = diagnostics.gradient_report(self.model, self.probe, print_fn=None, reference=self._reference)
         diagnostics.write_gradient_summaries(report, self.logdir, self._step)
         self.reports.append((self._step, report))
+
+
+class ProfileSteps(keras.callbacks.Callback):
+    """Captures a TensorFlow profiler trace of training steps `start`..`end`.
+
+    Steps are counted from 1 across epochs, both ends included, as Keras's
+    `TensorBoard(profile_batch=(start, end))` counts them; start after the
+    warm-up so tracing and compilation stay out of the trace (the seed's
+    DLProf `--iter_start`). The trace goes to `<logdir>/plugins/profile/`,
+    where TensorBoard's profile plugin (`pip install tensorboard-plugin-profile`)
+    opens it; each step is marked with `tf.profiler.experimental.Trace`, so
+    the plugin's step-time view works. A run shorter than `end` stops the
+    trace at its last step. Like Keras, a profiler that cannot start (one is
+    already running) is reported and does not stop training.
+
+    Args:
+        start: First profiled step (>= 1).
+        end: Last profiled step (>= start).
+        logdir: The run's directory.
+        print_fn: Where the trace's location is reported.
+    """
+
+    def __init__(self, start: int, end: int, logdir: str, print_fn: Callable[[str], None] = print):
+        super().__init__()
+        if not 1 <= start <= end:
+            raise ValueError(f"Profile steps must satisfy 1 <= start <= end. Received: start={start!r}, end={end!r}")
+        self.start, self.end = int(start), int(end)
+        self.logdir = logdir
+        self.print_fn = print_fn
+        self.profiled_steps: list[int] = []
+        self._step = 0
+        self._active = False
+        self._trace = None
+
+    def on_train_begin(self, logs=None):
+        self._step = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._step += 1
+        if self._step == self.start:
+            try:
+                tf.profiler.experimental.start(self.logdir)
+                self._active = True
+            except (tf.errors.AlreadyExistsError, tf.errors.UnavailableError) as e:
+                self.print_fn(f"warning: the profiler could not start ({e.message}); no trace is written.")
+        if self._active:
+            self._trace = tf.profiler.experimental.Trace("train", step_num=self._step, _r=1)
+            self._trace.__enter__()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._active:
+            return
+        self._trace.__exit__(None, None, None)
+        self.profiled_steps.append(self._step)
+        if self._step >= self.end:
+            self._stop()
+
+    def on_train_end(self, logs=None):
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._active:
+            tf.profiler.experimental.stop()
+            self._active = False
+            steps = f"{self.profiled_steps[0]}-{self.profiled_steps[-1]}"
+            self.print_fn(f"profiled steps {steps}: tensorboard --logdir {self.logdir} (Profile tab)")

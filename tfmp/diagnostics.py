@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from tfmp import trainers as trainers_lib
 from tfmp.precision import float32_copy
+from tfmp.precision import layer_paths as _leaf_layers
 
 __all__ = [
     "ALIGNMENT",
@@ -222,23 +223,6 @@ def _boundary_layers(
         if _is_graph_model(layer):
             _boundary_layers(layer, nested_in.get(id(layer), False), nested_out.get(id(layer), False),
                              fed_by_input, feeds_output)
-
-
-def _leaf_layers(model: keras.Model) -> list[tuple[str, keras.layers.Layer]]:
-    """`(path, layer)` for every layer that is not itself a model."""
-    found = []
-
-    def walk(layer, prefix):
-        for sub in layer._flatten_layers(include_self=False, recursive=False):
-            path = f"{prefix}/{sub.name}"
-            if isinstance(sub, keras.Model):
-                walk(sub, path)
-            else:
-                found.append((path, sub))
-                walk(sub, path)
-
-    walk(model, model.name)
-    return found
 
 
 def tensor_core_report(

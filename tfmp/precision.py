@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from typing import Iterator, Sequence
 
 import keras
@@ -28,6 +29,8 @@ __all__ = [
     "canonical_precision",
     "choose_precision",
     "float32_copy",
+    "keep_float32",
+    "layer_paths",
     "precision_scope",
     "resolve_jit_compile",
     "resolve_precision",
@@ -225,3 +228,60 @@ def float32_copy(model: keras.Model) -> keras.Model:
         ) from None
     copy.set_weights(model.get_weights())
     return copy
+
+
+def layer_paths(model: keras.Model) -> list[tuple[str, keras.layers.Layer]]:
+    """`(path, layer)` for every layer of `model` that is not itself a model.
+
+    Paths join the names of the enclosing models and layers with `/`, e.g.
+    `mobilenet_v2_classifier/mobilenetv2_1.00_32/block_1_expand_BN`.
+    """
+    found = []
+
+    def walk(layer: keras.layers.Layer, prefix: str) -> None:
+        for sub in layer._flatten_layers(include_self=False, recursive=False):
+            path = f"{prefix}/{sub.name}"
+            if not isinstance(sub, keras.Model):
+                found.append((path, sub))
+            walk(sub, path)
+
+    walk(model, model.name)
+    return found
+
+
+def keep_float32(models: Sequence[keras.Model], pattern: str) -> list[str]:
+    """Makes the layers whose path matches `pattern` compute in float32.
+
+    Sets each matching layer's Keras dtype policy to `"float32"` (a per-layer
+    policy, as `dtype="float32"` at construction would), so under a mixed
+    global policy those layers cast their inputs to float32 and compute in
+    it; their variables are float32 already. Call it before the first
+    training step is traced.
+
+    Args:
+        models: The models to search (nested models are searched too).
+        pattern: A regular expression, matched with `re.search` against each
+            layer's path (see `layer_paths`), e.g. `"_BN$|_relu$"`.
+
+    Returns:
+        The paths of the layers changed.
+
+    Raises:
+        ValueError: if `pattern` is not a valid regular expression or matches
+            no layer; the message repeats it and shows some paths.
+    """
+    try:
+        regex = re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"float32_layers is not a valid regular expression ({e}). Received: {pattern!r}") from None
+    paths = [(path, layer) for model in models for path, layer in layer_paths(model)]
+    matched = [(path, layer) for path, layer in paths if regex.search(path)]
+    if not matched:
+        examples = ", ".join(path for path, _ in paths[:4])
+        raise ValueError(
+            f"float32_layers matched no layer; it is searched in layer paths such as {examples}. "
+            f"Received: {pattern!r}"
+        )
+    for _, layer in matched:
+        layer.dtype_policy = "float32"
+    return [path for path, _ in matched]

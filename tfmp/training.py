@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import re
 import tempfile
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -84,6 +85,12 @@ class TrainConfig:
         diagnose_every: Every this many steps, log the float16 underflow and
             overflow fractions of the gradients of a fixed probe batch to
             TensorBoard (`tfmp.callbacks.GradientDiagnostics`); 0 = never.
+        profile_steps: `(start, end)`: capture a TensorFlow profiler trace of
+            these training steps (counted from 1, inclusive) into the run's
+            directory (`tfmp.callbacks.ProfileSteps`); None = no trace.
+        float32_layers: A regular expression; layers whose path matches
+            (`re.search`, see `tfmp.precision.keep_float32`) compute in
+            float32 under a mixed policy. Empty = none.
     """
 
     datasets: ClassVar[tuple[str, ...]] = data_lib.DATASETS
@@ -104,6 +111,8 @@ class TrainConfig:
     log_every: int = 1
     warmup_steps: int = 3
     diagnose_every: int = 0
+    profile_steps: tuple[int, int] | None = None
+    float32_layers: str = ""
 
     def validate(self) -> None:
         """Raises `ConfigError` naming the first impossible setting.
@@ -120,6 +129,19 @@ class TrainConfig:
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
         _check_int("diagnose_every", self.diagnose_every, minimum=0)
+        if self.profile_steps is not None:
+            if len(self.profile_steps) != 2:
+                raise ConfigError(f"profile_steps must be (start, end). Received: profile_steps={self.profile_steps!r}")
+            start, end = self.profile_steps
+            _check_int("profile_steps start", start, minimum=1)
+            _check_int("profile_steps end", end, minimum=start)
+        if self.float32_layers:
+            try:
+                re.compile(self.float32_layers)
+            except re.error as e:
+                raise ConfigError(
+                    f"float32_layers is not a valid regular expression ({e}). Received: {self.float32_layers!r}"
+                ) from None
         if self.steps_per_epoch is not None:
             _check_int("steps_per_epoch", self.steps_per_epoch, minimum=1)
         if self.dataset.lower() not in self.datasets:
@@ -363,6 +385,18 @@ def _classifier_job(
     return _Job(trainer, train, validation, [], hparams, probe)
 
 
+def _keep_float32(config: TrainConfig, trainer: trainers.MixedPrecisionTrainer, print_fn: Callable[[str], None]) -> None:
+    """Applies `config.float32_layers` to the trainer's networks and says what it matched."""
+    if not config.float32_layers:
+        return
+    try:
+        kept = precision_lib.keep_float32(list(trainer.networks.values()), config.float32_layers)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    shown = ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")
+    print_fn(f"float32 layers: {len(kept)} matching {config.float32_layers!r} ({shown})")
+
+
 @dataclasses.dataclass
 class _Setting:
     """What a config resolves to before any model is built."""
@@ -414,6 +448,7 @@ def _run(
     with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
         job = build_job(config, split, loss_scale, jit_compile, run_dir, steps)
         trainer = job.trainer
+        _keep_float32(config, trainer, print_fn)
         timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
         console = callbacks_lib.ConsoleLogger(
             timer, trainer.console_fields, trainer.loss_scale_prefixes, config.log_every, run_dir, print_fn
@@ -433,6 +468,8 @@ def _run(
         extra = list(job.callbacks)
         if config.diagnose_every:
             extra.append(callbacks_lib.GradientDiagnostics(job.probe, config.diagnose_every, run_dir))
+        if config.profile_steps:
+            extra.append(callbacks_lib.ProfileSteps(*config.profile_steps, run_dir, print_fn))
         print_fn(
             f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
             f"tf32={config.tf32} dataset={config.dataset} batch_size={config.batch_size} "
@@ -513,6 +550,7 @@ def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = p
     keras.utils.set_random_seed(config.seed)
     with precision_lib.precision_scope(setting.precision):
         job = build_job(config, setting.split, setting.loss_scale, False, setting.run_dir, 1)
+        _keep_float32(config, job.trainer, print_fn)
         print_fn(f"diagnosing {job.trainer.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
                  f"batch_size={config.batch_size} dataset={config.dataset}\n")
         diagnosis = diagnostics.diagnose(job.trainer, job.probe, batch_size=config.batch_size, print_fn=print_fn)
