@@ -21,6 +21,11 @@ def _is_xdist_controller(config) -> bool:
 
 
 def pytest_configure(config):
+    # `--precision=auto` caches its CPU measurements; tests must not touch the user's cache.
+    if "TFMP_CACHE_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["TFMP_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfmp-test-cache-")
     if _is_xdist_controller(config):
         return
     import tensorflow as tf

@@ -1,6 +1,7 @@
 """Tests for tfmp/training.py: configs, real runs on the embedded digits."""
 
 import dataclasses
+import json
 import math
 import os
 
@@ -141,6 +142,29 @@ def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tm
         for value in event.summary.value
     }
     assert {("generator/underflow_fraction", 1), ("discriminator/overflow_fraction", 2)} <= tags
+
+
+def test_auto_precision_on_cpu_is_measured_once_then_cached(tmp_path, monkeypatch):
+    from tfmp import autotune
+
+    monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path / "cache"))
+    config = dataclasses.replace(TINY_GAN, precision="auto", epochs=1, logdir=str(tmp_path))
+    runs = []
+    for _ in range(2):
+        lines = []
+        runs.append((training.train_gan(config, print_fn=lines.append), lines))
+    (first, first_lines), (second, second_lines) = runs
+    (measured,) = [line for line in first_lines if line.startswith("auto precision:")]
+    (cached,) = [line for line in second_lines if line.startswith("auto precision:")]
+    if autotune.cpu_has_bfloat16():
+        assert "measured now" in measured and "float32 " in measured and "mixed_bfloat16 " in measured
+        assert "cached in" in cached and "measured now" not in cached
+        entry = next(iter(json.load(open(tmp_path / "cache" / "auto_precision.json"))["entries"].values()))
+        fastest = max(entry["images_per_sec"], key=entry["images_per_sec"].get)
+        assert first.precision == second.precision == entry["precision"] == fastest
+    else:
+        assert first.precision == "float32" and "no bfloat16 instructions" in measured
+    assert not any(line.startswith("note:") for line in first_lines)  # the default loss_scale is not nagged about
 
 
 def _check_classifier_run(result, lines, precision, loss_scale, steps):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import re
 import tempfile
@@ -32,9 +33,11 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from models.gan import build_discriminator, build_generator
 from models.mobilenet_v2 import build_mobilenet_v2_classifier
+from tfmp import autotune
 from tfmp import callbacks as callbacks_lib
 from tfmp import data as data_lib
 from tfmp import diagnostics
@@ -408,19 +411,78 @@ class _Setting:
     run_dir: str
 
 
-def _prepare(config: TrainConfig, print_fn: Callable[[str], None]) -> _Setting:
-    """Validates `config`, resolves precision, loss scale and XLA, and loads the data."""
+def _prepare(
+    config: TrainConfig, build_job: Callable[..., _Job], print_fn: Callable[[str], None],
+    drop_remainder: bool | None = None,
+) -> _Setting:
+    """Validates `config`, loads the data and resolves precision, loss scale and XLA.
+
+    `auto` precision follows the GPU rule with a GPU; on a CPU it is measured
+    (`_measured_precision`). With `drop_remainder` given, a batch size that
+    leaves no training step is refused first.
+    """
     config.validate()
-    precision = precision_lib.resolve_precision(config.precision)
+    split = data_lib.load_images(config.dataset, config.image_shape, data_dir=config.data_dir, seed=config.seed)
+    if drop_remainder is not None and _batches(len(split.x_train), config.batch_size, drop_remainder) == 0:
+        raise ConfigError(
+            f"batch_size is larger than the {len(split.x_train)} training images of dataset "
+            f"{config.dataset!r}, and incomplete batches are dropped; use a batch size <= "
+            f"{len(split.x_train)}. Received: batch_size={config.batch_size}"
+        )
+    jit_compile = precision_lib.resolve_jit_compile(config.xla)
+    precision = precision_lib.canonical_precision(config.precision)
+    if precision == "auto" and not precision_lib.gpu_compute_capabilities():
+        precision = _measured_precision(config, build_job, split, jit_compile, print_fn)
+    precision = precision_lib.resolve_precision(precision)
     loss_scale = loss_scale_lib.parse_loss_scale(config.loss_scale)
     if precision != "mixed_float16":
-        if loss_scale != "none":
+        if loss_scale != "none" and precision_lib.canonical_precision(config.precision) != "auto":
             print_fn(f"note: loss_scale={loss_scale} is ignored under {precision}; only float16 needs loss scaling.")
         loss_scale = "none"
-    jit_compile = precision_lib.resolve_jit_compile(config.xla)
     run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale))
-    split = data_lib.load_images(config.dataset, config.image_shape, data_dir=config.data_dir, seed=config.seed)
     return _Setting(precision, loss_scale, jit_compile, split, run_dir)
+
+
+_PROBE_WARMUP_STEPS = 2
+_PROBE_STEPS = 6
+
+
+def _measured_precision(
+    config: TrainConfig, build_job: Callable[..., _Job], split: data_lib.Split, jit_compile: bool,
+    print_fn: Callable[[str], None],
+) -> str:
+    """`auto` on a CPU: the faster of float32 and bfloat16 for this model, measured once.
+
+    Each candidate trains a fresh copy of the model for a few steps on its
+    first batch (`fit()` with the run's `StepTimer`, warm-up excluded); the
+    answer is cached per machine and model (`tfmp.autotune`).
+    """
+    jobs: dict[str, _Job] = {}
+
+    def job(precision: str) -> _Job:
+        if precision not in jobs:
+            with precision_lib.precision_scope(precision):
+                jobs[precision] = build_job(config, split, "none", jit_compile, os.devnull, 1)
+        return jobs[precision]
+
+    def measure(precision: str) -> float:
+        trainer = job(precision).trainer
+        probe = job(precision).probe
+        batch_size = int(tf.nest.flatten(probe)[0].shape[0])
+        timer = callbacks_lib.StepTimer(batch_size * trainer.images_per_example, _PROBE_WARMUP_STEPS)
+        trainer.fit(tf.data.Dataset.from_tensors(probe).repeat(), epochs=1,
+                    steps_per_epoch=_PROBE_WARMUP_STEPS + _PROBE_STEPS, callbacks=[timer], shuffle=False, verbose=0)
+        return timer.mean_images_per_sec
+
+    networks = job("float32").trainer.networks
+    signature = json.dumps({
+        "trainer": type(job("float32").trainer).__name__,
+        "networks": {name: network.get_config() for name, network in networks.items()},
+        "batch_size": config.batch_size, "xla": jit_compile, "float32_layers": config.float32_layers,
+    }, sort_keys=True, default=str)
+    choice = autotune.choose(signature, measure)
+    print_fn(str(choice))
+    return choice.precision
 
 
 def _run(
@@ -429,18 +491,12 @@ def _run(
     drop_remainder: bool,
     print_fn: Callable[[str], None],
 ) -> RunResult:
-    setting = _prepare(config, print_fn)
+    setting = _prepare(config, build_job, print_fn, drop_remainder)
     precision, loss_scale, jit_compile, split = (
         setting.precision, setting.loss_scale, setting.jit_compile, setting.split)
     run_dir = setting.run_dir
     _check_writable_dir("logdir", run_dir)
     steps = _batches(len(split.x_train), config.batch_size, drop_remainder)
-    if steps == 0:
-        raise ConfigError(
-            f"batch_size is larger than the {len(split.x_train)} training images of dataset "
-            f"{config.dataset!r}, and incomplete batches are dropped; use a batch size <= "
-            f"{len(split.x_train)}. Received: batch_size={config.batch_size}"
-        )
     capped = config.steps_per_epoch is not None and config.steps_per_epoch < steps
     steps = min(steps, config.steps_per_epoch or steps)
 
@@ -544,7 +600,7 @@ def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = p
     if build_job is None:
         raise ConfigError(f"No model for this config; use GANConfig or ClassifierConfig. Received: {type(config).__name__}")
     print_fn = print_fn or (lambda line: None)
-    setting = _prepare(config, print_fn)
+    setting = _prepare(config, build_job, print_fn)
     if config.run_name:
         _check_writable_dir("logdir", setting.run_dir)
     keras.utils.set_random_seed(config.seed)
