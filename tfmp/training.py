@@ -463,6 +463,7 @@ def _measured_precision(
         if precision not in jobs:
             with precision_lib.precision_scope(precision):
                 jobs[precision] = build_job(config, split, "none", jit_compile, os.devnull, 1)
+            _keep_float32(config, jobs[precision].trainer, lambda line: None)  # measured as it will run
         return jobs[precision]
 
     def measure(precision: str) -> float:
