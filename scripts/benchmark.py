@@ -1,0 +1,124 @@
+"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written step.
+
+    python3 scripts/benchmark.py --models=gan,mobilenet_v2,resnet50 \
+        --precisions=float32,mixed_bfloat16 --xla=false --steps=10 --repeats=3 \
+        --json_out=/tmp/bench.json --plot_out=/tmp/bench.png
+    python3 scripts/benchmark.py --mode=input_pipeline --precisions=bf16 --xla=false
+
+Prints a markdown table (one row per model, precision, XLA setting and batch
+size) to stdout and one progress line per row to stderr. The method is in
+`tfmp/benchmark.py`.
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from tfmp import benchmark
+from tfmp import data as data_lib
+
+try:  # installed: the tfmp_scripts package; run from a checkout: this folder
+    from tfmp_scripts import common
+except ImportError:  # pragma: no cover
+    import common
+
+_DEFAULTS = benchmark.BenchmarkConfig()
+_MODE = flags.DEFINE_enum(
+    "mode", "compare", list(benchmark.MODES),
+    "compare: the trainer per precision, against float32 and a hand-written step; "
+    "input_pipeline: the trainer fed by the real tf.data pipeline against in-memory tensors.")
+_MODELS = flags.DEFINE_list(
+    "models", [],
+    f"Models, from {', '.join(benchmark.MODELS)}. Empty: all three for compare, "
+    f"{', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline.")
+_PRECISIONS = flags.DEFINE_list(
+    "precisions", list(_DEFAULTS.precisions),
+    "Precisions: float32, mixed_bfloat16, mixed_float16 (or fp32, bf16, fp16).")
+_XLA = flags.DEFINE_list("xla", ["false", "true"], "XLA settings to measure: false, true, auto (on with a GPU).")
+_BATCH_SIZES = flags.DEFINE_list(
+    "batch_sizes", [], "Batch sizes for every model. Empty: gan 512, mobilenet_v2 128, resnet50 32.")
+_RESNET_INPUT_SIZE = flags.DEFINE_integer(
+    "resnet_input_size", _DEFAULTS.resnet_input_size, "Side of ResNet-50's square input (>= 32; ImageNet: 224).")
+_WARMUP_STEPS = flags.DEFINE_integer(
+    "warmup_steps", _DEFAULTS.warmup_steps, "Untimed steps per path before timing (the first traces).")
+_STEPS = flags.DEFINE_integer("steps", _DEFAULTS.steps, "Timed steps per path per repeat.")
+_REPEATS = flags.DEFINE_integer("repeats", _DEFAULTS.repeats, "Timed rounds; medians are taken over them.")
+_SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of weights, synthetic data and noise.")
+_DATASET = flags.DEFINE_string(
+    "dataset", _DEFAULTS.dataset,
+    f"Real data of --mode=input_pipeline: {', '.join(data_lib.DATASETS)} (digits is embedded).")
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Write the records to this JSON file.")
+_PLOT_OUT = flags.DEFINE_string(
+    "plot_out", None, 'Write a PNG bar chart here (--mode=compare; needs pip install "tfmp[plot]").')
+
+
+def _config() -> benchmark.BenchmarkConfig:
+    """The config from the flags; a bad value is a usage error naming it."""
+    models = _MODELS.value or list(
+        benchmark.MODELS if _MODE.value == "compare" else benchmark.PIPELINE_MODELS)
+    try:
+        config = benchmark.BenchmarkConfig(
+            models=benchmark.parse_models(models),
+            precisions=benchmark.parse_precisions(_PRECISIONS.value),
+            xla=benchmark.parse_xla(_XLA.value),
+            batch_sizes=benchmark.parse_batch_sizes(_BATCH_SIZES.value),
+            resnet_input_size=_RESNET_INPUT_SIZE.value,
+            warmup_steps=_WARMUP_STEPS.value,
+            steps=_STEPS.value,
+            repeats=_REPEATS.value,
+            seed=_SEED.value,
+            dataset=_DATASET.value,
+        )
+        config.validate()
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    return config
+
+
+def _check_output(flag: str, path: str | None) -> None:
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+        raise app.UsageError(f"--{flag} must be in a writable directory. Received: --{flag}={path}")
+
+
+def main(argv):
+    common.check_no_arguments(argv)
+    config = _config()
+    _check_output("json_out", _JSON_OUT.value)
+    _check_output("plot_out", _PLOT_OUT.value)
+    if _PLOT_OUT.value is not None:
+        if _MODE.value != "compare":
+            raise app.UsageError(f"--plot_out is only for --mode=compare. Received: --mode={_MODE.value}")
+        try:  # checked now, not after the measurements
+            benchmark.require_matplotlib()
+        except ImportError as e:
+            sys.exit(f"error: {e}")
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    measure = benchmark.compare if _MODE.value == "compare" else benchmark.input_pipeline
+    try:
+        records = measure(config, progress=progress)
+    except data_lib.DatasetNotFoundError as e:
+        sys.exit(f"error: {e}")
+    print(benchmark.markdown_table(records))
+    if _JSON_OUT.value:
+        benchmark.write_json(records, _JSON_OUT.value)
+        progress(f"wrote {_JSON_OUT.value}")
+    if _PLOT_OUT.value:
+        benchmark.plot(records, _PLOT_OUT.value)
+        progress(f"wrote {_PLOT_OUT.value}")
+
+
+def run():
+    """Console entry point (`tfmp-benchmark`)."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
