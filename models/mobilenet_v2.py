@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import keras
 
+from models.heads import classifier_on_backbone
+
 __all__ = ["build_mobilenet_v2_classifier"]
 
 
@@ -60,12 +62,4 @@ def build_mobilenet_v2_classifier(
         for layer in backbone.layers:
             if isinstance(layer, keras.layers.BatchNormalization):
                 layer.momentum = batch_norm_momentum
-    x = backbone(inputs)
-    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
-    x = keras.layers.Dense(num_classes, name="logits")(x)
-    # Outputs must be float32 under a mixed policy: the softmax, and the loss
-    # computed from it, lose too much in 16 bits.
-    outputs = keras.layers.Activation(
-        "linear" if from_logits else "softmax", dtype="float32", name="outputs"
-    )(x)
-    return keras.Model(inputs, outputs, name=name)
+    return classifier_on_backbone(inputs, backbone, num_classes, from_logits, name)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import keras
 
+from models.heads import classifier_on_backbone
+
 __all__ = ["MIN_INPUT_SIZE", "build_resnet50_classifier"]
 
 # Five stride-2 stages: Keras refuses inputs smaller than 32x32 without a top.
@@ -54,12 +56,4 @@ def build_resnet50_classifier(
         )
     inputs = keras.Input(shape, name="images")
     backbone = keras.applications.ResNet50(weights=None, include_top=False, input_shape=shape)
-    x = backbone(inputs)
-    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
-    x = keras.layers.Dense(num_classes, name="logits")(x)
-    # Outputs must be float32 under a mixed policy: the softmax, and the loss
-    # computed from it, lose too much in 16 bits.
-    outputs = keras.layers.Activation(
-        "linear" if from_logits else "softmax", dtype="float32", name="outputs"
-    )(x)
-    return keras.Model(inputs, outputs, name=name)
+    return classifier_on_backbone(inputs, backbone, num_classes, from_logits, name)

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from tfmp import trainers as trainers_lib
 from tfmp.precision import float32_copy
-from tfmp.precision import layer_paths as _leaf_layers
+from tfmp.precision import layer_paths
 
 __all__ = [
     "ALIGNMENT",
@@ -267,7 +267,7 @@ def tensor_core_report(
             raise ValueError(f"Build the model first (call it on a batch). Received an unbuilt model: {model.name!r}")
         fed_by_input: set[int] = set()
         feeds_output: set[int] = set()
-        layers = _leaf_layers(model)
+        layers = layer_paths(model)
         if _is_graph_model(model):
             _boundary_layers(model, True, True, fed_by_input, feeds_output)
         else:
@@ -366,7 +366,7 @@ def float32_output_report(
         has_loss = loss is not None or getattr(source, "loss", None) is not None
         loss_networks = set(_networks(source)) if has_loss else set()
     for name, model in _networks(source).items():
-        for path, layer in _leaf_layers(model):
+        for path, layer in layer_paths(model):
             activation = _squashing_activation(layer)
             if activation and layer.compute_dtype in _LOW_PRECISION:
                 findings.append(OutputFinding(
@@ -576,7 +576,7 @@ def _scale_of(objective: trainers_lib.Objective) -> float | None:
 
 def _compute_dtype(trainer: trainers_lib.MixedPrecisionTrainer) -> str:
     """float16 if any layer computes in it, else bfloat16 if any does, else float32."""
-    dtypes = {layer.compute_dtype for model in trainer.networks.values() for _, layer in _leaf_layers(model)}
+    dtypes = {layer.compute_dtype for model in trainer.networks.values() for _, layer in layer_paths(model)}
     return next((d for d in ("float16", "bfloat16") if d in dtypes), "float32")
 
 
@@ -761,7 +761,7 @@ class _LayerRecorder:
     def __init__(self, models: dict[str, keras.Model], tape: tf.GradientTape):
         self.tape = tape
         self.calls: list[tuple[str, keras.layers.Layer, list[tf.Tensor], list[tf.Tensor]]] = []
-        self._layers = [(f"{path}", layer) for model in models.values() for path, layer in _leaf_layers(model)]
+        self._layers = [(f"{path}", layer) for model in models.values() for path, layer in layer_paths(model)]
 
     def __enter__(self) -> "_LayerRecorder":
         for path, layer in self._layers:
