@@ -8,7 +8,9 @@ changed, for instance to rebuild the seed's Tensor Core "bad sizes" variant
 (`generator_widths=(63, 31, 7)`).
 
 Both output layers compute in float32 whatever the global dtype policy, so
-the sigmoid and the loss never run in float16 or bfloat16.
+the sigmoid and the loss never run in float16 or bfloat16. The generator's
+BatchNorm layers run TensorFlow's fused kernel
+(`tfmp.layers.FusedBatchNormalization`, the same math as Keras's layer).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import keras
+
+from tfmp.layers import FusedBatchNormalization
 
 __all__ = [
     "DISCRIMINATOR_WIDTHS",
@@ -44,6 +48,7 @@ def build_generator(
     latent_dim: int = LATENT_DIM,
     widths: Sequence[int] = GENERATOR_WIDTHS,
     activation: str = "tanh",
+    fused_batch_norm: bool = True,
     name: str = "generator",
 ) -> keras.Model:
     """Builds the seed's generator under the current dtype policy.
@@ -59,6 +64,8 @@ def build_generator(
         widths: Channels of the three hidden convolutions; the Dense layer has
             `7 * 7 * widths[0]` units.
         activation: Activation of the hidden convolutions.
+        fused_batch_norm: Use `tfmp.layers.FusedBatchNormalization` instead of
+            Keras's unfused `BatchNormalization` (same math and variables).
         name: The model's name.
 
     Returns:
@@ -69,18 +76,19 @@ def build_generator(
     if not isinstance(latent_dim, int) or latent_dim < 1:
         raise ValueError(f"latent_dim must be an integer >= 1. Received: latent_dim={latent_dim!r}")
     layers = keras.layers
+    batch_norm = FusedBatchNormalization if fused_batch_norm else layers.BatchNormalization
     noise = keras.Input((latent_dim,), name="noise")
     x = layers.Dense(_SEED_SIDE * _SEED_SIDE * w0, name="dense")(noise)
     x = layers.Reshape((_SEED_SIDE, _SEED_SIDE, w0), name="reshape")(x)
-    x = layers.BatchNormalization(name="batch_norm_1")(x)
+    x = batch_norm(name="batch_norm_1")(x)
     x = layers.Conv2D(w0, 5, padding="same", activation=activation, name="conv_1")(x)
     x = layers.UpSampling2D(2, interpolation="nearest", name="upsample_1")(x)
-    x = layers.BatchNormalization(name="batch_norm_2")(x)
+    x = batch_norm(name="batch_norm_2")(x)
     x = layers.Conv2D(w1, 5, padding="same", activation=activation, name="conv_2")(x)
     x = layers.UpSampling2D(2, interpolation="nearest", name="upsample_2")(x)
-    x = layers.BatchNormalization(name="batch_norm_3")(x)
+    x = batch_norm(name="batch_norm_3")(x)
     x = layers.Conv2D(w2, 5, padding="same", activation=activation, name="conv_3")(x)
-    x = layers.BatchNormalization(name="batch_norm_4")(x)
+    x = batch_norm(name="batch_norm_4")(x)
     # The output layer runs in float32 whatever the policy: the sigmoid
     # saturates early in 16 bits, and the images feed a float32 loss.
     images = layers.Conv2D(

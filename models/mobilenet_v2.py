@@ -4,7 +4,11 @@
 weights, on 32x32x3 images, followed by global average pooling, a Dense
 head, and an output computed in float32 whatever the dtype policy: a
 softmax (the seed's choice) or, for a `from_logits=True` loss, the logits
-themselves passed through a float32 linear activation.
+themselves passed through a float32 linear activation. Its BatchNorm layers
+run TensorFlow's fused kernel (`tfmp.layers.FusedBatchNormalization`).
+
+`CPU_BFLOAT16_FLOAT32_LAYERS` is the model's per-layer precision advice for
+bfloat16 on a CPU; `tfmp.training` applies it by default there.
 """
 
 from __future__ import annotations
@@ -12,8 +16,17 @@ from __future__ import annotations
 import keras
 
 from models.heads import classifier_on_backbone
+from tfmp.layers import fuse_batch_norms
 
-__all__ = ["build_mobilenet_v2_classifier"]
+__all__ = ["CPU_BFLOAT16_FLOAT32_LAYERS", "build_mobilenet_v2_classifier"]
+
+# Layers that should compute in float32 under mixed_bfloat16 on a CPU (a
+# `tfmp.precision.keep_float32` pattern): the depthwise convolutions. Their
+# bfloat16 backward passes miss oneDNN for stride 2 and for small spatial
+# sizes and run in a fallback kernel 5-10x slower than float32's, which made
+# MobileNetV2 train at 0.55x of float32; with them in float32 (and fused
+# BatchNorm) it trains at about 1.4x (docs/investigations/mbv2_bf16/FINDINGS.md).
+CPU_BFLOAT16_FLOAT32_LAYERS = r"_depthwise$"
 
 
 def build_mobilenet_v2_classifier(
@@ -22,6 +35,7 @@ def build_mobilenet_v2_classifier(
     alpha: float = 1.0,
     from_logits: bool = False,
     batch_norm_momentum: float | None = None,
+    fused_batch_norm: bool = True,
     name: str = "mobilenet_v2_classifier",
 ) -> keras.Model:
     """Builds MobileNetV2 (no top, random init) plus pooling and a Dense head.
@@ -38,6 +52,9 @@ def build_mobilenet_v2_classifier(
             thousands of steps per epoch; on a small dataset the moving
             statistics then lag for thousands of steps and inference-mode
             accuracy stays near chance, so small runs want e.g. 0.9.
+        fused_batch_norm: Use `tfmp.layers.FusedBatchNormalization` (same
+            math, variables and names, one fused op) instead of Keras's
+            unfused `BatchNormalization`.
         name: The model's name.
 
     Returns:
@@ -54,6 +71,8 @@ def build_mobilenet_v2_classifier(
     backbone = keras.applications.MobileNetV2(
         input_shape=input_shape, alpha=alpha, include_top=False, weights=None
     )
+    if fused_batch_norm:
+        backbone = fuse_batch_norms(backbone)
     if batch_norm_momentum is not None:
         if not 0 <= batch_norm_momentum < 1:
             raise ValueError(

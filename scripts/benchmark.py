@@ -49,6 +49,10 @@ _SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of weights, synthetic
 _DATASET = flags.DEFINE_string(
     "dataset", _DEFAULTS.dataset,
     f"Real data of --mode=input_pipeline: {', '.join(data_lib.DATASETS)} (digits is embedded).")
+_FLOAT32_LAYERS = flags.DEFINE_string(
+    "float32_layers", _DEFAULTS.float32_layers,
+    "Layers computing in float32, as in training: auto (each model's advice; MobileNetV2 under bfloat16 on "
+    "CPU: its depthwise convolutions), none, or a regex searched in layer paths.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the records to this JSON file.")
 _PLOT_OUT = flags.DEFINE_string(
     "plot_out", None, 'Write a PNG bar chart here (--mode=compare; needs pip install "tfmp[plot]").')
@@ -70,6 +74,7 @@ def _config() -> benchmark.BenchmarkConfig:
             repeats=_REPEATS.value,
             seed=_SEED.value,
             dataset=_DATASET.value,
+            float32_layers=_FLOAT32_LAYERS.value,
         )
         config.validate()
     except ValueError as e:

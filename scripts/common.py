@@ -14,7 +14,11 @@ from absl import app
 from absl import flags
 
 import tfmp
+from tfmp import callbacks
+from tfmp import checkpoint
 from tfmp import data as data_lib
+from tfmp import preemption
+from tfmp import distribute
 from tfmp import training
 
 
@@ -41,7 +45,13 @@ def define_training_flags(
         "tf32": lambda: flags.DEFINE_bool(
             "tf32", defaults.tf32, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs)."),
         "epochs": lambda: flags.DEFINE_integer("epochs", defaults.epochs, "Passes over the training data.", lower_bound=1),
-        "batch_size": lambda: flags.DEFINE_integer("batch_size", defaults.batch_size, "Examples per step.", lower_bound=1),
+        "batch_size": lambda: flags.DEFINE_integer(
+            "batch_size", defaults.batch_size,
+            "Examples per step: the global batch, split evenly across the --strategy's replicas.", lower_bound=1),
+        "strategy": lambda: flags.DEFINE_enum(
+            "strategy", defaults.strategy, list(distribute.STRATEGIES),
+            "default: one device; mirrored: every local GPU; multi_worker: the hosts of TF_CONFIG "
+            "(start this script on each; only the chief writes logs)."),
         "steps_per_epoch": lambda: flags.DEFINE_integer(
             "steps_per_epoch", defaults.steps_per_epoch, "Optional cap on the steps of an epoch.", lower_bound=1),
         "dataset": lambda: flags.DEFINE_enum(
@@ -69,7 +79,27 @@ def define_training_flags(
         "float32_layers": lambda: flags.DEFINE_string(
             "float32_layers", defaults.float32_layers,
             "Regex (re.search on layer paths such as model/block_1_expand_BN): those layers compute in "
-            "float32 under a mixed policy."),
+            "float32 under a mixed policy. none: no layer; auto: the model's advice (MobileNetV2 under "
+            "bfloat16 on CPU: the depthwise convolutions), none otherwise."),
+        "checkpoint_dir": lambda: flags.DEFINE_string(
+            "checkpoint_dir", defaults.checkpoint_dir, "Where checkpoints go; default: <logdir>/<run_name>/checkpoints."),
+        "checkpoint_every": lambda: flags.DEFINE_integer(
+            "checkpoint_every", defaults.checkpoint_every,
+            "Also checkpoint every N steps; 0: at each epoch end only (and on SIGTERM/SIGINT).", lower_bound=0),
+        "keep_checkpoints": lambda: flags.DEFINE_integer(
+            "keep_checkpoints", defaults.keep_checkpoints,
+            "Checkpoints kept; with 2 or more a corrupt newest one falls back to the previous.", lower_bound=1),
+        "resume": lambda: flags.DEFINE_bool(
+            "resume", defaults.resume,
+            "Continue the run named by --run_name (or --checkpoint_dir) exactly where its newest readable "
+            "checkpoint stopped; start from step 0 if it has none."),
+        "on_nonfinite": lambda: flags.DEFINE_enum(
+            "on_nonfinite", defaults.on_nonfinite, list(training.ON_NONFINITE),
+            "A step with a NaN/Inf gradient is never applied. skip: count it and go on; stop: stop with the "
+            "epoch, step and first non-finite layer (not with dynamic loss scaling, which skips by design)."),
+        "deterministic": lambda: flags.DEFINE_bool(
+            "deterministic", defaults.deterministic,
+            "Turn on TensorFlow op determinism, so a resumed run repeats the uninterrupted one bit for bit."),
     }
     return {name: define() for name, define in definitions.items() if name not in exclude}
 
@@ -117,10 +147,19 @@ def make_main(
 
 
 def run(train_fn: Callable[[Any], Any], config: Any) -> Any:
-    """Runs `train_fn(config)`; bad settings become usage errors, missing data a clean exit."""
+    """Runs `train_fn(config)`, turning the expected failures into clean exits.
+
+    Bad settings become usage errors; missing data, an unusable checkpoint or
+    a stop on a non-finite step exit with status 1 and the message; a
+    preemption (SIGTERM/SIGINT, checkpoint written) exits with 128 + the
+    signal number, as a process killed by it would.
+    """
     try:
         return train_fn(config)
     except training.ConfigError as e:
         raise app.UsageError(str(e)) from None
-    except data_lib.DatasetNotFoundError as e:
+    except (data_lib.DatasetNotFoundError, checkpoint.CheckpointError, callbacks.NonFiniteStepError) as e:
         sys.exit(f"error: {e}")
+    except preemption.Preempted as e:
+        print(str(e), file=sys.stderr, flush=True)
+        sys.exit(e.exit_code)

@@ -33,7 +33,7 @@ _MODEL = flags.DEFINE_enum("model", "gan", list(_CONFIGS), "The model to diagnos
 _FLAGS = common.define_training_flags(
     _DEFAULTS,
     exclude=("xla", "tf32", "epochs", "steps_per_epoch", "log_every", "warmup_steps", "diagnose_every",
-             "profile_steps"),
+             "profile_steps", "strategy"),
 )
 _GENERATOR_WIDTHS = flags.DEFINE_list(
     "generator_widths", ",".join(map(str, training.GANConfig.generator_widths)),

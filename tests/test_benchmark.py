@@ -275,3 +275,23 @@ def test_a_bad_script_value_is_a_usage_error_before_any_work(tmp_path):
     assert "Received: precision='fp8'" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_rows_apply_the_per_layer_precision_training_applies():
+    # The tiny CNN advises conv2 in float32 for bfloat16 on a CPU, as MobileNetV2 advises its depthwise convs.
+    spec = benchmark.ClassifierSpec("tiny", lambda: build_small_cnn((8, 8, 3), width=4), (8, 8, 3),
+                                    default_batch_size=BATCH, cpu_bfloat16_float32_layers="conv2$")
+    lines = []
+    benchmark.compare(tiny_config(models=("tiny",)), {"tiny": spec}, progress=lines.append)
+    benchmark.compare(tiny_config(models=("tiny",), precisions=("bf16",), float32_layers="none"), {"tiny": spec},
+                      progress=lines.append)
+    expected = ["tiny float32 xla=false batch=8:", "tiny mixed_bfloat16 xla=false batch=8, 1 float32 layers:",
+                "tiny mixed_bfloat16 xla=false batch=8:"]
+    assert [line.split(" img/s")[0].rsplit(" ", 1)[0] for line in lines] == expected
+    with tfmp.precision_scope("bf16"):
+        workload = spec.build("mixed_bfloat16", BATCH, False, seed=0, hand_written=False, float32_layers="conv2$")
+    assert workload.float32_layers == ("small_cnn/conv2",)
+    assert workload.trainer.network.get_layer("conv2").compute_dtype == "float32"
+    assert benchmark.default_specs()["mobilenet_v2"].cpu_bfloat16_float32_layers == "_depthwise$"
+    with pytest.raises(ValueError, match=r"Received: '\('"):
+        tiny_config(models=("tiny",), float32_layers="(").validate(valid_models=("tiny",))

@@ -14,12 +14,17 @@ def _summary(model):
 def test_generator_is_the_seed_stack():
     generator = build_generator()
     assert generator.input_shape == (None, 100)
+    # BatchNorm is tfmp's fused layer: Keras's BatchNormalization computed by one op.
     assert _summary(generator) == [
-        ("Dense", (3136,)), ("Reshape", (7, 7, 64)), ("BatchNormalization", (7, 7, 64)),
-        ("Conv2D", (7, 7, 64)), ("UpSampling2D", (14, 14, 64)), ("BatchNormalization", (14, 14, 64)),
-        ("Conv2D", (14, 14, 32)), ("UpSampling2D", (28, 28, 32)), ("BatchNormalization", (28, 28, 32)),
-        ("Conv2D", (28, 28, 8)), ("BatchNormalization", (28, 28, 8)), ("Conv2D", (28, 28, 1)),
+        ("Dense", (3136,)), ("Reshape", (7, 7, 64)), ("FusedBatchNormalization", (7, 7, 64)),
+        ("Conv2D", (7, 7, 64)), ("UpSampling2D", (14, 14, 64)), ("FusedBatchNormalization", (14, 14, 64)),
+        ("Conv2D", (14, 14, 32)), ("UpSampling2D", (28, 28, 32)), ("FusedBatchNormalization", (28, 28, 32)),
+        ("Conv2D", (28, 28, 8)), ("FusedBatchNormalization", (28, 28, 8)), ("Conv2D", (28, 28, 1)),
     ]
+    assert all(isinstance(layer, keras.layers.BatchNormalization) for layer in generator.layers
+               if "BatchNormalization" in type(layer).__name__)
+    unfused = build_generator(fused_batch_norm=False)
+    assert [type(layer).__name__ for layer in unfused.layers].count("BatchNormalization") == 4
     convs = [layer for layer in generator.layers if isinstance(layer, keras.layers.Conv2D)]
     assert all(c.kernel_size == (5, 5) and c.padding == "same" for c in convs)
     assert [c.activation.__name__ for c in convs] == ["tanh", "tanh", "tanh", "sigmoid"]

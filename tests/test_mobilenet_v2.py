@@ -42,3 +42,30 @@ def test_bad_arguments_name_the_value():
         build_mobilenet_v2_classifier(num_classes=1)
     with pytest.raises(ValueError, match="batch_norm_momentum=1.0"):
         build_mobilenet_v2_classifier(batch_norm_momentum=1.0)
+
+
+def test_batch_norms_are_fused_with_the_keras_layers_weights_and_names():
+    from tfmp.layers import FusedBatchNormalization
+
+    fused = build_mobilenet_v2_classifier(alpha=0.35, batch_norm_momentum=0.9)
+    plain = build_mobilenet_v2_classifier(alpha=0.35, batch_norm_momentum=0.9, fused_batch_norm=False)
+    kinds = {type(layer).__name__ for layer in fused.layers[1].layers if "Normalization" in type(layer).__name__}
+    assert kinds == {"FusedBatchNormalization"} and fused.layers[1].name == plain.layers[1].name
+    assert all(isinstance(layer, FusedBatchNormalization) for layer in fused.layers[1].layers
+               if isinstance(layer, keras.layers.BatchNormalization))
+    assert [w.path for w in fused.weights] == [w.path for w in plain.weights]
+    plain.set_weights(fused.get_weights())
+    x = keras.random.uniform((4, 32, 32, 3), seed=0)
+    assert float(keras.ops.max(keras.ops.abs(fused(x) - plain(x)))) < 1e-5
+
+
+def test_the_cpu_bfloat16_advice_matches_exactly_the_depthwise_convolutions():
+    from models.mobilenet_v2 import CPU_BFLOAT16_FLOAT32_LAYERS
+
+    with tfmp.precision_scope("bf16"):
+        model = build_mobilenet_v2_classifier(alpha=0.35)
+    kept = tfmp.precision.keep_float32([model], CPU_BFLOAT16_FLOAT32_LAYERS)
+    depthwise = [layer for layer in model.layers[1].layers if isinstance(layer, keras.layers.DepthwiseConv2D)]
+    assert [path.rsplit("/", 1)[1] for path in kept] == [layer.name for layer in depthwise] and len(kept) == 17
+    assert {layer.compute_dtype for layer in depthwise} == {"float32"}
+    assert model.layers[1].get_layer("block_1_depthwise_BN").compute_dtype == "bfloat16"

@@ -171,3 +171,16 @@ def test_keep_float32_refuses_bad_or_unmatched_patterns():
     with pytest.raises(ValueError, match=r"such as mlp/.*Received: 'conv'"):
         precision.keep_float32([model], "conv")
     assert model.get_layer("dense_a").compute_dtype == "bfloat16"
+
+
+def test_resolve_float32_layers_auto_applies_the_model_default_only_for_bfloat16_on_cpu():
+    resolve = precision.resolve_float32_layers
+    assert resolve("auto", "mixed_bfloat16", "_depthwise$", has_gpu=False) == "_depthwise$"
+    assert resolve("auto", "bf16", "_depthwise$", has_gpu=True) == ""  # cuDNN has the kernels
+    assert resolve("auto", "float32", "_depthwise$", has_gpu=False) == ""
+    assert resolve("auto", "mixed_float16", "_depthwise$", has_gpu=False) == ""
+    assert resolve("auto", "mixed_bfloat16", "", has_gpu=False) == ""  # the model has no advice
+    # The user's explicit setting wins.
+    assert resolve("_BN$", "mixed_bfloat16", "_depthwise$", has_gpu=False) == "_BN$"
+    assert resolve("none", "mixed_bfloat16", "_depthwise$", has_gpu=False) == ""
+    assert resolve("", "mixed_bfloat16", "_depthwise$", has_gpu=False) == ""

@@ -216,3 +216,42 @@ def test_gan_rejects_bad_label_settings():
         trainers.GANTrainer(generator, discriminator, label_softening=0.7)
     with pytest.raises(ValueError, match="label_swap_fraction=2"):
         trainers.GANTrainer(generator, discriminator, label_swap_fraction=2)
+
+
+# --- non-finite steps without loss scaling ----------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+def test_skip_nonfinite_skips_a_nan_batch_exactly(precision):
+    """[b1, NaN, b2] with skipping trains exactly as [b1, b2]: the NaN step changes nothing."""
+    x, y = _data(n=24)
+    poisoned = x.copy()
+    poisoned[8] = np.nan
+
+    def train(batches, skip_nonfinite):
+        with tfmp.precision_scope(precision):
+            trainer = trainers.ClassifierTrainer(_linear_classifier())
+            trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy",
+                            loss_scale="none", skip_nonfinite=skip_nonfinite)
+        trainer.fit(tf.data.Dataset.from_tensor_slices(batches).batch(8), epochs=1, verbose=0, shuffle=False)
+        return trainer
+
+    with_nan = train((poisoned, y), skip_nonfinite=True)
+    clean = train((np.concatenate([x[:8], x[16:]]), np.concatenate([y[:8], y[16:]])), skip_nonfinite=True)
+    assert int(with_nan.optimizer.skipped_steps) == 1
+    inner = [t.optimizer.inner_optimizer.variables for t in (with_nan, clean)]  # iterations, slots
+    for a, b in zip(with_nan.variables + inner[0], clean.variables + inner[1]):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # Without skipping, the NaN reaches the weights: the check above can fail.
+    unguarded = train((poisoned, y), skip_nonfinite=False)
+    assert not np.isfinite(unguarded.network.get_layer("dense").kernel.numpy()).all()
+
+
+def test_skip_nonfinite_wraps_only_what_loss_scaling_does_not():
+    model = _linear_classifier()
+    optimizer = trainers.prepare_optimizer(keras.optimizers.SGD(0.1), model, "none", skip_nonfinite=True)
+    assert isinstance(optimizer, tfmp.LossScaleOptimizer) and not optimizer.dynamic
+    assert optimizer.initial_scale == 1
+    logs = trainers.MixedPrecisionTrainer.loss_scale_logs(optimizer)
+    assert set(logs) == {"skipped_steps"}  # a scale of 1 is not shown as loss scaling
+    assert type(trainers.prepare_optimizer(keras.optimizers.SGD(0.1), model, "none")) is keras.optimizers.SGD

@@ -224,9 +224,31 @@ def test_mixed_precision_reaches_float32_accuracy_on_real_data(tmp_path):
         result = training.train_classifier(config, print_fn=lines.append)
         _check_classifier_run(result, lines, precision, "dynamic", steps=PARITY.epochs * 45)
         accuracy[precision] = result.logs["val_accuracy"]
+        # bfloat16 on a CPU trains with the depthwise convolutions in float32 (float32_layers="auto").
+        kept = [line for line in lines if line.startswith("float32 layers: 17 matching '_depthwise$'")]
+        assert len(kept) == (precision == "mixed_bfloat16" and not tf.config.list_physical_devices("GPU"))
         if precision == "mixed_float16":
             assert result.logs["loss_scale"] >= 1.0
     print(f"validation accuracy after {PARITY.epochs} epochs: {accuracy}")
     assert accuracy["float32"] >= 0.85, accuracy
     assert abs(accuracy["mixed_float16"] - accuracy["float32"]) <= 0.02, accuracy
     assert abs(accuracy["mixed_bfloat16"] - accuracy["float32"]) <= 0.02, accuracy
+
+
+# --- per-layer precision by default ------------------------------------------------------
+
+
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="the default is for CPUs")
+def test_bfloat16_on_cpu_keeps_the_depthwise_convolutions_in_float32_by_default(tmp_path):
+    config = dataclasses.replace(TINY_CLASSIFIER, precision="bf16", steps_per_epoch=1, logdir=str(tmp_path))
+    lines = []
+    result = training.train_classifier(config, print_fn=lines.append)
+    (line,) = [line for line in lines if line.startswith("float32 layers:")]
+    assert line.startswith("float32 layers: 17 matching '_depthwise$' (mobilenet_v2_classifier/mobilenetv2_0.35_32/"
+                           "expanded_conv_depthwise, ")
+    assert line.endswith("the model's default for mixed_bfloat16 on CPU; float32_layers=none turns it off)")
+    backbone = result.trainer.network.layers[1]
+    depthwise = [layer for layer in backbone.layers if type(layer).__name__ == "DepthwiseConv2D"]
+    assert len(depthwise) == 17 and {layer.compute_dtype for layer in depthwise} == {"float32"}
+    assert result.trainer.network.get_layer("logits").compute_dtype == "bfloat16"
+    # float32_layers="none" or a regex of the user's wins: tests/test_precision.py, tests/test_scripts.py.

@@ -22,6 +22,13 @@ Method
   `keras.utils.set_random_seed(seed)`, so every precision starts from the
   same weights. The whole row (building, tracing, timing) runs inside the
   scope, as `tfmp.training` does.
+* Per-layer precision as `tfmp.training` applies it: `config.float32_layers`
+  (default `"auto"`: the spec's `cpu_bfloat16_float32_layers` under
+  mixed_bfloat16 without a GPU, which for MobileNetV2 keeps the depthwise
+  convolutions in float32; `"none"`; or a regex) is resolved by
+  `tfmp.precision.resolve_float32_layers` and applied with
+  `tfmp.precision.keep_float32` before anything is traced. The models'
+  BatchNorm layers are `tfmp.layers.FusedBatchNormalization`, as in training.
 * The trainer is compiled as `tfmp.training` compiles it: dynamic loss
   scaling under `mixed_float16` (`loss_scale="none"` otherwise),
   `jit_compile=xla`; the classifier with
@@ -116,6 +123,7 @@ import dataclasses
 import gc
 import importlib
 import json
+import re
 import resource
 import statistics
 import sys
@@ -128,7 +136,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.gan import build_discriminator, build_generator
-from models.mobilenet_v2 import build_mobilenet_v2_classifier
+from models.mobilenet_v2 import CPU_BFLOAT16_FLOAT32_LAYERS, build_mobilenet_v2_classifier
 from models.resnet50 import MIN_INPUT_SIZE, build_resnet50_classifier
 from tfmp import data as data_lib
 from tfmp import loss_scale as loss_scale_lib
@@ -188,6 +196,8 @@ class Workload:
             `(images, labels)`.
         images_per_step: Images one step processes (`batch_size *
             trainer.images_per_example`).
+        float32_layers: Paths of the layers kept in float32
+            (`tfmp.precision.keep_float32`); empty for none.
     """
 
     trainer: trainers.MixedPrecisionTrainer
@@ -195,6 +205,7 @@ class Workload:
     hand_written_optimizers: tuple[keras.optimizers.Optimizer, ...]
     batch: Any
     images_per_step: int
+    float32_layers: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -233,6 +244,11 @@ def epoch_batch_sizes(num_examples: int, batch_size: int, drop_remainder: bool) 
             f"are dropped. Received: batch_size={batch_size!r}"
         )
     return sizes
+
+
+def _keep_float32(networks: Sequence[keras.Model], pattern: str) -> tuple[str, ...]:
+    """`tfmp.precision.keep_float32` for a non-empty pattern; the paths kept."""
+    return tuple(precision_lib.keep_float32(networks, pattern)) if pattern else ()
 
 
 def _loss_scale_for(precision: str) -> str:
@@ -276,17 +292,25 @@ class ModelSpec(abc.ABC):
         name: The model's name in the records.
         default_batch_size: Batch size used when the config gives none.
         image_shape: `(height, width, channels)` of the images.
+        cpu_bfloat16_float32_layers: The model's `float32_layers` advice for
+            bfloat16 on a CPU (what `float32_layers="auto"` applies there).
     """
 
     name: str
     default_batch_size: int
     image_shape: tuple[int, int, int]
+    cpu_bfloat16_float32_layers: str = ""
 
     @abc.abstractmethod
     def build(
-        self, precision: str, batch_size: int, jit_compile: bool, seed: int, hand_written: bool = True
+        self, precision: str, batch_size: int, jit_compile: bool, seed: int, hand_written: bool = True,
+        float32_layers: str = "",
     ) -> Workload:
-        """Builds the workload under the current dtype policy (which must be `precision`'s)."""
+        """Builds the workload under the current dtype policy (which must be `precision`'s).
+
+        `float32_layers` is a resolved `tfmp.precision.keep_float32` pattern
+        ("" for none), applied to the networks before the trainer is compiled.
+        """
 
     @abc.abstractmethod
     def pipeline(self, dataset: str, batch_size: int, seed: int) -> Pipeline:
@@ -308,6 +332,7 @@ class ClassifierSpec(ModelSpec):
         num_classes: Classes of the synthetic labels.
         default_batch_size: Batch size when the config gives none.
         learning_rate: Adam's (constant) learning rate.
+        cpu_bfloat16_float32_layers: See `ModelSpec`.
     """
 
     name: str
@@ -316,11 +341,14 @@ class ClassifierSpec(ModelSpec):
     num_classes: int = 10
     default_batch_size: int = 128
     learning_rate: float = 1e-3
+    cpu_bfloat16_float32_layers: str = ""
 
     def build(
-        self, precision: str, batch_size: int, jit_compile: bool, seed: int, hand_written: bool = True
+        self, precision: str, batch_size: int, jit_compile: bool, seed: int, hand_written: bool = True,
+        float32_layers: str = "",
     ) -> Workload:
         network = self.build_network()
+        kept = _keep_float32([network], float32_layers)
         trainer = trainers.ClassifierTrainer(network)
         trainer.compile(
             keras.optimizers.Adam(self.learning_rate),
@@ -335,7 +363,7 @@ class ClassifierSpec(ModelSpec):
         rng = np.random.default_rng(seed)
         labels = tf.constant(rng.integers(0, self.num_classes, batch_size).astype(np.int32))
         batch = (self._synthetic_images(batch_size, rng), labels)
-        return Workload(trainer, step, optimizers, batch, batch_size * trainer.images_per_example)
+        return Workload(trainer, step, optimizers, batch, batch_size * trainer.images_per_example, kept)
 
     def _hand_written(self, network: keras.Model, precision: str, jit_compile: bool):
         variables = network.trainable_variables
@@ -370,6 +398,7 @@ class GANSpec(ModelSpec):
         discriminator_learning_rate: The discriminator's RMSprop rate (1e-4).
         label_softening: As `tfmp.trainers.GANTrainer` (the seed's 0.01).
         label_swap_fraction: As `tfmp.trainers.GANTrainer` (the seed's 0.1).
+        cpu_bfloat16_float32_layers: See `ModelSpec`.
     """
 
     name: str = "gan"
@@ -381,11 +410,14 @@ class GANSpec(ModelSpec):
     discriminator_learning_rate: float = 1e-4
     label_softening: float = 0.01
     label_swap_fraction: float = 0.1
+    cpu_bfloat16_float32_layers: str = ""
 
     def build(
-        self, precision: str, batch_size: int, jit_compile: bool, seed: int, hand_written: bool = True
+        self, precision: str, batch_size: int, jit_compile: bool, seed: int, hand_written: bool = True,
+        float32_layers: str = "",
     ) -> Workload:
         generator, discriminator = self.build_generator(), self.build_discriminator()
+        kept = _keep_float32([generator, discriminator], float32_layers)
         trainer = trainers.GANTrainer(
             generator, discriminator, self.label_softening, self.label_swap_fraction, seed=seed
         )
@@ -399,7 +431,7 @@ class GANSpec(ModelSpec):
         if hand_written:
             step, optimizers = self._hand_written(generator, discriminator, precision, jit_compile, seed)
         batch = self._synthetic_images(batch_size, np.random.default_rng(seed))
-        return Workload(trainer, step, optimizers, batch, batch_size * trainer.images_per_example)
+        return Workload(trainer, step, optimizers, batch, batch_size * trainer.images_per_example, kept)
 
     def _hand_written(self, generator, discriminator, precision, jit_compile, seed):
         g_vars, d_vars = generator.trainable_variables, discriminator.trainable_variables
@@ -446,7 +478,8 @@ def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[st
 
     * `gan`: the seed GAN (`models.gan`), batch 512 by default;
     * `mobilenet_v2`: `models.mobilenet_v2` at 32x32x3, 10 classes, alpha 1.0,
-      BatchNorm momentum 0.9 (as `tfmp.training`), batch 128;
+      BatchNorm momentum 0.9 (as `tfmp.training`), batch 128; its depthwise
+      convolutions in float32 under bfloat16 on a CPU (as `tfmp.training`);
     * `resnet50`: `models.resnet50` at `resnet_input_size` squared, 10
       classes, batch 32.
     """
@@ -458,6 +491,7 @@ def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[st
             lambda: build_mobilenet_v2_classifier((32, 32, 3), num_classes=10, batch_norm_momentum=0.9),
             (32, 32, 3),
             default_batch_size=128,
+            cpu_bfloat16_float32_layers=CPU_BFLOAT16_FLOAT32_LAYERS,
         ),
         "resnet50": ClassifierSpec(
             "resnet50",
@@ -579,6 +613,10 @@ class BenchmarkConfig:
         seed: Seed of the weights, the synthetic data and the noise.
         dataset: The real dataset of the `input_pipeline` mode (one of
             `tfmp.data.DATASETS`; `digits` needs no download).
+        float32_layers: Layers computing in float32, as training's setting:
+            `"auto"` (each model's advice for bfloat16 on a CPU), `"none"`,
+            or a regex searched in layer paths
+            (`tfmp.precision.resolve_float32_layers`).
     """
 
     models: tuple[str, ...] = MODELS
@@ -591,6 +629,7 @@ class BenchmarkConfig:
     repeats: int = 5
     seed: int = 0
     dataset: str = "digits"
+    float32_layers: str = precision_lib.FLOAT32_LAYERS_AUTO
 
     def validate(self, valid_models: Iterable[str] = MODELS) -> None:
         """Raises ValueError, naming the value, for an impossible setting."""
@@ -612,6 +651,12 @@ class BenchmarkConfig:
             raise ValueError(
                 f"Unknown dataset. Valid: {', '.join(data_lib.DATASETS)}. Received: dataset={self.dataset!r}"
             )
+        try:
+            re.compile(self.float32_layers)
+        except (re.error, TypeError) as e:
+            raise ValueError(
+                f"float32_layers is not a valid regular expression ({e}). Received: {self.float32_layers!r}"
+            ) from None
 
 
 # -- records -----------------------------------------------------------------
@@ -888,21 +933,37 @@ def _label(spec: ModelSpec, precision: str, xla: bool, batch_size: int) -> str:
     return f"{spec.name} {precision} xla={str(xla).lower()} batch={batch_size}"
 
 
+def _build(spec: ModelSpec, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig,
+           hand_written: bool = True) -> Workload:
+    """The row's workload, with the per-layer precision training would apply."""
+    pattern = precision_lib.resolve_float32_layers(config.float32_layers, precision, spec.cpu_bfloat16_float32_layers)
+    return spec.build(precision, batch_size, xla, config.seed, hand_written=hand_written, float32_layers=pattern)
+
+
+def _kept(float32_layers: int) -> str:
+    return f", {float32_layers} float32 layers" if float32_layers else ""
+
+
 def _measure_compare_row(
     spec: ModelSpec, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
-) -> tuple[float, float, int]:
-    """Times one row; returns (trainer img/s, hand-written img/s, images per step).
+) -> tuple[float, float, int, int]:
+    """Times one row.
+
+    Returns:
+        (trainer img/s, hand-written img/s, images per step, layers kept in
+        float32).
 
     Everything the row builds is local, so it can be freed once this returns.
     """
     with precision_lib.precision_scope(precision):
         keras.utils.set_random_seed(config.seed)
-        workload = spec.build(precision, batch_size, xla, config.seed)
+        workload = _build(spec, precision, xla, batch_size, config)
         dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
         trainer = _trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
         hand = _hand_written_driver(workload, dataset, config.warmup_steps)
         _interleave([trainer, hand], config.steps, config.repeats)
-    return trainer.median_images_per_sec, hand.median_images_per_sec, workload.images_per_step
+    return (trainer.median_images_per_sec, hand.median_images_per_sec, workload.images_per_step,
+            len(workload.float32_layers))
 
 
 def compare(
@@ -934,7 +995,7 @@ def compare(
         start = time.perf_counter()
         gc.collect()  # free the previous row before measuring this one's memory
         with HostPeakMemory() as host, _GpuPeakMemory() as gpu:
-            images_per_sec, hand_images_per_sec, images_per_step = _measure_compare_row(
+            images_per_sec, hand_images_per_sec, images_per_step, kept = _measure_compare_row(
                 spec, precision, xla, batch_size, config
             )
         rows.append(Record(
@@ -951,7 +1012,7 @@ def compare(
         ))
         if progress is not None:
             progress(
-                f"{_label(spec, precision, xla, batch_size)}: {images_per_sec:.1f} img/s "
+                f"{_label(spec, precision, xla, batch_size)}{_kept(kept)}: {images_per_sec:.1f} img/s "
                 f"(hand-written {hand_images_per_sec:.1f}), peak RSS {host.peak_mb:.0f} MB, "
                 f"{time.perf_counter() - start:.0f} s"
             )
@@ -968,7 +1029,7 @@ def _measure_pipeline_row(
     """Times one row; returns (pipeline img/s, synthetic img/s)."""
     with precision_lib.precision_scope(precision):
         keras.utils.set_random_seed(config.seed)
-        workload = spec.build(precision, batch_size, xla, config.seed, hand_written=False)
+        workload = _build(spec, precision, xla, batch_size, config, hand_written=False)
         synthetic_data = tf.data.Dataset.from_tensors(workload.batch).repeat()
         synthetic = _trainer_driver(workload, synthetic_data, (batch_size,), config.warmup_steps, first_fit=True)
         # At least one epoch of warm-up: a partial last batch has its own shape.

@@ -8,9 +8,16 @@
 * `GeneratorSamples` writes a grid of generator images from fixed noise;
 * `GradientDiagnostics` logs the float16 underflow/overflow fractions of the
   gradients every N steps (`tfmp.diagnostics`);
-* `ProfileSteps` captures a TensorFlow profiler trace of chosen steps.
+* `ProfileSteps` captures a TensorFlow profiler trace of chosen steps;
+* `Checkpointing` saves the run every N steps and every epoch, and turns a
+  SIGTERM/SIGINT into a checkpoint and a clean stop (`tfmp.preemption`);
+* `NonFiniteStop` stops at the first skipped step and names the first
+  non-finite layer;
+* `RunSegment` presents one `fit()` call of a run split over several (a
+  resumed, partial epoch first) to a callback as part of one run.
 
-Put `StepTimer` before the callbacks that read `images_per_sec`.
+Put `StepTimer` before the callbacks that read `images_per_sec`, and
+`Checkpointing` last.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
+from tfmp import checkpoint as checkpoint_lib
 from tfmp import diagnostics
+from tfmp import preemption
 
-__all__ = ["ConsoleLogger", "EpochSummaries", "GeneratorSamples", "GradientDiagnostics", "ProfileSteps", "StepTimer",
-           "image_grid"]
+__all__ = ["Checkpointing", "ConsoleLogger", "EpochSummaries", "GeneratorSamples", "GradientDiagnostics",
+           "NonFiniteStepError", "NonFiniteStop", "ProfileSteps", "RunSegment", "StepTimer", "image_grid"]
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -404,3 +413,182 @@ class ProfileSteps(keras.callbacks.Callback):
             self._active = False
             steps = f"{self.profiled_steps[0]}-{self.profiled_steps[-1]}"
             self.print_fn(f"profiled steps {steps}: tensorboard --logdir {self.logdir} (Profile tab)")
+
+
+class Checkpointing(keras.callbacks.Callback):
+    """Saves the run's checkpoint every `every` steps, every epoch, and on a stop request.
+
+    With a `tfmp.preemption.PreemptionGuard` whose signal has arrived, the
+    step in flight finishes, a checkpoint is written and
+    `tfmp.preemption.Preempted` is raised out of `fit()`.
+
+    Args:
+        checkpoint: The run's `tfmp.checkpoint.RunCheckpoint`.
+        step: Training steps done before this `fit()` (the restored step).
+        every: Also save every this many steps; 0 = only at epoch ends.
+        guard: The active preemption guard, if any.
+        print_fn: Says where each checkpoint went.
+    """
+
+    def __init__(
+        self,
+        checkpoint: checkpoint_lib.RunCheckpoint,
+        step: int = 0,
+        every: int = 0,
+        guard: preemption.PreemptionGuard | None = None,
+        print_fn: Callable[[str], None] = print,
+    ):
+        super().__init__()
+        if every < 0:
+            raise ValueError(f"every must be >= 0. Received: every={every!r}")
+        self.checkpoint = checkpoint
+        self.step = int(step)
+        self.every = int(every)
+        self.guard = guard
+        self.print_fn = print_fn
+        self.last_saved: tuple[int, str] | None = None
+
+    def save(self) -> str:
+        """Writes a checkpoint at the current step (once per step)."""
+        if self.last_saved is None or self.last_saved[0] != self.step:
+            self.last_saved = (self.step, self.checkpoint.save(self.step))
+        return self.last_saved[1]
+
+    def _stop_if_requested(self) -> None:
+        if self.guard is not None and self.guard.requested:
+            raise preemption.Preempted(self.guard.signum, self.step, self.save())
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        self._stop_if_requested()
+        if self.every and self.step % self.every == 0:
+            self.save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        path = self.save()
+        self.print_fn(f"checkpoint: {path} (step {self.step})")
+        self._stop_if_requested()
+
+
+class NonFiniteStepError(RuntimeError):
+    """A training step met a non-finite value and the run was told to stop."""
+
+
+class NonFiniteStop(keras.callbacks.Callback):
+    """Stops training at the first skipped step, naming what went non-finite.
+
+    The optimizers must skip non-finite steps (`skip_nonfinite=True` or loss
+    scaling), so the offending update never reaches the weights. When a
+    step's skipped-step count goes up, the batch is fetched again with
+    `batch_at(step_index)` and `tfmp.diagnostics.first_nonfinite` reports
+    the input, layer output, loss or gradient where the first non-finite
+    value appears; `NonFiniteStepError` then carries it, with the epoch and
+    step.
+
+    Args:
+        batch_at: Returns the training batch of a 0-based global step index.
+        step: Training steps done before this `fit()`.
+    """
+
+    def __init__(self, batch_at: Callable[[int], Any], step: int = 0):
+        super().__init__()
+        self.batch_at = batch_at
+        self.step = int(step)
+        self._skipped: int | None = None
+        self._epoch = 0
+
+    @staticmethod
+    def _count(logs: Mapping[str, Any]) -> int:
+        return int(sum(value for key, value in logs.items() if key.endswith("skipped_steps") and not key.startswith("val_")))
+
+    def on_train_begin(self, logs=None):
+        self._skipped = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        count = self._count(logs or {})
+        if self._skipped is None:
+            # The first step of this fit(): compare with the optimizers' restored counts.
+            self._skipped = int(sum(int(getattr(o, "skipped_steps", 0)) for o in self.model.optimizers.values()))
+        if count > self._skipped:
+            report = diagnostics.first_nonfinite(self.model, self.batch_at(self.step - 1))
+            raise NonFiniteStepError(
+                f"Non-finite value at epoch {self._epoch + 1}, step {batch + 1} of the epoch (global step "
+                f"{self.step}); the update was skipped and the weights are unchanged. First non-finite: {report}. "
+                "Check the input data, or use --on_nonfinite=skip to skip such steps and go on."
+            )
+        self._skipped = count
+
+
+class RunSegment(keras.callbacks.Callback):
+    """Shows `callback` one `fit()` call of a run that takes several, as one run.
+
+    A run resumed in the middle of an epoch finishes that epoch with a short
+    `fit()` and then runs the remaining epochs with another. Wrapped in a
+    `RunSegment` per call, a callback sees one `on_train_begin` (in the first
+    segment) and one `on_train_end` (in the last), the epoch's real batch
+    indices (`batch_offset` added) and the real `steps_per_epoch`.
+
+    Args:
+        callback: The callback to present the run to.
+        first: Whether this is the run's first segment.
+        last: Whether this is its last.
+        batch_offset: Steps of the first epoch done before this segment.
+        params: Values of the whole run that replace the segment's own in
+            `params` (`{"steps": steps_per_epoch, "epochs": epochs}`).
+    """
+
+    def __init__(
+        self, callback: keras.callbacks.Callback, first: bool, last: bool, batch_offset: int = 0,
+        params: Mapping[str, Any] | None = None,
+    ):
+        super().__init__()
+        self.callback = callback
+        self.first = first
+        self.last = last
+        self.batch_offset = int(batch_offset)
+        self.run_params = dict(params or {})
+
+    def set_model(self, model):
+        super().set_model(model)
+        self.callback.set_model(model)
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.callback.set_params({**params, **self.run_params})
+
+    def on_train_begin(self, logs=None):
+        if self.first:
+            self.callback.on_train_begin(logs)
+
+    def on_train_end(self, logs=None):
+        if self.last:
+            self.callback.on_train_end(logs)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.callback.on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.batch_offset = 0  # later epochs of this segment start at batch 0
+        self.callback.on_epoch_end(epoch, logs)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.callback.on_train_batch_begin(batch + self.batch_offset, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.callback.on_train_batch_end(batch + self.batch_offset, logs)
+
+    def on_test_begin(self, logs=None):
+        self.callback.on_test_begin(logs)
+
+    def on_test_end(self, logs=None):
+        self.callback.on_test_end(logs)
+
+    def on_test_batch_begin(self, batch, logs=None):
+        self.callback.on_test_batch_begin(batch, logs)
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.callback.on_test_batch_end(batch, logs)

@@ -25,6 +25,8 @@ import keras
 import tensorflow as tf
 
 __all__ = [
+    "FLOAT32_LAYERS_AUTO",
+    "FLOAT32_LAYERS_NONE",
     "PRECISIONS",
     "canonical_precision",
     "choose_precision",
@@ -32,6 +34,7 @@ __all__ = [
     "keep_float32",
     "layer_paths",
     "precision_scope",
+    "resolve_float32_layers",
     "resolve_jit_compile",
     "resolve_precision",
     "set_precision",
@@ -285,3 +288,38 @@ def keep_float32(models: Sequence[keras.Model], pattern: str) -> list[str]:
     for _, layer in matched:
         layer.dtype_policy = "float32"
     return [path for path, _ in matched]
+
+
+FLOAT32_LAYERS_AUTO = "auto"
+FLOAT32_LAYERS_NONE = "none"
+
+
+def resolve_float32_layers(
+    setting: str, precision: str, cpu_bfloat16_default: str = "", has_gpu: bool | None = None
+) -> str:
+    """The `keep_float32` pattern a run applies, from the user's setting.
+
+    Args:
+        setting: A regular expression; `"none"` (or `""`) for no layer; or
+            `"auto"`: the model's advice for this machine, which is
+            `cpu_bfloat16_default` under `mixed_bfloat16` without a GPU
+            (bfloat16 kernels that oneDNN lacks, such as MobileNetV2's
+            depthwise backward passes) and nothing otherwise.
+        precision: The concrete precision of the run (not `auto`).
+        cpu_bfloat16_default: The model's pattern for bfloat16 on a CPU;
+            `""` when it has none.
+        has_gpu: Whether a GPU is visible; detected when None.
+
+    Returns:
+        The pattern, or `""` when no layer is to be kept in float32.
+    """
+    key = setting.strip()
+    if key in ("", FLOAT32_LAYERS_NONE):
+        return ""
+    if key != FLOAT32_LAYERS_AUTO:
+        return setting
+    if canonical_precision(precision) != "mixed_bfloat16" or not cpu_bfloat16_default:
+        return ""
+    if has_gpu is None:
+        has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    return "" if has_gpu else cpu_bfloat16_default

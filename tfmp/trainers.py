@@ -63,6 +63,7 @@ def prepare_optimizer(
     optimizer: str | keras.optimizers.Optimizer,
     model: keras.layers.Layer,
     loss_scale: str | float | None = "dynamic",
+    skip_nonfinite: bool = False,
 ) -> keras.optimizers.Optimizer:
     """Returns the optimizer a model should train with.
 
@@ -71,12 +72,19 @@ def prepare_optimizer(
       a `tfmp.LossScaleOptimizer` according to `loss_scale` (`"dynamic"`, a
       fixed positive number, or `"none"` for no scaling). A stock Keras
       `LossScaleOptimizer` is replaced by tfmp's with the same settings.
-    * A model that computes in float32 or bfloat16 gets the bare optimizer.
+    * A model that computes in float32 or bfloat16 gets the bare optimizer,
+      unless `skip_nonfinite`: then, as any unscaled optimizer, it is wrapped
+      in a `tfmp.LossScaleOptimizer` with the fixed scale 1. Multiplying and
+      dividing by 1 is exact, so the updates are unchanged, but a step with a
+      non-finite gradient (a NaN batch, say) is skipped and counted instead
+      of writing NaN into the weights.
 
     Args:
         optimizer: A Keras optimizer or its name.
         model: The model whose variables the optimizer updates.
         loss_scale: The loss-scale setting for a float16 model.
+        skip_nonfinite: Make an optimizer that would not be loss-scaled skip
+            non-finite steps too (see above).
 
     Returns:
         A Keras optimizer.
@@ -93,13 +101,31 @@ def prepare_optimizer(
             "dynamic_growth_steps": optimizer.dynamic_growth_steps,
         }
     precision = "mixed_float16" if computes_in_float16(model) else "float32"
-    return loss_scale_lib.wrap_optimizer(optimizer, precision, loss_scale, **kwargs)
+    optimizer = loss_scale_lib.wrap_optimizer(optimizer, precision, loss_scale, **kwargs)
+    if skip_nonfinite and not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
+        optimizer = loss_scale_lib.LossScaleOptimizer(optimizer, dynamic=False, initial_scale=1.0)
+    return optimizer
 
 
 def _unscale_for_distribution(loss: tf.Tensor) -> tf.Tensor:
     """Undoes Keras's 1/num_replicas loss scaling, for the loss metrics."""
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     return loss * replicas if replicas > 1 else loss
+
+
+def _replica_rows(batch_size: int | tf.Tensor) -> tuple[int | tf.Tensor, int | tf.Tensor]:
+    """`(offset, global_batch_size)`: where this replica's rows sit in the step's global batch.
+
+    `fit()` under a strategy gives replica `i` rows `i*b .. (i+1)*b - 1` of
+    each global batch (`b` rows each: an even split is assumed, as
+    `tfmp.distribute.per_replica_batch` requires). `(0, batch_size)` outside
+    a multi-replica step.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return 0, batch_size
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    return replica * batch_size, context.num_replicas_in_sync * batch_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,19 +203,78 @@ class MixedPrecisionTrainer(keras.Model):
         optimizer.apply_gradients(zip(grads, variables))
         return loss, aux
 
+    def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
+        # Keras 3.15, for a model made under a strategy, averages the first
+        # batch over the replicas (to build with its shapes) before checking
+        # whether anything is left to build. That fails under
+        # MultiWorkerMirroredStrategy (a PerReplica "cannot be converted to a
+        # Tensor") and for a first batch that does not split evenly (a
+        # validation set of 359 images on 2 replicas: "Inputs to operation
+        # AddN must have the same size"), and costs every validation pass a
+        # cross-replica reduce of a whole batch. One replica's share has the
+        # shapes the average has.
+        strategy = self._distribute_strategy
+        if strategy is None:
+            super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+            return
+        built = (
+            all(layer.built for layer in self._flatten_layers())
+            and getattr(getattr(self, "_compile_metrics", None), "built", True)
+            and getattr(getattr(self, "_compile_loss", None), "built", True)
+            and getattr(getattr(self, "optimizer", None), "built", True)
+        )
+        if built:
+            return
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda x: strategy.experimental_local_results(x)[0]
+                    if isinstance(x, tf.distribute.DistributedValues) else x,
+                    next(batches),
+                )
+                break
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    def _make_function(self, step_function: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        # Across workers, Keras 3.15 averages each step's logs with
+        # strategy.reduce(MEAN, axis=0), which fails for the scalar logs every
+        # step returns ("Invalid reduction dimension 0 for input with 0
+        # dimensions", tensorflow/tensorflow#72388). Shaped (1,), they reduce
+        # to the scalar mean over all replicas.
+        resolver = getattr(self.distribute_strategy, "cluster_resolver", None)
+        if resolver is not None and resolver.cluster_spec().as_dict():
+            step = step_function
+
+            def step_function(data: Any) -> Any:
+                return tf.nest.map_structure(
+                    lambda v: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v, step(data)
+                )
+
+        return super()._make_function(step_function)
+
     @staticmethod
     def loss_scale_logs(optimizer: keras.optimizers.Optimizer, prefix: str = "") -> dict[str, tf.Tensor]:
-        """The current loss scale and skipped-step count, if `optimizer` scales."""
+        """The current loss scale and skipped-step count, if `optimizer` is a tfmp one.
+
+        An optimizer that only skips non-finite steps (fixed scale 1, see
+        `prepare_optimizer`) logs its skipped steps but no loss scale.
+        """
         if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
             return {}
-        return {
-            f"{prefix}loss_scale": optimizer.loss_scale,
-            f"{prefix}skipped_steps": optimizer.skipped_steps,
-        }
+        logs = {f"{prefix}skipped_steps": optimizer.skipped_steps}
+        if optimizer.dynamic or optimizer.initial_scale != 1:
+            logs[f"{prefix}loss_scale"] = optimizer.loss_scale
+        return logs
 
     @property
     def networks(self) -> dict[str, keras.Model]:
         """The trained models by name."""
+        raise NotImplementedError
+
+    @property
+    def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
+        """The optimizers by the name of what they train (after `compile`)."""
         raise NotImplementedError
 
     @property
@@ -263,6 +348,7 @@ class ClassifierTrainer(MixedPrecisionTrainer):
         loss: Any = None,
         metrics: Any = None,
         loss_scale: str | float | None = "dynamic",
+        skip_nonfinite: bool = False,
         **kwargs: Any,
     ) -> None:
         """Configures training; see `keras.Model.compile`.
@@ -273,15 +359,19 @@ class ClassifierTrainer(MixedPrecisionTrainer):
             loss: The loss, as for `keras.Model.compile`.
             metrics: The metrics, as for `keras.Model.compile`.
             loss_scale: `"dynamic"`, `"none"` or a fixed scale (float16 only).
+            skip_nonfinite: Skip (and count) steps with a non-finite gradient
+                even without loss scaling; see `prepare_optimizer`.
             **kwargs: Other `keras.Model.compile` arguments, e.g. `jit_compile`.
         """
         kwargs["auto_scale_loss"] = False  # prepare_optimizer decided already
         super().compile(
-            optimizer=prepare_optimizer(optimizer, self.network, loss_scale),
+            optimizer=prepare_optimizer(optimizer, self.network, loss_scale, skip_nonfinite),
             loss=loss,
             metrics=metrics,
             **kwargs,
         )
+        # Built now rather than at the first step, so its state can be restored first.
+        self.optimizer.build(self.trainable_variables)
 
     @property
     def networks(self) -> dict[str, keras.Model]:
@@ -290,6 +380,10 @@ class ClassifierTrainer(MixedPrecisionTrainer):
     @property
     def loss_networks(self) -> dict[str, keras.Model]:
         return self.networks
+
+    @property
+    def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
+        return {self.network.name: self.optimizer}
 
     def _forward(self, x: Any, y: Any, sample_weight: Any) -> tuple[tf.Tensor, Any]:
         y_pred = self(x, training=True)
@@ -320,7 +414,8 @@ class ClassifierTrainer(MixedPrecisionTrainer):
 
 
 def discriminator_labels(
-    batch_size: int | tf.Tensor, softening: float, swap_fraction: float
+    batch_size: int | tf.Tensor, softening: float, swap_fraction: float,
+    offset: int | tf.Tensor = 0, global_batch_size: int | tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """The seed's discriminator targets: softened, with a few rows swapped.
 
@@ -335,12 +430,17 @@ def discriminator_labels(
         batch_size: Images per batch (may be a scalar tensor).
         softening: Distance of each label from the hard 0/1 target.
         swap_fraction: Share of rows whose real and fake labels are swapped.
+        offset: The first row's index in the step's global batch (a
+            replica's share of it starts there under a distribution strategy).
+        global_batch_size: The global batch, whose first rows are swapped;
+            default `batch_size`.
 
     Returns:
         `(real_labels, fake_labels)`, float32 of shape `(batch_size, 1)`.
     """
-    rows = tf.range(batch_size)
-    n_swap = tf.cast(tf.floor(tf.cast(batch_size, tf.float32) * swap_fraction), tf.int32)
+    rows = tf.range(batch_size) + offset
+    total = batch_size if global_batch_size is None else global_batch_size
+    n_swap = tf.cast(tf.floor(tf.cast(total, tf.float32) * swap_fraction), tf.int32)
     swapped = (rows < n_swap)[:, None]
     real, fake = tf.constant(softening, tf.float32), tf.constant(1.0 - softening, tf.float32)
     return tf.where(swapped, fake, real), tf.where(swapped, real, fake)
@@ -416,6 +516,7 @@ class GANTrainer(MixedPrecisionTrainer):
         generator_optimizer: str | keras.optimizers.Optimizer | None = None,
         discriminator_optimizer: str | keras.optimizers.Optimizer | None = None,
         loss_scale: str | float | None = "dynamic",
+        skip_nonfinite: bool = False,
         **kwargs: Any,
     ) -> None:
         """Configures training.
@@ -425,24 +526,31 @@ class GANTrainer(MixedPrecisionTrainer):
             discriminator_optimizer: Defaults to the seed's `RMSprop(1e-4)`.
             loss_scale: `"dynamic"`, `"none"` or a fixed scale, applied to
                 each optimizer separately when its model computes in float16.
+            skip_nonfinite: Skip (and count) steps with a non-finite gradient
+                even without loss scaling; see `prepare_optimizer`.
             **kwargs: Other `keras.Model.compile` arguments, e.g. `jit_compile`.
         """
         kwargs["auto_scale_loss"] = False
         super().compile(optimizer=None, **kwargs)
         self.generator_optimizer = prepare_optimizer(
-            generator_optimizer or keras.optimizers.Adam(1e-3), self.generator, loss_scale
+            generator_optimizer or keras.optimizers.Adam(1e-3), self.generator, loss_scale, skip_nonfinite
         )
         self.discriminator_optimizer = prepare_optimizer(
-            discriminator_optimizer or keras.optimizers.RMSprop(1e-4), self.discriminator, loss_scale
+            discriminator_optimizer or keras.optimizers.RMSprop(1e-4), self.discriminator, loss_scale, skip_nonfinite
         )
         self.generator_optimizer.build(self.generator.trainable_variables)
         self.discriminator_optimizer.build(self.discriminator.trainable_variables)
 
     def sample_noise(self, batch_size: int | tf.Tensor) -> tf.Tensor:
-        """Noise uniform in [-1, 1], float32 `(batch_size, latent_dim)`."""
-        return keras.random.uniform(
-            (batch_size, self.latent_dim), minval=-1.0, maxval=1.0, seed=self.noise_seed
-        )
+        """Noise uniform in [-1, 1], float32 `(batch_size, latent_dim)`.
+
+        In a multi-replica step every replica holds the same seed, so each
+        draws the global batch's noise and keeps its own rows: replicas get
+        different noise, the noise a single device would draw.
+        """
+        offset, total = _replica_rows(batch_size)
+        noise = keras.random.uniform((total, self.latent_dim), minval=-1.0, maxval=1.0, seed=self.noise_seed)
+        return noise if total is batch_size else noise[offset:offset + batch_size]
 
     def _loss(self, logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         return self.bce(labels, tf.cast(logits, tf.float32))
@@ -455,8 +563,10 @@ class GANTrainer(MixedPrecisionTrainer):
 
     def discriminator_loss(self, real: tf.Tensor, fake: tf.Tensor, training: bool) -> tf.Tensor:
         """The discriminator's loss: the mean of its real and fake losses."""
+        batch_size = tf.shape(real)[0]
+        offset, total = _replica_rows(batch_size)
         real_labels, fake_labels = discriminator_labels(
-            tf.shape(real)[0], self.label_softening, self.label_swap_fraction
+            batch_size, self.label_softening, self.label_swap_fraction, offset, total
         )
         real_loss = self._loss(self.discriminator(real, training=training), real_labels)
         fake_loss = self._loss(self.discriminator(fake, training=training), fake_labels)
@@ -474,6 +584,10 @@ class GANTrainer(MixedPrecisionTrainer):
     @property
     def loss_networks(self) -> dict[str, keras.Model]:
         return {"discriminator": self.discriminator}
+
+    @property
+    def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
+        return {"generator": self.generator_optimizer, "discriminator": self.discriminator_optimizer}
 
     def objectives(self, data: Any) -> list[Objective]:
         """The generator's and the discriminator's losses on one batch.

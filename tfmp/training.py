@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -36,13 +37,16 @@ import numpy as np
 import tensorflow as tf
 
 from models.gan import build_discriminator, build_generator
-from models.mobilenet_v2 import build_mobilenet_v2_classifier
+from models.mobilenet_v2 import CPU_BFLOAT16_FLOAT32_LAYERS, build_mobilenet_v2_classifier
 from tfmp import autotune
 from tfmp import callbacks as callbacks_lib
+from tfmp import checkpoint as checkpoint_lib
 from tfmp import data as data_lib
 from tfmp import diagnostics
+from tfmp import distribute
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
+from tfmp import preemption
 from tfmp import trainers
 
 __all__ = [
@@ -61,6 +65,17 @@ __all__ = [
 
 class ConfigError(ValueError):
     """An impossible run setting, found before any training."""
+
+
+ON_NONFINITE = ("skip", "stop")
+
+# Settings a resumed run may change; every other setting must match the checkpoint's.
+_RESUMABLE = frozenset({
+    "epochs", "steps_per_epoch", "data_dir", "logdir", "run_name", "log_every", "warmup_steps", "diagnose_every",
+    "profile_steps", "strategy", "xla", "tf32", "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume",
+    "on_nonfinite", "deterministic", "num_samples", "validation_batch_size",
+    "precision", "loss_scale",  # compared once resolved
+})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,11 +108,37 @@ class TrainConfig:
             directory (`tfmp.callbacks.ProfileSteps`); None = no trace.
         float32_layers: A regular expression; layers whose path matches
             (`re.search`, see `tfmp.precision.keep_float32`) compute in
-            float32 under a mixed policy. Empty = none.
+            float32 under a mixed policy. `"none"` (or empty) = none;
+            `"auto"` = the model's `cpu_bfloat16_float32_layers` under
+            mixed_bfloat16 without a GPU, none otherwise
+            (`tfmp.precision.resolve_float32_layers`).
+        strategy: `tfmp.distribute.STRATEGIES`: `"default"` (one device),
+            `"mirrored"` (every local GPU) or `"multi_worker"` (hosts named
+            by `TF_CONFIG`). `batch_size` is then the global batch, split
+            evenly across the replicas; only the chief writes the logs.
+        checkpoint_dir: Where the run's checkpoints go; default
+            `<logdir>/<run_name>/checkpoints` (`tfmp.checkpoint`).
+        checkpoint_every: Also checkpoint every this many steps; 0 = only at
+            the end of each epoch (and on SIGTERM/SIGINT).
+        keep_checkpoints: Checkpoints kept (>= 1; with 2 or more, a corrupt
+            newest one falls back to the one before).
+        resume: Continue from the newest readable checkpoint in
+            `checkpoint_dir`, exactly where it stopped (start from step 0 if
+            there is none). Needs `run_name` or `checkpoint_dir`.
+        on_nonfinite: A step with a NaN/Inf gradient is never applied; then
+            `"skip"` counts it and goes on, `"stop"` raises
+            `tfmp.callbacks.NonFiniteStepError` naming the epoch, the step and
+            the first non-finite layer. Under dynamic loss scaling overflowing
+            steps are expected and always skipped, so `"stop"` is refused.
+        deterministic: Turn on TensorFlow's op determinism for the run
+            (`tf.config.experimental.enable_op_determinism`, restored after),
+            so that a resumed run repeats the uninterrupted one bit for bit.
     """
 
     datasets: ClassVar[tuple[str, ...]] = data_lib.DATASETS
     image_shape: ClassVar[tuple[int, int, int]] = (28, 28, 1)
+    # The model's float32_layers advice for bfloat16 on a CPU ("auto").
+    cpu_bfloat16_float32_layers: ClassVar[str] = ""
 
     precision: str = "auto"
     loss_scale: str | float = "dynamic"
@@ -115,7 +156,14 @@ class TrainConfig:
     warmup_steps: int = 3
     diagnose_every: int = 0
     profile_steps: tuple[int, int] | None = None
-    float32_layers: str = ""
+    float32_layers: str = precision_lib.FLOAT32_LAYERS_AUTO
+    strategy: str = "default"
+    checkpoint_dir: str = ""
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    resume: bool = False
+    on_nonfinite: str = "skip"
+    deterministic: bool = False
 
     def validate(self) -> None:
         """Raises `ConfigError` naming the first impossible setting.
@@ -132,6 +180,10 @@ class TrainConfig:
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
         _check_int("diagnose_every", self.diagnose_every, minimum=0)
+        if self.strategy not in distribute.STRATEGIES:
+            raise ConfigError(
+                f"Unknown strategy. Valid: {', '.join(distribute.STRATEGIES)}. Received: strategy={self.strategy!r}"
+            )
         if self.profile_steps is not None:
             if len(self.profile_steps) != 2:
                 raise ConfigError(f"profile_steps must be (start, end). Received: profile_steps={self.profile_steps!r}")
@@ -155,7 +207,20 @@ class TrainConfig:
         for field in dataclasses.fields(self):
             if field.name.endswith("learning_rate") and not getattr(self, field.name) > 0:
                 raise ConfigError(f"{field.name} must be > 0. Received: {field.name}={getattr(self, field.name)!r}")
+        _check_int("checkpoint_every", self.checkpoint_every, minimum=0)
+        _check_int("keep_checkpoints", self.keep_checkpoints, minimum=1)
+        if self.on_nonfinite not in ON_NONFINITE:
+            raise ConfigError(
+                f"Unknown on_nonfinite. Valid: {', '.join(ON_NONFINITE)}. Received: on_nonfinite={self.on_nonfinite!r}"
+            )
+        if self.resume and not (self.run_name or self.checkpoint_dir):
+            raise ConfigError(
+                "resume needs the run to continue: give its run_name (or its checkpoint_dir). "
+                f"Received: resume=True, run_name={self.run_name!r}, checkpoint_dir={self.checkpoint_dir!r}"
+            )
         _check_writable_dir("logdir", self.logdir)
+        if self.checkpoint_dir:
+            _check_writable_dir("checkpoint_dir", self.checkpoint_dir)
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -246,6 +311,7 @@ class ClassifierConfig(TrainConfig):
 
     datasets: ClassVar[tuple[str, ...]] = ("cifar10", "digits", "synthetic")
     image_shape: ClassVar[tuple[int, int, int]] = (32, 32, 3)
+    cpu_bfloat16_float32_layers: ClassVar[str] = CPU_BFLOAT16_FLOAT32_LAYERS
 
     epochs: int = 10
     batch_size: int = 128
@@ -318,7 +384,7 @@ class _Job:
     """A model-specific piece of a run, built under the precision policy."""
 
     trainer: trainers.MixedPrecisionTrainer
-    train_data: Any
+    train_data: Callable[[], tf.data.Dataset]  # a fresh pipeline: one epoch, in the seeded order
     validation_data: Any
     callbacks: list[keras.callbacks.Callback]
     hparams: dict[str, Any]
@@ -348,10 +414,12 @@ def _gan_job(
         keras.optimizers.Adam(config.generator_learning_rate),
         keras.optimizers.RMSprop(config.discriminator_learning_rate),
         loss_scale=loss_scale,
+        skip_nonfinite=True,  # NaN/Inf steps are skipped (and counted), never applied
         jit_compile=jit_compile,
     )
     # As the seed: incomplete batches are dropped.
-    train = data_lib.make_dataset(split.x_train, batch_size=config.batch_size, drop_remainder=True, seed=config.seed)
+    def train() -> tf.data.Dataset:
+        return data_lib.make_dataset(split.x_train, batch_size=config.batch_size, drop_remainder=True, seed=config.seed)
     noise = np.random.default_rng(config.seed).uniform(-1, 1, (config.num_samples, config.latent_dim))
     samples = callbacks_lib.GeneratorSamples(os.path.join(run_dir, "generator"), generator, noise)
     hparams = {"latent_dim": config.latent_dim, "generator_learning_rate": config.generator_learning_rate,
@@ -376,9 +444,11 @@ def _classifier_job(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=config.from_logits),
         metrics=["accuracy"],
         loss_scale=loss_scale,
+        skip_nonfinite=True,  # NaN/Inf steps are skipped (and counted), never applied
         jit_compile=jit_compile,
     )
-    train = data_lib.make_dataset(split.x_train, split.y_train, batch_size=config.batch_size, seed=config.seed)
+    def train() -> tf.data.Dataset:
+        return data_lib.make_dataset(split.x_train, split.y_train, batch_size=config.batch_size, seed=config.seed)
     validation = data_lib.make_dataset(
         split.x_val, split.y_val, batch_size=config.validation_batch_size, shuffle=False
     )
@@ -388,16 +458,28 @@ def _classifier_job(
     return _Job(trainer, train, validation, [], hparams, probe)
 
 
-def _keep_float32(config: TrainConfig, trainer: trainers.MixedPrecisionTrainer, print_fn: Callable[[str], None]) -> None:
+def _float32_layers(config: TrainConfig, precision: str) -> str:
+    """The float32_layers pattern a run at `precision` applies ("" = none)."""
+    return precision_lib.resolve_float32_layers(
+        config.float32_layers, precision, config.cpu_bfloat16_float32_layers)
+
+
+def _keep_float32(
+    config: TrainConfig, trainer: trainers.MixedPrecisionTrainer, print_fn: Callable[[str], None], precision: str
+) -> None:
     """Applies `config.float32_layers` to the trainer's networks and says what it matched."""
-    if not config.float32_layers:
+    pattern = _float32_layers(config, precision)
+    if not pattern:
         return
     try:
-        kept = precision_lib.keep_float32(list(trainer.networks.values()), config.float32_layers)
+        kept = precision_lib.keep_float32(list(trainer.networks.values()), pattern)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     shown = ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")
-    print_fn(f"float32 layers: {len(kept)} matching {config.float32_layers!r} ({shown})")
+    why = ""
+    if pattern != config.float32_layers:
+        why = f", the model's default for {precision} on CPU; float32_layers=none turns it off"
+    print_fn(f"float32 layers: {len(kept)} matching {pattern!r} ({shown}{why})")
 
 
 @dataclasses.dataclass
@@ -418,7 +500,8 @@ def _prepare(
     """Validates `config`, loads the data and resolves precision, loss scale and XLA.
 
     `auto` precision follows the GPU rule with a GPU; on a CPU it is measured
-    (`_measured_precision`). With `drop_remainder` given, a batch size that
+    (`_measured_precision`), except under `multi_worker`, where the rule
+    decides (float32). With `drop_remainder` given, a batch size that
     leaves no training step is refused first.
     """
     config.validate()
@@ -431,7 +514,8 @@ def _prepare(
         )
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
     precision = precision_lib.canonical_precision(config.precision)
-    if precision == "auto" and not precision_lib.gpu_compute_capabilities():
+    # Not across hosts: their measurements could differ, and every worker must run one policy.
+    if precision == "auto" and not precision_lib.gpu_compute_capabilities() and config.strategy != "multi_worker":
         precision = _measured_precision(config, build_job, split, jit_compile, print_fn)
     precision = precision_lib.resolve_precision(precision)
     loss_scale = loss_scale_lib.parse_loss_scale(config.loss_scale)
@@ -439,6 +523,12 @@ def _prepare(
         if loss_scale != "none" and precision_lib.canonical_precision(config.precision) != "auto":
             print_fn(f"note: loss_scale={loss_scale} is ignored under {precision}; only float16 needs loss scaling.")
         loss_scale = "none"
+    if config.on_nonfinite == "stop" and loss_scale == "dynamic":
+        raise ConfigError(
+            "on_nonfinite='stop' cannot be used with mixed_float16 and dynamic loss scaling: there, overflowing "
+            "steps are expected and skipped while the scale adapts. Use on_nonfinite=skip, or a fixed loss_scale. "
+            f"Received: on_nonfinite='stop', precision={precision!r}, loss_scale='dynamic'"
+        )
     run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale))
     return _Setting(precision, loss_scale, jit_compile, split, run_dir)
 
@@ -463,7 +553,7 @@ def _measured_precision(
         if precision not in jobs:
             with precision_lib.precision_scope(precision):
                 jobs[precision] = build_job(config, split, "none", jit_compile, os.devnull, 1)
-            _keep_float32(config, jobs[precision].trainer, lambda line: None)  # measured as it will run
+            _keep_float32(config, jobs[precision].trainer, lambda line: None, precision)  # measured as it will run
         return jobs[precision]
 
     def measure(precision: str) -> float:
@@ -479,11 +569,22 @@ def _measured_precision(
     signature = json.dumps({
         "trainer": type(job("float32").trainer).__name__,
         "networks": {name: network.get_config() for name, network in networks.items()},
-        "batch_size": config.batch_size, "xla": jit_compile, "float32_layers": config.float32_layers,
+        "batch_size": config.batch_size, "xla": jit_compile,
+        "float32_layers": _float32_layers(config, "mixed_bfloat16"),
     }, sort_keys=True, default=str)
     choice = autotune.choose(signature, measure)
     print_fn(str(choice))
     return choice.precision
+
+
+def _make_strategy(config: TrainConfig) -> tf.distribute.Strategy:
+    """The run's `tf.distribute` strategy, with the global batch checked against its replicas."""
+    try:
+        strategy = distribute.make_strategy(config.strategy)
+        distribute.per_replica_batch(config.batch_size, strategy)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return strategy
 
 
 def _run(
@@ -492,23 +593,32 @@ def _run(
     drop_remainder: bool,
     print_fn: Callable[[str], None],
 ) -> RunResult:
+    config.validate()
+    strategy = _make_strategy(config)  # first: MultiWorkerMirroredStrategy must precede other TF ops
     setting = _prepare(config, build_job, print_fn, drop_remainder)
     precision, loss_scale, jit_compile, split = (
         setting.precision, setting.loss_scale, setting.jit_compile, setting.split)
-    run_dir = setting.run_dir
+    # This process's directory: the run's own on the chief, a private one on other workers.
+    run_dir = distribute.writable_dir(setting.run_dir, strategy)
     _check_writable_dir("logdir", run_dir)
+    run_checkpoints = config.checkpoint_dir or os.path.join(setting.run_dir, "checkpoints")
+    checkpoint_dir = distribute.writable_dir(run_checkpoints, strategy)  # every worker resumes from the chief's
+    _check_writable_dir("checkpoint_dir", checkpoint_dir)
     steps = _batches(len(split.x_train), config.batch_size, drop_remainder)
-    capped = config.steps_per_epoch is not None and config.steps_per_epoch < steps
     steps = min(steps, config.steps_per_epoch or steps)
 
     keras.utils.set_random_seed(config.seed)
-    with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
-        job = build_job(config, split, loss_scale, jit_compile, run_dir, steps)
+    with (precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32),
+          checkpoint_lib.op_determinism(config.deterministic)):
+        with strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
+            job = build_job(config, split, loss_scale, jit_compile, run_dir, steps)
         trainer = job.trainer
-        _keep_float32(config, trainer, print_fn)
+        _keep_float32(config, trainer, print_fn, precision)
+        checkpoint = checkpoint_lib.RunCheckpoint(
+            checkpoint_dir, trainer, _signature(config, setting, trainer), config.keep_checkpoints, run_checkpoints)
         timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
         console = callbacks_lib.ConsoleLogger(
-            timer, trainer.console_fields, trainer.loss_scale_prefixes, config.log_every, run_dir, print_fn
+            timer, trainer.console_fields, trainer.loss_scale_prefixes, config.log_every, setting.run_dir, print_fn
         )
         hparams = {
             "precision": precision,
@@ -519,10 +629,13 @@ def _run(
             "dataset": config.dataset,
             "epochs": config.epochs,
             "seed": config.seed,
+            "strategy": config.strategy,
+            "replicas": strategy.num_replicas_in_sync,
             **job.hparams,
         }
         summaries = callbacks_lib.EpochSummaries(run_dir, trainer.summary_route, hparams)
-        extra = list(job.callbacks)
+        # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
+        extra = [distribute.AverageReplicaStatistics(), *job.callbacks]
         if config.diagnose_every:
             extra.append(callbacks_lib.GradientDiagnostics(job.probe, config.diagnose_every, run_dir))
         if config.profile_steps:
@@ -530,23 +643,20 @@ def _run(
         print_fn(
             f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
             f"tf32={config.tf32} dataset={config.dataset} batch_size={config.batch_size} "
+            f"strategy={config.strategy} replicas={strategy.num_replicas_in_sync} "
             f"steps/epoch={steps} logdir={run_dir}"
         )
         if precision != "float32":
             warnings = diagnostics.startup_warnings(trainer, config.batch_size)
             if warnings:
                 print_fn(warnings)
-        # Capped epochs read on from where the last one stopped.
-        train_data = job.train_data.repeat() if capped else job.train_data
-        trainer.fit(
-            train_data,
-            validation_data=job.validation_data,
-            epochs=config.epochs,
-            steps_per_epoch=steps,
-            callbacks=[timer, console, summaries, *extra],
-            shuffle=False,  # the pipeline shuffles
-            verbose=0,
-        )
+        position = _restore(config, setting, trainer, checkpoint, print_fn)
+        nonfinite = []
+        if config.on_nonfinite == "stop":
+            nonfinite.append(callbacks_lib.NonFiniteStop(lambda index: _batch_at(job, index), position))
+        with preemption.PreemptionGuard() as guard:
+            saver = callbacks_lib.Checkpointing(checkpoint, position, config.checkpoint_every, guard, print_fn)
+            _fit(trainer, job, config, steps, position, [timer, console, summaries, *extra, *nonfinite, saver])
     return RunResult(
         logs=console.final_logs,
         images_per_sec=timer.mean_images_per_sec,
@@ -558,6 +668,106 @@ def _run(
         jit_compile=jit_compile,
         trainer=trainer,
     )
+
+
+def _network_signature(network: keras.Model) -> dict[str, Any]:
+    """A network's architecture and per-layer dtype policies, independent of auto-generated layer names."""
+    layers = [(type(layer).__name__, layer.dtype_policy.name, [list(w.shape) for w in layer.weights])
+              for _, layer in precision_lib.layer_paths(network)]
+    policies: dict[str, int] = {}
+    for _, policy, _ in layers:
+        policies[policy] = policies.get(policy, 0) + 1
+    return {
+        "layers": len(layers),
+        "parameters": int(sum(np.prod(w.shape) for w in network.weights)),
+        "dtype_policies": policies,
+        "structure": hashlib.sha256(json.dumps(layers).encode()).hexdigest()[:16],
+    }
+
+
+def _signature(config: TrainConfig, setting: _Setting, trainer: trainers.MixedPrecisionTrainer) -> dict[str, Any]:
+    """What a resumed run must share with the run that wrote its checkpoint."""
+    return {
+        "trainer": type(trainer).__name__,
+        "config": {k: v for k, v in dataclasses.asdict(config).items() if k not in _RESUMABLE},
+        "precision": setting.precision,
+        "loss_scale": str(setting.loss_scale),
+        "networks": {name: _network_signature(network) for name, network in trainer.networks.items()},
+        "optimizers": {name: type(opt.inner_optimizer if isinstance(opt, keras.optimizers.LossScaleOptimizer)
+                                  else opt).__name__ for name, opt in trainer.optimizers.items()},
+    }
+
+
+def _restore(
+    config: TrainConfig, setting: _Setting, trainer: trainers.MixedPrecisionTrainer,
+    checkpoint: checkpoint_lib.RunCheckpoint, print_fn: Callable[[str], None],
+) -> int:
+    """Restores the newest readable checkpoint when resuming; returns the steps already done.
+
+    Without `resume`, a checkpoint directory that already holds checkpoints
+    is refused rather than overwritten.
+    """
+    if not config.resume:
+        if checkpoint.checkpoints:
+            raise ConfigError(
+                f"{checkpoint.directory} already holds checkpoints of a run (newest: {checkpoint.checkpoints[-1]}). "
+                "Pass resume to continue it, or choose another run_name or checkpoint_dir."
+            )
+        return 0
+    found = checkpoint.latest(print_fn)
+    if found is None:
+        print_fn(f"resume: no checkpoint in {checkpoint.directory} yet; starting from step 0")
+        return 0
+    step = checkpoint.restore(found)
+    print_fn(f"resumed from {found.path} at step {step}")
+    return step
+
+
+def _stream(job: _Job, position: int) -> tf.data.Dataset:
+    """The run's training batches from global step `position` on.
+
+    Epoch after epoch in the seeded shuffle order; a fresh pipeline replays
+    the same order, so skipping `position` batches lands where a stopped run
+    left off.
+    """
+    return job.train_data().repeat().skip(position)
+
+
+def _batch_at(job: _Job, index: int) -> Any:
+    """The training batch of 0-based global step `index`."""
+    return next(iter(_stream(job, index).take(1)))
+
+
+def _fit(
+    trainer: trainers.MixedPrecisionTrainer, job: _Job, config: TrainConfig, steps: int, position: int,
+    callbacks: list[keras.callbacks.Callback],
+) -> None:
+    """Trains from global step `position` to the end of the last epoch.
+
+    A run resumed inside an epoch first finishes that epoch with its own
+    `fit()`; `tfmp.callbacks.RunSegment` shows the callbacks one run.
+    """
+    epoch, offset = divmod(position, steps)
+    segments = []
+    if offset:
+        segments.append((epoch, epoch + 1, steps - offset, offset))
+        epoch += 1
+    if epoch < config.epochs:
+        segments.append((epoch, config.epochs, steps, 0))
+    for i, (first_epoch, end_epoch, segment_steps, offset) in enumerate(segments):
+        trainer.fit(
+            _stream(job, position),
+            validation_data=job.validation_data,
+            initial_epoch=first_epoch,
+            epochs=end_epoch,
+            steps_per_epoch=segment_steps,
+            callbacks=[callbacks_lib.RunSegment(callback, i == 0, i == len(segments) - 1, offset,
+                                                {"steps": steps, "epochs": config.epochs})
+                       for callback in callbacks],
+            shuffle=False,  # the pipeline shuffles
+            verbose=0,
+        )
+        position += (end_epoch - first_epoch) * segment_steps
 
 
 def train_gan(config: GANConfig, print_fn: Callable[[str], None] = print) -> RunResult:
@@ -607,7 +817,7 @@ def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = p
     keras.utils.set_random_seed(config.seed)
     with precision_lib.precision_scope(setting.precision):
         job = build_job(config, setting.split, setting.loss_scale, False, setting.run_dir, 1)
-        _keep_float32(config, job.trainer, print_fn)
+        _keep_float32(config, job.trainer, print_fn, setting.precision)
         print_fn(f"diagnosing {job.trainer.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
                  f"batch_size={config.batch_size} dataset={config.dataset}\n")
         diagnosis = diagnostics.diagnose(job.trainer, job.probe, batch_size=config.batch_size, print_fn=print_fn)

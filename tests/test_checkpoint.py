@@ -1,0 +1,249 @@
+"""Tests for tfmp/checkpoint.py, and exact resume through tfmp.training."""
+
+import dataclasses
+import os
+import signal
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfmp
+from tfmp import checkpoint, preemption, training, trainers
+
+
+def _tiny_classifier_trainer(units=3):
+    inputs = keras.Input((4,))
+    outputs = keras.layers.Dense(units, activation="softmax", dtype="float32")(inputs)
+    trainer = trainers.ClassifierTrainer(keras.Model(inputs, outputs))
+    with tfmp.precision_scope("float32"):
+        trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", skip_nonfinite=True)
+    return trainer
+
+
+def _train_one_step(trainer, seed=0):
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(size=(8, 4)).astype(np.float32), rng.integers(0, 3, 8)
+    trainer.fit(x, y, batch_size=8, epochs=1, verbose=0)
+
+
+def _values(trainer):
+    variables = trainer.variables + [v for o in trainer.optimizers.values() for v in o.variables]
+    return [v.numpy().copy() for v in variables]
+
+
+# --- the library ---------------------------------------------------------------------
+
+
+def test_save_and_restore_bring_back_weights_slots_and_step(tmp_path):
+    trainer = _tiny_classifier_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {"model": "a"}, keep=2)
+    _train_one_step(trainer)
+    ckpt.save(1)
+    saved = _values(trainer)
+    _train_one_step(trainer, seed=1)
+    assert any(not np.array_equal(a, b) for a, b in zip(saved, _values(trainer)))
+    found = ckpt.latest()
+    assert found.step == 1 and found.path.endswith("ckpt-1") and found.signature == {"model": "a"}
+    assert ckpt.restore(found) == 1
+    for a, b in zip(saved, _values(trainer)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_latest_is_none_without_checkpoints(tmp_path):
+    assert checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {}).latest() is None
+
+
+def _truncate(prefix):
+    data = prefix + ".data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_and_says_so(tmp_path):
+    trainer = _tiny_classifier_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=3)
+    first = ckpt.save(1)
+    _train_one_step(trainer)
+    newest = ckpt.save(2)
+    _truncate(newest)
+    messages = []
+    found = ckpt.latest(print_fn=messages.append)
+    assert found.path == first and found.step == 1
+    assert len(messages) == 1 and newest in messages[0] and first in messages[0]
+    # Nothing readable at all: an error naming every file tried.
+    _truncate(first)
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        ckpt.latest()
+    assert newest in str(error.value) and first in str(error.value)
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_the_file(tmp_path):
+    path = checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(units=3), {}).save(1)
+    trainer = _tiny_classifier_trainer(units=5)
+    other = checkpoint.RunCheckpoint(str(tmp_path), trainer, {})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        other.restore(other.latest())
+    assert path in str(error.value) and "another model" in str(error.value)
+
+
+def test_a_different_signature_is_refused_naming_each_difference(tmp_path):
+    trainer = _tiny_classifier_trainer()
+    checkpoint.RunCheckpoint(str(tmp_path), trainer, {"precision": "mixed_float16", "seed": 0}).save(3)
+    again = checkpoint.RunCheckpoint(str(tmp_path), trainer, {"precision": "float32", "seed": 0})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        again.restore(again.latest())
+    message = str(error.value)
+    assert "ckpt-3" in message and 'precision: checkpoint "mixed_float16", this run "float32"' in message
+    assert "seed" not in message
+
+
+def test_keep_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="keep=0"):
+        checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {}, keep=0)
+
+
+def test_op_determinism_is_restored():
+    from tensorflow.python.framework import config as tf_config
+
+    assert not tf_config.is_op_determinism_enabled()
+    with checkpoint.op_determinism(True):
+        assert tf_config.is_op_determinism_enabled()
+    assert not tf_config.is_op_determinism_enabled()
+
+
+# --- exact resume through train_gan / train_classifier ------------------------------
+
+TINY_GAN = training.GANConfig(
+    dataset="digits", batch_size=32, epochs=2, steps_per_epoch=3, warmup_steps=0, num_samples=4,
+    generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), precision="mixed_float16", loss_scale="dynamic",
+    deterministic=True,
+)
+TINY_CLASSIFIER = training.ClassifierConfig(
+    dataset="digits", batch_size=32, epochs=2, steps_per_epoch=2, warmup_steps=0, alpha=0.35,
+    validation_batch_size=512, precision="mixed_bfloat16", deterministic=True,
+)
+
+
+def _stop_at(line_prefix, lines):
+    """A print_fn that sends this process SIGTERM when the run prints `line_prefix`."""
+
+    def print_fn(line):
+        lines.append(line)
+        if line.startswith(line_prefix):
+            signal.raise_signal(signal.SIGTERM)
+
+    return print_fn
+
+
+def _checkpoint_tensors(path):
+    reader = tf.train.load_checkpoint(path)
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+            if "save_counter" not in k and k != "_CHECKPOINTABLE_OBJECT_GRAPH"}  # graph: auto names
+
+
+@pytest.mark.parametrize(
+    "train, config, stop_line, final_key",
+    [
+        # Inside epoch 0: the resumed run finishes a partial epoch, then a whole one.
+        (training.train_gan, TINY_GAN, "(0, 1)", "g_loss"),
+        # Inside epoch 1, after a validation pass.
+        (training.train_classifier, TINY_CLASSIFIER, "(1, 0)", "val_loss"),
+    ],
+    ids=["gan-float16-mid-epoch", "classifier-bfloat16-second-epoch"],
+)
+def test_stop_and_resume_equals_the_uninterrupted_run(train, config, stop_line, final_key, tmp_path):
+    config = dataclasses.replace(config, logdir=str(tmp_path))
+    full = train(dataclasses.replace(config, run_name="full"), print_fn=lambda line: None)
+
+    lines = []
+    cut = dataclasses.replace(config, run_name="cut")
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(preemption.Preempted) as stopped:
+        train(cut, print_fn=_stop_at(stop_line, lines))
+    assert signal.getsignal(signal.SIGTERM) is handler  # the guard put the handler back
+    steps = config.steps_per_epoch
+    epoch, batch = (int(n) for n in stop_line.strip("()").split(", "))
+    done = epoch * steps + batch + 1
+    assert stopped.value.step == done and stopped.value.exit_code == 128 + signal.SIGTERM
+    assert stopped.value.checkpoint.endswith(f"ckpt-{done}") and "--resume" in str(stopped.value)
+
+    lines = []
+    resumed = train(dataclasses.replace(cut, resume=True), print_fn=lines.append)
+    assert f"resumed from {stopped.value.checkpoint} at step {done}" in lines
+    step_lines = [line.split(",")[0] + "," + line.split(",")[1] for line in lines if line.startswith("(")]
+    # The console carries on with the epoch's real step numbers.
+    assert step_lines[0] == f"({done // steps}, {done % steps})" and step_lines[-1] == f"(1, {steps - 1})"
+    assert len(step_lines) == 2 * steps - done
+
+    for a, b in zip(full.trainer.variables, resumed.trainer.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for name, optimizer in full.trainer.optimizers.items():
+        for a, b in zip(optimizer.variables, resumed.trainer.optimizers[name].variables):
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    # And the final checkpoints hold the same tensors.
+    final_full = _checkpoint_tensors(os.path.join(str(tmp_path), "full", "checkpoints", f"ckpt-{2 * steps}"))
+    final_cut = _checkpoint_tensors(os.path.join(str(tmp_path), "cut", "checkpoints", f"ckpt-{2 * steps}"))
+    assert final_full.keys() == final_cut.keys()
+    for key in final_full:
+        np.testing.assert_array_equal(final_full[key], final_cut[key], err_msg=key)
+    # A whole epoch after the resume (GAN), or validation of the final weights (classifier), logs the
+    # same. (A partially resumed epoch's training means cover only the steps run after the resume.)
+    assert resumed.logs[final_key] == full.logs[final_key]
+
+
+def test_resuming_with_another_model_or_precision_names_the_mismatch(tmp_path):
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", epochs=1, steps_per_epoch=1)
+    training.train_gan(config, print_fn=lambda line: None)
+    checkpoint_file = os.path.join(str(tmp_path), "run", "checkpoints", "ckpt-1")
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        training.train_gan(dataclasses.replace(config, resume=True, precision="float32"), print_fn=lambda line: None)
+    assert checkpoint_file in str(error.value) and "precision" in str(error.value)
+    assert "float32" in str(error.value) and "mixed_float16" in str(error.value)
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        training.train_gan(dataclasses.replace(config, resume=True, generator_widths=(16, 8, 8)),
+                           print_fn=lambda line: None)
+    assert checkpoint_file in str(error.value) and "generator_widths" in str(error.value)
+    # Without --resume the run's checkpoints are not overwritten.
+    with pytest.raises(training.ConfigError, match="already holds checkpoints"):
+        training.train_gan(config, print_fn=lambda line: None)
+    # More epochs is a legitimate resume: it carries on from step 1.
+    lines = []
+    result = training.train_gan(dataclasses.replace(config, resume=True, epochs=2), print_fn=lines.append)
+    assert any(line.startswith("resumed from") and line.endswith("at step 1") for line in lines)
+    assert result.steps == 1
+
+
+def test_resume_needs_a_run_to_continue(tmp_path):
+    with pytest.raises(training.ConfigError, match="resume needs the run to continue"):
+        dataclasses.replace(TINY_GAN, logdir=str(tmp_path), resume=True).validate()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"on_nonfinite": "ignore"}, "on_nonfinite='ignore'"),
+        ({"keep_checkpoints": 0}, "keep_checkpoints=0"),
+        ({"checkpoint_every": -1}, "checkpoint_every=-1"),
+    ],
+)
+def test_bad_checkpoint_settings_are_refused(change, message, tmp_path):
+    with pytest.raises(training.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, logdir=str(tmp_path), **change).validate()
+    assert message in str(error.value)
+
+
+def test_an_unwritable_checkpoint_dir_is_refused(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(training.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, logdir=str(tmp_path), checkpoint_dir=str(blocker / "ckpt")).validate()
+    assert f"checkpoint_dir='{blocker}/ckpt'" in str(error.value)
+
+
+def test_stop_on_nonfinite_is_refused_with_dynamic_loss_scaling(tmp_path):
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), on_nonfinite="stop")
+    with pytest.raises(training.ConfigError, match="on_nonfinite='stop'"):
+        training.train_gan(config, print_fn=lambda line: None)
+    assert not os.listdir(tmp_path)

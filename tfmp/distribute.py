@@ -1,0 +1,287 @@
+"""tf.distribute for training runs: which strategy, who writes, how big a batch.
+
+A run names its strategy (`TrainConfig.strategy`, the scripts' `--strategy`):
+
+* `default`: TensorFlow's default strategy, one device (or the strategy
+  whose scope is active when the run starts);
+* `mirrored`: `tf.distribute.MirroredStrategy`, one replica per local GPU
+  (without GPUs, one per logical CPU device);
+* `multi_worker`: `tf.distribute.MultiWorkerMirroredStrategy` across hosts,
+  each host reading its role from the `TF_CONFIG` environment variable
+  (`tf_config_example` shows one).
+
+Everything that touches the strategy's variables (models, optimizers with
+their loss scaling, metrics, `compile()`) is built under `strategy.scope()`;
+`fit()` then splits each global batch across the replicas
+(`per_replica_batch`). Only the chief writes the run's files (TensorBoard
+logs, checkpoints): `is_chief` says who that is, and `writable_dir` gives
+every other worker a private directory for the same writes, since some
+saves (checkpoints) need every worker to take part. `AverageReplicaStatistics`
+keeps BatchNorm's moving statistics equal on all replicas, which Keras 3
+leaves to drift apart.
+
+```python
+strategy = distribute.make_strategy("multi_worker")   # first: before other TF ops
+with strategy.scope():
+    model = build_model()
+    model.compile(...)
+model.fit(dataset_of_global_batches, callbacks=[
+    distribute.AverageReplicaStatistics(),
+    keras.callbacks.TensorBoard(distribute.writable_dir("logs/run", strategy))])
+```
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Sequence
+
+import keras
+import tensorflow as tf
+
+__all__ = [
+    "STRATEGIES",
+    "AverageReplicaStatistics",
+    "average_across_replicas",
+    "is_chief",
+    "make_strategy",
+    "per_replica_batch",
+    "task",
+    "tf_config_example",
+    "writable_dir",
+]
+
+STRATEGIES = ("default", "mirrored", "multi_worker")
+
+# One strategy object per process and setting. Two MirroredStrategy objects
+# over the same devices hand out the same collective instance keys, and a
+# second MultiWorkerMirroredStrategy would start a second server on the
+# task's port; so `make_strategy` returns the one it made before.
+_STRATEGIES: dict[tuple[Any, ...], tf.distribute.Strategy] = {}
+
+
+def tf_config_example(port: int = 12345) -> str:
+    """A `TF_CONFIG` for worker 0 of two hosts, as JSON text.
+
+    Args:
+        port: The port each worker listens on.
+    """
+    return json.dumps({
+        "cluster": {"worker": [f"host0.example.com:{port}", f"host1.example.com:{port}"]},
+        "task": {"type": "worker", "index": 0},
+    })
+
+
+def _tf_config_error(problem: str, received: str | None) -> ValueError:
+    return ValueError(
+        f"strategy='multi_worker' needs the TF_CONFIG environment variable: JSON naming every task's "
+        f"host:port under 'cluster' (a 'worker' list, optionally one 'chief') and this process's role "
+        f"under 'task' ('type' and 'index'), the same cluster on every host. Example for worker 0 of two "
+        f"hosts: TF_CONFIG='{tf_config_example()}'. Problem: {problem}. Received: TF_CONFIG={received!r}"
+    )
+
+
+def _parse_tf_config(text: str | None) -> dict[str, Any]:
+    """Checks `TF_CONFIG` text for what MultiWorkerMirroredStrategy needs."""
+    if not text:
+        raise _tf_config_error("it is not set", text)
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise _tf_config_error(f"it is not valid JSON ({e})", text) from None
+    if not isinstance(config, dict):
+        raise _tf_config_error("it is not a JSON object", text)
+    cluster, task_info = config.get("cluster"), config.get("task")
+    if not isinstance(cluster, dict) or not cluster.get("worker") and not cluster.get("chief"):
+        raise _tf_config_error("'cluster' must map 'worker' (and optionally 'chief') to host:port lists", text)
+    for role, addresses in cluster.items():
+        if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
+            raise _tf_config_error(f"cluster[{role!r}] must be a list of 'host:port' strings", text)
+    if not isinstance(task_info, dict) or "type" not in task_info or "index" not in task_info:
+        raise _tf_config_error("'task' must hold this process's 'type' and 'index'", text)
+    role, index = task_info["type"], task_info["index"]
+    if role not in cluster or not isinstance(index, int) or not 0 <= index < len(cluster[role]):
+        raise _tf_config_error(f"task {role}:{index} is not in the cluster", text)
+    return config
+
+
+def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distribute.Strategy:
+    """Returns the `tf.distribute.Strategy` a run names.
+
+    Calling it again with the same arguments returns the same object (see
+    the module's note on collective keys). `multi_worker` reads `TF_CONFIG`
+    and must run before any other TensorFlow operation in the process: it
+    configures the process's collective ops, which TensorFlow allows only
+    at start-up. It blocks until every worker of the cluster has started.
+
+    Args:
+        name: One of `STRATEGIES`.
+        devices: For `mirrored` only: the devices to mirror over, e.g.
+            `["/gpu:0", "/gpu:1"]`; by default every local GPU, or every
+            logical CPU device when there is no GPU.
+
+    Returns:
+        The strategy.
+
+    Raises:
+        ValueError: for an unknown name, `devices` with another strategy
+            than `mirrored`, or (`multi_worker`) a missing or malformed
+            `TF_CONFIG`.
+        RuntimeError: `multi_worker` requested after TensorFlow started.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"Unknown strategy. Valid: {', '.join(STRATEGIES)}. Received: strategy={name!r}")
+    if devices is not None and name != "mirrored":
+        raise ValueError(f"devices can only be given to the mirrored strategy. Received: strategy={name!r}, "
+                         f"devices={devices!r}")
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        key: tuple[Any, ...] = (name, tuple(devices) if devices is not None else None)
+        if key not in _STRATEGIES:
+            _STRATEGIES[key] = tf.distribute.MirroredStrategy(None if devices is None else list(devices))
+        return _STRATEGIES[key]
+    text = os.environ.get("TF_CONFIG")
+    _parse_tf_config(text)
+    key = (name, text)
+    if key not in _STRATEGIES:
+        try:
+            _STRATEGIES[key] = tf.distribute.MultiWorkerMirroredStrategy()
+        except RuntimeError as e:
+            raise RuntimeError(
+                "MultiWorkerMirroredStrategy must be created before any other TensorFlow operation runs in "
+                "this process (it configures collective ops, which TensorFlow allows only at start-up): call "
+                f"make_strategy('multi_worker') first. Received: {e}"
+            ) from None
+    return _STRATEGIES[key]
+
+
+def task(strategy: tf.distribute.Strategy) -> tuple[str | None, int | None]:
+    """This process's `(task type, task id)` in a multi-worker cluster.
+
+    `(None, None)` for a single-process strategy (default, mirrored, or
+    multi-worker without a cluster).
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return None, None
+    return resolver.task_type, resolver.task_id
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the run's files (logs, checkpoints, model).
+
+    The chief is the `chief` task, or worker 0 when the cluster has no
+    chief (TensorFlow's and Keras's convention). A single-process strategy
+    is always its own chief.
+    """
+    task_type, task_id = task(strategy)
+    if task_type is None:
+        return True
+    if "chief" in strategy.cluster_resolver.cluster_spec().as_dict():
+        return task_type == "chief"
+    return task_type == "worker" and task_id == 0
+
+
+def _worker_root(strategy: tf.distribute.Strategy) -> str:
+    task_type, task_id = task(strategy)
+    return os.path.join(tempfile.gettempdir(), f"tfmp_workertemp_{task_type}_{task_id}")
+
+
+def writable_dir(path: str, strategy: tf.distribute.Strategy) -> str:
+    """Where this process writes what belongs in `path`.
+
+    On the chief, `path` itself. On another worker, a private directory
+    under the system's temporary directory (`tempfile.gettempdir()`, so
+    `TMPDIR` moves it), named after the task as in Keras's `workertemp_<id>`
+    convention but kept out of `path`, so that a shared file system never
+    shows TensorBoard a worker's copy. Every worker runs the same writes,
+    since saving a distributed model's variables needs them all; only the
+    chief's files are the run's. A worker's copy stays until a later run
+    writing to the same `path` overwrites it. The directory is not created.
+
+    Args:
+        path: The directory the chief writes.
+        strategy: The run's strategy.
+
+    Returns:
+        `path` on the chief, else `<tmp>/tfmp_workertemp_<type>_<id>/<absolute path>`.
+    """
+    if is_chief(strategy):
+        return path
+    return os.path.join(_worker_root(strategy), os.path.abspath(path).lstrip(os.sep))
+
+
+def per_replica_batch(global_batch: int, strategy: tf.distribute.Strategy) -> int:
+    """The batch each replica computes on, given the global batch of a step.
+
+    `fit()` under a strategy splits each global batch across all replicas
+    of all workers, so each replica gets `global_batch / num_replicas`.
+
+    Raises:
+        ValueError: when the global batch does not split evenly, naming
+            both numbers.
+    """
+    replicas = strategy.num_replicas_in_sync
+    if global_batch < replicas or global_batch % replicas:
+        raise ValueError(
+            f"The global batch size must be a positive multiple of the {replicas} replicas, so every replica "
+            f"gets the same share; use e.g. {max(replicas, global_batch // replicas * replicas)}. "
+            f"Received: batch_size={global_batch} with {replicas} replicas"
+        )
+    return global_batch // replicas
+
+
+def average_across_replicas(variables: Sequence[keras.Variable], strategy: tf.distribute.Strategy) -> None:
+    """Sets each variable, on every replica of every worker, to the mean of its replicas' copies.
+
+    For state a replica updates from its own share of the batch, such as
+    BatchNorm's moving statistics: Keras 3 creates them with no cross-replica
+    aggregation, so each replica keeps its own copy and the copies drift
+    apart (tf.keras 2 averaged them whenever they were read). The moving
+    averages are linear in the batch statistics, so averaging the copies
+    gives what one copy updated with the replicas' mean statistics holds.
+    Every worker must call this at the same point: it is a collective.
+
+    Args:
+        variables: Variables created under `strategy.scope()`.
+        strategy: Their strategy; with one replica nothing happens.
+    """
+    variables = list(variables)
+    if strategy.num_replicas_in_sync == 1 or not variables:
+        return
+
+    def replica_fn():
+        context = tf.distribute.get_replica_context()
+        local = [tf.convert_to_tensor(v) for v in variables]  # this replica's copies
+        means = context.all_reduce(tf.distribute.ReduceOp.MEAN, local)
+        for variable, mean in zip(variables, means):
+            variable.assign(mean)
+
+    # In a graph: replicas run concurrently there, as collectives require.
+    tf.function(lambda: strategy.run(replica_fn))()
+
+
+class AverageReplicaStatistics(keras.callbacks.Callback):
+    """Keeps the model's non-trainable float state the same on every replica.
+
+    Before each validation pass and at each epoch's end (before later
+    callbacks save or log the model), it calls
+    `average_across_replicas` on the model's non-trainable floating-point
+    variables (BatchNorm moving statistics). Put it first in the callback
+    list. Does nothing with one replica.
+    """
+
+    def _average(self) -> None:
+        strategy = self.model.distribute_strategy
+        if strategy.num_replicas_in_sync > 1:
+            variables = [v for v in self.model.non_trainable_variables if "float" in str(v.dtype)]
+            average_across_replicas(variables, strategy)
+
+    def on_test_begin(self, logs=None):
+        self._average()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._average()
