@@ -143,3 +143,104 @@ def test_profile_steps_past_the_end_stops_with_the_run(tmp_path):
 def test_profile_steps_rejects_bad_windows(start, end, tmp_path):
     with pytest.raises(ValueError, match=f"start={start}, end={end}"):
         callbacks.ProfileSteps(start, end, str(tmp_path))
+
+
+# --- runs split over several fit() calls, and non-finite stops --------------------
+
+
+class _Recorder(__import__("keras").callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def on_train_begin(self, logs=None):
+        self.events.append(("train_begin", self.params["steps"], self.params["epochs"]))
+
+    def on_train_end(self, logs=None):
+        self.events.append(("train_end",))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.events.append(("epoch", epoch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.events.append(("batch", batch))
+
+
+def test_run_segments_look_like_one_run_to_a_callback():
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x = np.zeros((12, 2), np.float32)
+    recorder = _Recorder()
+    run = {"steps": 3, "epochs": 3}
+    # Resumed after 2 steps of epoch 0: one step finishes it, then epochs 1 and 2.
+    model.fit(x[:1], x[:1, :1], batch_size=1, epochs=1, verbose=0,
+              callbacks=[callbacks.RunSegment(recorder, True, False, batch_offset=2, params=run)])
+    model.fit(x, x[:, :1], batch_size=4, initial_epoch=1, epochs=3, verbose=0,
+              callbacks=[callbacks.RunSegment(recorder, False, True, params=run)])
+    assert recorder.events == [
+        ("train_begin", 3, 3), ("epoch", 0), ("batch", 2),
+        ("epoch", 1), ("batch", 0), ("batch", 1), ("batch", 2),
+        ("epoch", 2), ("batch", 0), ("batch", 1), ("batch", 2), ("train_end",),
+    ]
+
+
+def test_nonfinite_stop_names_the_step_and_the_input_and_leaves_the_weights():
+    import keras
+
+    from tfmp import trainers
+
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, keras.layers.Dense(1, name="dense")(inputs))
+    trainer = trainers.ClassifierTrainer(model)
+    trainer.compile(keras.optimizers.SGD(0.1), loss="mse", skip_nonfinite=True)
+    x = np.ones((6, 2), np.float32)
+    x[4, 1] = np.nan  # the third batch of 2
+    data = tf.data.Dataset.from_tensor_slices((x, np.ones((6, 1), np.float32))).batch(2)
+    batches = list(data)
+    after_two = []
+
+    class Snapshot(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                after_two.extend(v.numpy().copy() for v in trainer.variables)
+
+    with pytest.raises(callbacks.NonFiniteStepError) as error:
+        trainer.fit(data, epochs=1, verbose=0, callbacks=[Snapshot(), callbacks.NonFiniteStop(batches.__getitem__)])
+    message = str(error.value)
+    assert "epoch 1, step 3 of the epoch (global step 3)" in message
+    assert "input batch" in message and "1 NaN" in message
+    for before, variable in zip(after_two, trainer.variables):
+        np.testing.assert_array_equal(before, variable.numpy())
+
+
+def test_checkpointing_saves_every_n_steps_and_stops_on_request(tmp_path):
+    import signal
+
+    import keras
+
+    from tfmp import checkpoint, preemption, trainers
+
+    inputs = keras.Input((2,))
+    trainer = trainers.ClassifierTrainer(keras.Model(inputs, keras.layers.Dense(1)(inputs)))
+    trainer.compile(keras.optimizers.SGD(0.1), loss="mse")
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=10)
+    x = np.ones((8, 2), np.float32)
+    lines = []
+    saver = callbacks.Checkpointing(ckpt, step=0, every=3, print_fn=lines.append)
+    trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[saver])
+    assert [os.path.basename(p) for p in ckpt.checkpoints] == ["ckpt-3", "ckpt-4"]
+    assert lines == [f"checkpoint: {ckpt.checkpoints[-1]} (step 4)"]
+
+    class Stop(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 0:
+                signal.raise_signal(signal.SIGTERM)
+
+    with preemption.PreemptionGuard() as guard:
+        saver = callbacks.Checkpointing(ckpt, step=4, every=0, guard=guard, print_fn=lines.append)
+        with pytest.raises(preemption.Preempted) as stopped:
+            trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[Stop(), saver])
+    assert stopped.value.step == 5 and stopped.value.checkpoint.endswith("ckpt-5")
+    assert ckpt.latest().step == 5

@@ -3,6 +3,7 @@
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -161,4 +162,146 @@ def test_diagnose_seed_variants_contrast_the_two_generators():
 def test_diagnose_bad_flags_are_usage_errors(flags, expected):
     proc = _run("diagnose.py", *flags)
     assert proc.returncode != 0 and expected in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# --- preemption, crashes and resume, through the script --------------------------
+
+RESUMABLE_GAN = [
+    "--dataset=digits", "--batch_size=32", "--steps_per_epoch=8", "--epochs=5", "--precision=mixed_float16",
+    "--loss_scale=dynamic", "--warmup_steps=0", "--checkpoint_every=1", "--deterministic",
+]
+RESUMABLE_STEPS = 40
+
+
+def _start(script, *flags):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", script), *flags], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_step(proc, steps=1, timeout=300):
+    """Reads the process's stdout until it has printed `steps` step lines; returns what it read."""
+    import selectors
+    import time
+
+    seen, lines = 0, []
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while seen < steps:
+        if time.monotonic() > deadline or not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+            pytest.fail(f"no step line within {timeout} s; read: {lines[-5:]}")
+        line = proc.stdout.readline()
+        if not line:
+            return lines  # the process ended
+        lines.append(line)
+        seen += SEED_LINE.match(line.strip()) is not None
+    return lines
+
+
+def _final_tensors(run_dir, step):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints", f"ckpt-{step}"))
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+            if k != "_CHECKPOINTABLE_OBJECT_GRAPH" and "save_counter" not in k}
+
+
+def _assert_same_tensors(a, b):
+    import numpy as np
+
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_gan(tmp_path_factory):
+    """The reference: RESUMABLE_GAN run to the end in one go; its final checkpoint's tensors."""
+    logdir = tmp_path_factory.mktemp("reference")
+    proc = _run("train_gan.py", *RESUMABLE_GAN, f"--logdir={logdir}", "--run_name=ref")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return _final_tensors(str(logdir / "ref"), RESUMABLE_STEPS)
+
+
+def test_sigterm_checkpoints_exits_nonzero_and_resume_is_exact(tmp_path, uninterrupted_gan):
+    flags = [*RESUMABLE_GAN, f"--logdir={tmp_path}", "--run_name=run"]
+    proc = _start("train_gan.py", *flags)
+    _wait_for_step(proc, steps=6)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "training stopped by SIGTERM after step" in err and "--resume" in err and "Traceback" not in err
+    stopped_at = int(re.search(r"after step (\d+)", err).group(1))
+    assert 6 <= stopped_at < RESUMABLE_STEPS
+    assert os.path.exists(os.path.join(tmp_path, "run", "checkpoints", f"ckpt-{stopped_at}.index"))
+
+    resumed = _run("train_gan.py", *flags, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at step {stopped_at}" in resumed.stdout
+    _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / "run"), RESUMABLE_STEPS))
+
+
+def test_sigkill_at_random_moments_never_breaks_resume(tmp_path, uninterrupted_gan):
+    """Fault injection: SIGKILL a real run at random moments (mid-step, mid-checkpoint-write)."""
+    import random
+    import time
+
+    rng = random.Random(1234)
+    flags = [*RESUMABLE_GAN, f"--logdir={tmp_path}", "--run_name=run", "--resume"]
+    kills = 0
+    for _ in range(10):
+        proc = _start("train_gan.py", *flags)
+        read = _wait_for_step(proc, steps=1)
+        time.sleep(rng.uniform(0.0, 0.3))  # somewhere in the next steps and their checkpoint writes
+        proc.kill()
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode == -signal.SIGKILL:
+            kills += 1
+        else:  # it finished before the kill landed
+            assert proc.returncode == 0, err[-3000:]
+            break
+        assert "Traceback" not in err, err[-3000:]
+        assert read  # it got as far as training
+    final = _run("train_gan.py", *flags)
+    assert final.returncode == 0, final.stderr[-3000:]
+    print(f"SIGKILLs survived: {kills}")
+    assert kills >= 10
+    _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / "run"), RESUMABLE_STEPS))
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_and_a_ruined_run_names_its_files(tmp_path):
+    flags = ["--dataset=digits", "--batch_size=32", "--steps_per_epoch=2", "--epochs=2", "--precision=float32",
+             "--warmup_steps=0", f"--logdir={tmp_path}", "--run_name=run"]
+    assert _run("train_gan.py", *flags).returncode == 0
+    checkpoints = tmp_path / "run" / "checkpoints"
+    newest = checkpoints / "ckpt-4.data-00000-of-00001"
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated
+    resumed = _run("train_gan.py", *flags, "--resume", "--epochs=3")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"checkpoint {checkpoints / 'ckpt-4'}" in resumed.stdout and "resuming from the previous one" in resumed.stdout
+    assert f"resumed from {checkpoints / 'ckpt-2'} at step 2" in resumed.stdout
+    for data in checkpoints.glob("*.data-*"):
+        data.write_bytes(b"garbage")
+    ruined = _run("train_gan.py", *flags, "--resume", "--epochs=4")
+    assert ruined.returncode == 1
+    assert "No checkpoint in this directory can be read" in ruined.stderr and str(checkpoints / "ckpt-") in ruined.stderr
+    assert "Traceback" not in ruined.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--resume"], "resume needs the run to continue"),
+        (["--on_nonfinite=stop", "--precision=mixed_float16", "--loss_scale=dynamic"], "on_nonfinite='stop'"),
+        (["--on_nonfinite=maybe"], "maybe"),
+        (["--keep_checkpoints=0"], "--keep_checkpoints=0"),
+    ],
+)
+def test_impossible_resume_and_nonfinite_flags_are_refused(flags, expected, tmp_path):
+    proc = _run("train_gan.py", "--dataset=digits", "--batch_size=32", f"--logdir={tmp_path / 'logs'}", *flags)
+    assert proc.returncode != 0
+    assert expected in proc.stderr
+    assert not _event_files(tmp_path)
     assert "Traceback" not in proc.stderr
