@@ -255,3 +255,15 @@ def test_skip_nonfinite_wraps_only_what_loss_scaling_does_not():
     logs = trainers.MixedPrecisionTrainer.loss_scale_logs(optimizer)
     assert set(logs) == {"skipped_steps"}  # a scale of 1 is not shown as loss scaling
     assert type(trainers.prepare_optimizer(keras.optimizers.SGD(0.1), model, "none")) is keras.optimizers.SGD
+
+
+def test_a_nan_batch_under_dynamic_loss_scaling_is_skipped_and_counted():
+    x, y = _data(n=24)
+    x[8] = np.nan
+    with tfmp.precision_scope("mixed_float16"):
+        trainer = trainers.ClassifierTrainer(_linear_classifier())
+        trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", loss_scale="dynamic")
+    trainer.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    assert int(trainer.optimizer.skipped_steps) == 1
+    assert float(trainer.optimizer.loss_scale) == 2.0**14  # halved once
+    assert all(np.isfinite(v.numpy()).all() for v in trainer.variables)
