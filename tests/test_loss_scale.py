@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import tfmp
+from tfmp import distribute
 from tfmp import loss_scale as ls
 
 INF, NAN = float("inf"), float("nan")
@@ -581,10 +582,11 @@ def test_fit_with_jit_compile_skips_overflowing_batches():
 
 @pytest.fixture(scope="session")
 def mirrored():
-    # One strategy per process: separate MirroredStrategy objects reuse
-    # collective instance keys, and eager collectives of one then clash with
-    # another's ("Shape mismatch in the collective instance 100").
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # One strategy per process, shared with the other test files through
+    # make_strategy: separate MirroredStrategy objects reuse collective
+    # instance keys, and eager collectives of one then clash with another's
+    # ("Shape mismatch in the collective instance 100").
+    return distribute.make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])

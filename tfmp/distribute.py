@@ -56,9 +56,11 @@ __all__ = [
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
 # One strategy object per process and setting. Two MirroredStrategy objects
-# over the same devices hand out the same collective instance keys, and a
-# second MultiWorkerMirroredStrategy would start a second server on the
-# task's port; so `make_strategy` returns the one it made before.
+# over the same devices hand out the same collective instance keys (eager
+# collectives of one then clash with the other's: "Shape mismatch in the
+# collective instance"), and a second MultiWorkerMirroredStrategy would start
+# a second server on the task's port; so `make_strategy` returns the one it
+# made before.
 _STRATEGIES: dict[tuple[Any, ...], tf.distribute.Strategy] = {}
 
 
@@ -139,13 +141,12 @@ def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distrib
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
-        key: tuple[Any, ...] = (name, tuple(devices) if devices is not None else None)
-        if key not in _STRATEGIES:
-            _STRATEGIES[key] = tf.distribute.MirroredStrategy(None if devices is None else list(devices))
-        return _STRATEGIES[key]
+        strategy = tf.distribute.MirroredStrategy(None if devices is None else list(devices))
+        # Keyed by the devices it resolved, however they were named.
+        return _STRATEGIES.setdefault((name, tuple(strategy.extended.worker_devices)), strategy)
     text = os.environ.get("TF_CONFIG")
     _parse_tf_config(text)
-    key = (name, text)
+    key: tuple[Any, ...] = (name, text)
     if key not in _STRATEGIES:
         try:
             _STRATEGIES[key] = tf.distribute.MultiWorkerMirroredStrategy()
@@ -255,7 +256,9 @@ def average_across_replicas(variables: Sequence[keras.Variable], strategy: tf.di
 
     def replica_fn():
         context = tf.distribute.get_replica_context()
-        local = [tf.convert_to_tensor(v) for v in variables]  # this replica's copies
+        # This replica's copies; tf.identity places each on the replica's device,
+        # which the all-reduce needs (a bare variable read has none).
+        local = [tf.identity(v) for v in variables]
         means = context.all_reduce(tf.distribute.ReduceOp.MEAN, local)
         for variable, mean in zip(variables, means):
             variable.assign(mean)

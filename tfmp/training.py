@@ -798,7 +798,8 @@ def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = p
 
     Nothing is trained. The trainer is built and compiled exactly as
     `train_gan` / `train_classifier` would, under the config's precision and
-    loss scale; `tfmp.diagnostics.diagnose` then runs the four reports on the
+    loss scale, on one device (`config.strategy` is not used: the reports
+    concern one batch's numerics); `tfmp.diagnostics.diagnose` then runs the four reports on the
     first `batch_size` training examples (fewer if the dataset is smaller;
     the alignment report checks `batch_size` itself). With `config.run_name`
     set, the gradient histograms are also written to `<logdir>/<run_name>`.
