@@ -7,26 +7,61 @@ softmax (the seed's choice) or, for a `from_logits=True` loss, the logits
 themselves passed through a float32 linear activation. Its BatchNorm layers
 run TensorFlow's fused kernel (`tfmp.layers.FusedBatchNormalization`).
 
-`CPU_BFLOAT16_FLOAT32_LAYERS` is the model's per-layer precision advice for
-bfloat16 on a CPU; `tfmp.training` applies it by default there.
+`cpu_bfloat16_float32_layers(input_shape)` is the model's per-layer
+precision advice for bfloat16 on a CPU; `tfmp.training` applies it by
+default there.
 """
 
 from __future__ import annotations
+
+import math
 
 import keras
 
 from models.heads import classifier_on_backbone
 from tfmp.layers import fuse_batch_norms
 
-__all__ = ["CPU_BFLOAT16_FLOAT32_LAYERS", "build_mobilenet_v2_classifier"]
+__all__ = ["build_mobilenet_v2_classifier", "cpu_bfloat16_float32_layers"]
 
-# Layers that should compute in float32 under mixed_bfloat16 on a CPU (a
-# `tfmp.precision.keep_float32` pattern): the depthwise convolutions. Their
-# bfloat16 backward passes miss oneDNN for stride 2 and for small spatial
-# sizes and run in a fallback kernel 5-10x slower than float32's, which made
-# MobileNetV2 train at 0.55x of float32; with them in float32 (and fused
-# BatchNorm) it trains at about 1.4x (docs/investigations/mbv2_bf16/FINDINGS.md).
-CPU_BFLOAT16_FLOAT32_LAYERS = r"_depthwise$"
+# MobileNetV2's depthwise convolutions in order, by Keras's block names, with
+# their strides (Sandler et al. 2018, Table 2); the stem convolution before
+# them has stride 2.
+_DEPTHWISE_STRIDES = (
+    ("expanded_conv", 1), ("block_1", 2), ("block_2", 1), ("block_3", 2), ("block_4", 1), ("block_5", 1),
+    ("block_6", 2), ("block_7", 1), ("block_8", 1), ("block_9", 1), ("block_10", 1), ("block_11", 1),
+    ("block_12", 1), ("block_13", 2), ("block_14", 1), ("block_15", 1), ("block_16", 1),
+)
+# Below this input side oneDNN has no depthwise backward-filter kernel.
+_ONEDNN_MIN_DEPTHWISE_SIDE = 4
+
+
+def cpu_bfloat16_float32_layers(input_shape: tuple[int, int, int] = (32, 32, 3)) -> str:
+    """The layers to keep in float32 under mixed_bfloat16 on a CPU, as a pattern.
+
+    The depthwise convolutions whose bfloat16 backward pass misses oneDNN:
+    those with stride 2 (backward-input) and those whose input is smaller
+    than 4x4 (backward-filter, in either dtype). TensorFlow then runs its
+    fallback kernels, 5-10x slower in bfloat16 than in float32, which made
+    MobileNetV2 train at 0.55x of float32 under bfloat16. With these layers in
+    float32 (and fused BatchNorm) bfloat16 beats float32; keeping all 17
+    depthwise convolutions in float32 measured about 4% slower than keeping
+    these (docs/PERFORMANCE.md, docs/investigations/mbv2_bf16/FINDINGS.md).
+
+    Args:
+        input_shape: The classifier's `(height, width, channels)`.
+
+    Returns:
+        A `tfmp.precision.keep_float32` pattern naming those layers, e.g. 13
+        of the 17 at 32x32 (blocks 1, 3 and 6 to 16) and the four stride-2
+        ones at 224x224.
+    """
+    side = math.ceil(min(input_shape[:2]) / 2)  # after the stem
+    names = []
+    for block, stride in _DEPTHWISE_STRIDES:
+        if stride > 1 or side < _ONEDNN_MIN_DEPTHWISE_SIDE:
+            names.append(f"{block}_depthwise")
+        side = math.ceil(side / stride)
+    return "/(" + "|".join(names) + ")$"
 
 
 def build_mobilenet_v2_classifier(

@@ -53,6 +53,9 @@ _FLOAT32_LAYERS = flags.DEFINE_string(
     "float32_layers", _DEFAULTS.float32_layers,
     "Layers computing in float32, as in training: auto (each model's advice; MobileNetV2 under bfloat16 on "
     "CPU: its depthwise convolutions), none, or a regex searched in layer paths.")
+_TF32 = flags.DEFINE_bool(
+    "tf32", _DEFAULTS.tf32, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs); --notf32 measures "
+    "true float32.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the records to this JSON file.")
 _PLOT_OUT = flags.DEFINE_string(
     "plot_out", None, 'Write a PNG bar chart here (--mode=compare; needs pip install "tfmp[plot]").')
@@ -75,6 +78,7 @@ def _config() -> benchmark.BenchmarkConfig:
             seed=_SEED.value,
             dataset=_DATASET.value,
             float32_layers=_FLOAT32_LAYERS.value,
+            tf32=_TF32.value,
         )
         config.validate()
     except ValueError as e:

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import tfmp
 from models.gan import build_discriminator, build_generator
+from models.mobilenet_v2 import cpu_bfloat16_float32_layers
 from models.small_cnn import build_small_cnn
 from tfmp import benchmark
 
@@ -292,6 +293,7 @@ def test_rows_apply_the_per_layer_precision_training_applies():
         workload = spec.build("mixed_bfloat16", BATCH, False, seed=0, hand_written=False, float32_layers="conv2$")
     assert workload.float32_layers == ("small_cnn/conv2",)
     assert workload.trainer.network.get_layer("conv2").compute_dtype == "float32"
-    assert benchmark.default_specs()["mobilenet_v2"].cpu_bfloat16_float32_layers == "_depthwise$"
+    advice = benchmark.default_specs()["mobilenet_v2"].cpu_bfloat16_float32_layers
+    assert advice == cpu_bfloat16_float32_layers((32, 32, 3)) and "block_1_depthwise" in advice
     with pytest.raises(ValueError, match=r"Received: '\('"):
         tiny_config(models=("tiny",), float32_layers="(").validate(valid_models=("tiny",))

@@ -138,8 +138,8 @@ def test_runs_one_fused_op_on_4d_channels_last_inputs():
 @pytest.mark.parametrize(
     "shape, kwargs",
     [((6, 5, 8), {}), ((6, 8), {}), ((4, 8, 3, 3), {"axis": 1}), ((4, 3, 3, 8), {"synchronized": True}),
-     ((4, 3, 3, 8), {"renorm": True})],
-    ids=["3d", "2d", "channels_first", "synchronized", "renorm"],
+     ((4, 3, 3, 8), {"renorm": True}), ((4, 3, 3, 8), {"epsilon": 1e-6})],
+    ids=["3d", "2d", "channels_first", "synchronized", "renorm", "tiny_epsilon"],
 )
 def test_falls_back_to_keras_where_the_fused_op_does_not_apply(shape, kwargs):
     keras_bn, fused_bn = _pair("float32", shape, **kwargs)

@@ -47,25 +47,33 @@ def test_bad_arguments_name_the_value():
 def test_batch_norms_are_fused_with_the_keras_layers_weights_and_names():
     from tfmp.layers import FusedBatchNormalization
 
+    keras.utils.set_random_seed(0)
     fused = build_mobilenet_v2_classifier(alpha=0.35, batch_norm_momentum=0.9)
+    keras.utils.set_random_seed(0)
     plain = build_mobilenet_v2_classifier(alpha=0.35, batch_norm_momentum=0.9, fused_batch_norm=False)
     kinds = {type(layer).__name__ for layer in fused.layers[1].layers if "Normalization" in type(layer).__name__}
     assert kinds == {"FusedBatchNormalization"} and fused.layers[1].name == plain.layers[1].name
     assert all(isinstance(layer, FusedBatchNormalization) for layer in fused.layers[1].layers
                if isinstance(layer, keras.layers.BatchNormalization))
+    # Same paths and, from the same seed, the same initial weights.
     assert [w.path for w in fused.weights] == [w.path for w in plain.weights]
-    plain.set_weights(fused.get_weights())
+    assert all((a == b).all() for a, b in zip(fused.get_weights(), plain.get_weights()))
     x = keras.random.uniform((4, 32, 32, 3), seed=0)
     assert float(keras.ops.max(keras.ops.abs(fused(x) - plain(x)))) < 1e-5
 
 
-def test_the_cpu_bfloat16_advice_matches_exactly_the_depthwise_convolutions():
-    from models.mobilenet_v2 import CPU_BFLOAT16_FLOAT32_LAYERS
+@pytest.mark.parametrize("side", [32, 128])
+def test_the_cpu_bfloat16_advice_names_the_depthwise_convolutions_onednn_lacks(side):
+    from models.mobilenet_v2 import cpu_bfloat16_float32_layers
 
     with tfmp.precision_scope("bf16"):
-        model = build_mobilenet_v2_classifier(alpha=0.35)
-    kept = tfmp.precision.keep_float32([model], CPU_BFLOAT16_FLOAT32_LAYERS)
+        model = build_mobilenet_v2_classifier((side, side, 3), alpha=0.35)
+    kept = tfmp.precision.keep_float32([model], cpu_bfloat16_float32_layers((side, side, 3)))
     depthwise = [layer for layer in model.layers[1].layers if isinstance(layer, keras.layers.DepthwiseConv2D)]
-    assert [path.rsplit("/", 1)[1] for path in kept] == [layer.name for layer in depthwise] and len(kept) == 17
-    assert {layer.compute_dtype for layer in depthwise} == {"float32"}
+    # The rule, checked on the built model: stride 2, or an input below 4x4.
+    expected = [layer.name for layer in depthwise if layer.strides != (1, 1) or min(layer.input.shape[1:3]) < 4]
+    assert [path.rsplit("/", 1)[1] for path in kept] == expected
+    assert len(expected) == {32: 13, 128: 4}[side]  # at 128x128 only the stride-2 ones
+    assert {layer.compute_dtype for layer in depthwise if layer.name in expected} == {"float32"}
+    assert {layer.compute_dtype for layer in depthwise if layer.name not in expected} == {"bfloat16"}
     assert model.layers[1].get_layer("block_1_depthwise_BN").compute_dtype == "bfloat16"

@@ -211,26 +211,38 @@ PARITY = training.ClassifierConfig(
 )
 
 
+PARITY_SEEDS = (0, 1)
+
+
 def test_mixed_precision_reaches_float32_accuracy_on_real_data(tmp_path):
     """MobileNetV2 on the embedded digits: float16 and bfloat16 within 2 points of float32.
 
-    Same seed, data order and initial weights for all three runs. float32
-    must reach a meaningful accuracy first (chance is 10%). The runs double
-    as the classifier's smoke tests for these three precisions.
+    Each precision trains from the same initial weights and data order as
+    float32, for two seeds; the mean validation accuracies are compared. One
+    seed is not enough: on this small set float32's own accuracy moves by up
+    to 5 points from seed to seed (0.869-0.916 measured for seeds 0-2), so a
+    single-seed comparison mostly measures that noise. float32 must reach a
+    meaningful accuracy first (chance is 10%). The runs double as the
+    classifier's smoke tests for these three precisions.
     """
     accuracy = {}
     for precision in ("float32", "mixed_float16", "mixed_bfloat16"):
-        lines = []
-        config = dataclasses.replace(PARITY, precision=precision, loss_scale="dynamic", logdir=str(tmp_path))
-        result = training.train_classifier(config, print_fn=lines.append)
-        _check_classifier_run(result, lines, precision, "dynamic", steps=PARITY.epochs * 45)
-        accuracy[precision] = result.logs["val_accuracy"]
-        # bfloat16 on a CPU trains with the depthwise convolutions in float32 (float32_layers="auto").
-        kept = [line for line in lines if line.startswith("float32 layers: 17 matching '_depthwise$'")]
-        assert len(kept) == (precision == "mixed_bfloat16" and not tf.config.list_physical_devices("GPU"))
-        if precision == "mixed_float16":
-            assert result.logs["loss_scale"] >= 1.0
-    print(f"validation accuracy after {PARITY.epochs} epochs: {accuracy}")
+        per_seed = []
+        for seed in PARITY_SEEDS:
+            lines = []
+            config = dataclasses.replace(PARITY, precision=precision, loss_scale="dynamic", seed=seed,
+                                         logdir=str(tmp_path), run_name=f"{precision}_{seed}")
+            result = training.train_classifier(config, print_fn=lines.append)
+            _check_classifier_run(result, lines, precision, "dynamic", steps=PARITY.epochs * 45)
+            per_seed.append(result.logs["val_accuracy"])
+            # bfloat16 on a CPU trains with the depthwise convolutions in float32 (float32_layers="auto").
+            kept = [line for line in lines if line.startswith("float32 layers: 13, the model's default")]
+            assert len(kept) == (precision == "mixed_bfloat16" and not tf.config.list_physical_devices("GPU"))
+            if precision == "mixed_float16":
+                assert result.logs["loss_scale"] >= 1.0
+        accuracy[precision] = sum(per_seed) / len(per_seed)
+        print(f"{precision}: validation accuracy per seed {per_seed}")
+    print(f"mean validation accuracy after {PARITY.epochs} epochs over seeds {PARITY_SEEDS}: {accuracy}")
     assert accuracy["float32"] >= 0.85, accuracy
     assert abs(accuracy["mixed_float16"] - accuracy["float32"]) <= 0.02, accuracy
     assert abs(accuracy["mixed_bfloat16"] - accuracy["float32"]) <= 0.02, accuracy
@@ -245,11 +257,14 @@ def test_bfloat16_on_cpu_keeps_the_depthwise_convolutions_in_float32_by_default(
     lines = []
     result = training.train_classifier(config, print_fn=lines.append)
     (line,) = [line for line in lines if line.startswith("float32 layers:")]
-    assert line.startswith("float32 layers: 17 matching '_depthwise$' (mobilenet_v2_classifier/mobilenetv2_0.35_32/"
-                           "expanded_conv_depthwise, ")
-    assert line.endswith("the model's default for mixed_bfloat16 on CPU; float32_layers=none turns it off)")
+    assert line == ("float32 layers: 13, the model's default for mixed_bfloat16 on CPU (float32_layers=none turns "
+                    "it off): mobilenet_v2_classifier/mobilenetv2_0.35_32/block_1_depthwise, "
+                    "mobilenet_v2_classifier/mobilenetv2_0.35_32/block_3_depthwise, "
+                    "mobilenet_v2_classifier/mobilenetv2_0.35_32/block_6_depthwise, ...")
     backbone = result.trainer.network.layers[1]
-    depthwise = [layer for layer in backbone.layers if type(layer).__name__ == "DepthwiseConv2D"]
-    assert len(depthwise) == 17 and {layer.compute_dtype for layer in depthwise} == {"float32"}
+    dtypes = {layer.name: layer.compute_dtype for layer in backbone.layers if type(layer).__name__ == "DepthwiseConv2D"}
+    # At 32x32: the stride-2 ones and those below 4x4 (models/mobilenet_v2.py).
+    assert {name for name, dtype in dtypes.items() if dtype == "float32"} == {
+        f"block_{i}_depthwise" for i in (1, 3, *range(6, 17))}
     assert result.trainer.network.get_layer("logits").compute_dtype == "bfloat16"
     # float32_layers="none" or a regex of the user's wins: tests/test_precision.py, tests/test_scripts.py.

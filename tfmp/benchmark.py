@@ -30,8 +30,9 @@ Method
   `tfmp.precision.keep_float32` before anything is traced. The models'
   BatchNorm layers are `tfmp.layers.FusedBatchNormalization`, as in training.
 * The trainer is compiled as `tfmp.training` compiles it: dynamic loss
-  scaling under `mixed_float16` (`loss_scale="none"` otherwise),
-  `jit_compile=xla`; the classifier with
+  scaling under `mixed_float16` (`loss_scale="none"` otherwise), non-finite
+  steps skipped under every precision (`skip_nonfinite=True`: a fixed scale
+  of 1 otherwise), `jit_compile=xla`; the classifier with
   `SparseCategoricalCrossentropy` and the `accuracy` metric.
   Optimizers: the GAN's seed pair `Adam(1e-3)` / `RMSprop(1e-4)`, the
   classifiers' `Adam(1e-3)` at a constant rate.
@@ -136,7 +137,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.gan import build_discriminator, build_generator
-from models.mobilenet_v2 import CPU_BFLOAT16_FLOAT32_LAYERS, build_mobilenet_v2_classifier
+from models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from models.resnet50 import MIN_INPUT_SIZE, build_resnet50_classifier
 from tfmp import data as data_lib
 from tfmp import loss_scale as loss_scale_lib
@@ -355,6 +356,7 @@ class ClassifierSpec(ModelSpec):
             loss=keras.losses.SparseCategoricalCrossentropy(),
             metrics=["accuracy"],
             loss_scale=_loss_scale_for(precision),
+            skip_nonfinite=True,  # as tfmp.training compiles it
             jit_compile=jit_compile,
         )
         step, optimizers = None, ()
@@ -425,6 +427,7 @@ class GANSpec(ModelSpec):
             keras.optimizers.Adam(self.generator_learning_rate),
             keras.optimizers.RMSprop(self.discriminator_learning_rate),
             loss_scale=_loss_scale_for(precision),
+            skip_nonfinite=True,  # as tfmp.training compiles it
             jit_compile=jit_compile,
         )
         step, optimizers = None, ()
@@ -478,8 +481,10 @@ def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[st
 
     * `gan`: the seed GAN (`models.gan`), batch 512 by default;
     * `mobilenet_v2`: `models.mobilenet_v2` at 32x32x3, 10 classes, alpha 1.0,
-      BatchNorm momentum 0.9 (as `tfmp.training`), batch 128; its depthwise
-      convolutions in float32 under bfloat16 on a CPU (as `tfmp.training`);
+      BatchNorm momentum 0.9 (as `tfmp.training`), batch 128; under bfloat16
+      on a CPU the depthwise convolutions of
+      `models.mobilenet_v2.cpu_bfloat16_float32_layers` in float32 (as
+      `tfmp.training`);
     * `resnet50`: `models.resnet50` at `resnet_input_size` squared, 10
       classes, batch 32.
     """
@@ -491,7 +496,7 @@ def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[st
             lambda: build_mobilenet_v2_classifier((32, 32, 3), num_classes=10, batch_norm_momentum=0.9),
             (32, 32, 3),
             default_batch_size=128,
-            cpu_bfloat16_float32_layers=CPU_BFLOAT16_FLOAT32_LAYERS,
+            cpu_bfloat16_float32_layers=cpu_bfloat16_float32_layers((32, 32, 3)),
         ),
         "resnet50": ClassifierSpec(
             "resnet50",
@@ -617,6 +622,8 @@ class BenchmarkConfig:
             `"auto"` (each model's advice for bfloat16 on a CPU), `"none"`,
             or a regex searched in layer paths
             (`tfmp.precision.resolve_float32_layers`).
+        tf32: Allow TensorFloat-32 for float32 math on Ampere+ GPUs while
+            measuring (TensorFlow's default is on; no effect on CPU).
     """
 
     models: tuple[str, ...] = MODELS
@@ -630,6 +637,7 @@ class BenchmarkConfig:
     seed: int = 0
     dataset: str = "digits"
     float32_layers: str = precision_lib.FLOAT32_LAYERS_AUTO
+    tf32: bool = True
 
     def validate(self, valid_models: Iterable[str] = MODELS) -> None:
         """Raises ValueError, naming the value, for an impossible setting."""
@@ -955,7 +963,7 @@ def _measure_compare_row(
 
     Everything the row builds is local, so it can be freed once this returns.
     """
-    with precision_lib.precision_scope(precision):
+    with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
         keras.utils.set_random_seed(config.seed)
         workload = _build(spec, precision, xla, batch_size, config)
         dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
@@ -1027,7 +1035,7 @@ def _measure_pipeline_row(
     spec: ModelSpec, precision: str, xla: bool, batch_size: int, pipeline: Pipeline, config: BenchmarkConfig
 ) -> tuple[float, float]:
     """Times one row; returns (pipeline img/s, synthetic img/s)."""
-    with precision_lib.precision_scope(precision):
+    with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
         keras.utils.set_random_seed(config.seed)
         workload = _build(spec, precision, xla, batch_size, config, hand_written=False)
         synthetic_data = tf.data.Dataset.from_tensors(workload.batch).repeat()

@@ -36,6 +36,9 @@ __all__ = ["CPU_HALF_CHANNEL_MULTIPLE", "FusedBatchNormalization", "fuse_batch_n
 CPU_HALF_CHANNEL_MULTIPLE = 16
 
 _FUSED_DTYPES = ("float32", "bfloat16", "float16")
+# cuDNN's smallest batch-norm epsilon; tf.keras 2 raised smaller ones to it
+# for its fused path, which would change the math, so they stay unfused.
+_MIN_FUSED_EPSILON = 1.001e-5
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,7 +56,7 @@ def _half_in_float32(dtype: str, channels: int | None, on_cpu: bool) -> bool:
     6 ms for the generator's last BatchNorm at batch 512), so two casts are
     much cheaper; with a multiple of 16 the bfloat16 kernel beats float32.
     float16 has no oneDNN kernel without AVX512-FP16 and the Eigen one is
-    1.7-3.3x slower than casting to float32, at any width (docs/PERFORMANCE.md
+    1.3-3.3x slower than casting to float32, at any width (docs/PERFORMANCE.md
     has the figures). On a GPU cuDNN takes
     16-bit inputs of any width with float32 statistics, as tf.keras 2 ran it
     under mixed precision; casting there would only add two full-size memory
@@ -87,8 +90,8 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     `FusedBatchNormV3` op forward and one gradient op backward (oneDNN on
     CPU, cuDNN on GPU, a single HLO under XLA). Anything else falls back to
     the Keras implementation: other ranks, `axis` not the last,
-    `synchronized=True`, `renorm=True`, a mask, float64, or a backend other
-    than TensorFlow. On a CPU, 16-bit inputs whose channel count is not a
+    `synchronized=True`, `renorm=True`, a mask, float64, `epsilon` below
+    cuDNN's minimum of 1.001e-5, or a backend other than TensorFlow. On a CPU, 16-bit inputs whose channel count is not a
     multiple of 16 are normalised in float32 (see `CPU_HALF_CHANNEL_MULTIPLE`).
 
     A saved model holding this layer needs `tfmp.layers` imported to load.
@@ -97,7 +100,7 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     def _fusable(self, inputs, mask) -> bool:
         if keras.backend.backend() != "tensorflow" or mask is not None:
             return False
-        if self.synchronized or self.renorm:
+        if self.synchronized or self.renorm or self.epsilon < _MIN_FUSED_EPSILON:
             return False
         rank = len(inputs.shape)
         if rank != 4 or self.axis not in (-1, rank - 1):

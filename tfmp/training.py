@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.gan import build_discriminator, build_generator
-from models.mobilenet_v2 import CPU_BFLOAT16_FLOAT32_LAYERS, build_mobilenet_v2_classifier
+from models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from tfmp import autotune
 from tfmp import callbacks as callbacks_lib
 from tfmp import checkpoint as checkpoint_lib
@@ -137,8 +137,6 @@ class TrainConfig:
 
     datasets: ClassVar[tuple[str, ...]] = data_lib.DATASETS
     image_shape: ClassVar[tuple[int, int, int]] = (28, 28, 1)
-    # The model's float32_layers advice for bfloat16 on a CPU ("auto").
-    cpu_bfloat16_float32_layers: ClassVar[str] = ""
 
     precision: str = "auto"
     loss_scale: str | float = "dynamic"
@@ -221,6 +219,11 @@ class TrainConfig:
         _check_writable_dir("logdir", self.logdir)
         if self.checkpoint_dir:
             _check_writable_dir("checkpoint_dir", self.checkpoint_dir)
+
+    @property
+    def cpu_bfloat16_float32_layers(self) -> str:
+        """The model's float32_layers advice for bfloat16 on a CPU (what `"auto"` applies); "" for none."""
+        return ""
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -311,7 +314,6 @@ class ClassifierConfig(TrainConfig):
 
     datasets: ClassVar[tuple[str, ...]] = ("cifar10", "digits", "synthetic")
     image_shape: ClassVar[tuple[int, int, int]] = (32, 32, 3)
-    cpu_bfloat16_float32_layers: ClassVar[str] = CPU_BFLOAT16_FLOAT32_LAYERS
 
     epochs: int = 10
     batch_size: int = 128
@@ -336,6 +338,10 @@ class ClassifierConfig(TrainConfig):
             raise ConfigError(
                 f"Unknown lr_schedule. Valid: {', '.join(LR_SCHEDULES)}. Received: lr_schedule={self.lr_schedule!r}"
             )
+
+    @property
+    def cpu_bfloat16_float32_layers(self) -> str:
+        return cpu_bfloat16_float32_layers(self.image_shape)
 
 
 @dataclasses.dataclass
@@ -476,10 +482,11 @@ def _keep_float32(
     except ValueError as e:
         raise ConfigError(str(e)) from None
     shown = ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")
-    why = ""
-    if pattern != config.float32_layers:
-        why = f", the model's default for {precision} on CPU; float32_layers=none turns it off"
-    print_fn(f"float32 layers: {len(kept)} matching {pattern!r} ({shown}{why})")
+    if pattern == config.float32_layers:
+        print_fn(f"float32 layers: {len(kept)} matching {pattern!r} ({shown})")
+    else:
+        print_fn(f"float32 layers: {len(kept)}, the model's default for {precision} on CPU "
+                 f"(float32_layers=none turns it off): {shown}")
 
 
 @dataclasses.dataclass
