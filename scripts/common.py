@@ -7,6 +7,7 @@ only turns them into absl flags and back.
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 from typing import Any, Callable
 
@@ -19,6 +20,7 @@ from tfmp import checkpoint
 from tfmp import data as data_lib
 from tfmp import preemption
 from tfmp import distribute
+from tfmp import rundir
 from tfmp import training
 
 
@@ -34,8 +36,9 @@ def define_training_flags(
     definitions = {
         "precision": lambda: flags.DEFINE_enum(
             "precision", defaults.precision, list(tfmp.PRECISIONS) + ["fp32", "fp16", "bf16"],
-            "Compute precision. auto: bfloat16 on Ampere+ GPUs, float16 on Volta/Turing; on a CPU the faster of "
-            "float32 and bfloat16, measured on this model once and cached."),
+            "Compute precision. auto: the fastest for this model on this device, measured once and cached "
+            "(GPU 8.0+: float32, bfloat16, float16; 7.x: float32, float16; CPU with bfloat16: float32, bfloat16); "
+            "multi_worker: by GPU compute capability."),
         "loss_scale": lambda: flags.DEFINE_string(
             "loss_scale", str(defaults.loss_scale),
             "dynamic, none, or a positive fixed scale. Only mixed_float16 uses it."),
@@ -62,7 +65,9 @@ def define_training_flags(
             "Directory holding the downloaded dataset; default: keras.datasets' cache (~/.keras/datasets)."),
         "logdir": lambda: flags.DEFINE_string("logdir", defaults.logdir, "Parent directory of the TensorBoard runs."),
         "run_name": lambda: flags.DEFINE_string(
-            "run_name", defaults.run_name, "Run directory under --logdir; default: time, precision and loss scale."),
+            "run_name", defaults.run_name,
+            "Run directory under --logdir (a relative path inside it, e.g. sweep/lr-3); default: time, precision "
+            "and loss scale. One run at a time: a second run in the same directory is refused."),
         "seed": lambda: flags.DEFINE_integer("seed", defaults.seed, "Seed of weights, noise, shuffling and splits."),
         "log_every": lambda: flags.DEFINE_integer(
             "log_every", defaults.log_every, "Print the step line every N steps.", lower_bound=1),
@@ -149,17 +154,23 @@ def make_main(
 def run(train_fn: Callable[[Any], Any], config: Any) -> Any:
     """Runs `train_fn(config)`, turning the expected failures into clean exits.
 
-    Bad settings become usage errors; missing data, an unusable checkpoint or
-    a stop on a non-finite step exit with status 1 and the message; a
-    preemption (SIGTERM/SIGINT, checkpoint written) exits with 128 + the
-    signal number, as a process killed by it would.
+    Bad settings become usage errors; missing or corrupt data, an unusable
+    checkpoint or a failed checkpoint write, a run directory another run
+    holds, or a stop on a non-finite step exit with status 1 and the message;
+    a preemption (SIGTERM/SIGINT, checkpoint written) exits with 128 + the
+    signal number, as a process killed by it would, and so does Ctrl-C
+    during start-up (130, one line).
     """
     try:
         return train_fn(config)
     except training.ConfigError as e:
         raise app.UsageError(str(e)) from None
-    except (data_lib.DatasetNotFoundError, checkpoint.CheckpointError, callbacks.NonFiniteStepError) as e:
+    except (data_lib.DatasetNotFoundError, data_lib.CorruptDatasetError, checkpoint.CheckpointError,
+            rundir.RunDirInUseError, callbacks.NonFiniteStepError) as e:
         sys.exit(f"error: {e}")
     except preemption.Preempted as e:
         print(str(e), file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
+    except KeyboardInterrupt as e:
+        print(str(e) or "interrupted by SIGINT (Ctrl-C)", file=sys.stderr, flush=True)
+        sys.exit(128 + signal.SIGINT)

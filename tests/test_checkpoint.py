@@ -99,6 +99,87 @@ def test_a_different_signature_is_refused_naming_each_difference(tmp_path):
     assert "seed" not in message
 
 
+def test_a_difference_names_the_nested_key_and_both_values_in_full(tmp_path):
+    trainer = _tiny_classifier_trainer()
+    long = "x" * 300  # longer than a cut at 200 characters
+    checkpoint.RunCheckpoint(str(tmp_path), trainer, {"config": {"long": long, "seed": 0}}).save(1)
+    again = checkpoint.RunCheckpoint(str(tmp_path), trainer, {"config": {"long": long, "seed": 7}})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        again.restore(again.latest())
+    message = str(error.value)
+    assert message.endswith("Differences: config.seed: checkpoint 0, this run 7")
+
+
+def _files(directory):
+    return {name: (directory / name).read_bytes() for name in os.listdir(directory) if name.startswith("ckpt-")}
+
+
+def test_a_missing_state_file_hides_no_checkpoint_and_none_is_overwritten(tmp_path):
+    trainer = _tiny_classifier_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=3)
+    for step in (1, 2, 3):
+        _train_one_step(trainer, seed=step)
+        ckpt.save(step)
+    os.remove(tmp_path / "checkpoint")  # a clean-up, a sync tool, an interrupted copy
+    _truncate(str(tmp_path / "ckpt-3"))
+    before = _files(tmp_path)
+
+    lines = []
+    again = checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {}, keep=2, print_fn=lines.append)
+    assert again.checkpoints == [str(tmp_path / f"ckpt-{n}") for n in (1, 2, 3)]
+    found = again.latest(print_fn=lines.append)
+    assert found.step == 2 and found.path == str(tmp_path / "ckpt-2")
+    assert len(lines) == 1
+    assert f"state file {tmp_path / 'checkpoint'}" in lines[0] and "missing" in lines[0]
+    assert f"resuming from the newest readable one, {tmp_path / 'ckpt-2'}" in lines[0] and "ckpt-3 (" in lines[0]
+
+    # Carrying on from step 2: the unreadable ckpt-3 is kept aside, not overwritten; with keep=2 the
+    # manager deletes only what it wrote itself.
+    lines.clear()
+    for step in (3, 4, 5):
+        again.save(step)
+    assert lines == [f"note: {tmp_path / 'ckpt-3'} already existed and was not written by this run; kept its files "
+                     "as ckpt-3.data-00000-of-00001.old, ckpt-3.index.old"]
+    after = _files(tmp_path)
+    for name, content in before.items():
+        kept = name if name.startswith(("ckpt-1.", "ckpt-2.")) else name + ".old"
+        assert after[kept] == content, name
+    assert checkpoint.RunCheckpoint(str(tmp_path), trainer, {}).checkpoints == [
+        str(tmp_path / "ckpt-4"), str(tmp_path / "ckpt-5")]
+
+
+def test_a_failed_write_names_the_directory_and_leaves_the_previous_checkpoint_newest(tmp_path, monkeypatch):
+    trainer = _tiny_classifier_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=3)
+    first = ckpt.save(1)
+
+    def disk_full(self, prefix, options=None):
+        # What a write that runs out of space leaves: TensorFlow's scratch directory and a partial data file.
+        os.makedirs(prefix + "_temp")
+        with open(prefix + ".data-00000-of-00001", "wb") as f:
+            f.write(b"\0" * 10)
+        raise tf.errors.ResourceExhaustedError(None, None, f"{prefix}_temp/part-00000; No space left on device")
+
+    monkeypatch.setattr(tf.train.Checkpoint, "_write", disk_full)
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        ckpt.save(2)
+    message = str(error.value)
+    assert f"Could not write checkpoint {tmp_path / 'ckpt-2'} in {tmp_path} (ResourceExhaustedError: " in message
+    assert "No space left on device" in message and f"Nothing was lost: the previous checkpoints remain" in message
+    assert first in message
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+    assert ckpt.latest().path == first
+    assert ckpt.save(2) == str(tmp_path / "ckpt-2")  # once there is space again
+
+
+def test_an_invalid_state_file_is_refused_saying_what_to_do(tmp_path):
+    (tmp_path / "checkpoint").write_text("")
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {})
+    assert str(tmp_path / "checkpoint") in str(error.value) and "delete it" in str(error.value)
+
+
 def test_keep_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="keep=0"):
         checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {}, keep=0)
@@ -149,7 +230,7 @@ def _checkpoint_tensors(path):
         # Inside epoch 0: the resumed run finishes a partial epoch, then a whole one.
         (training.train_gan, TINY_GAN, "(0, 1)", "g_loss"),
         # Inside epoch 1, after a validation pass.
-        (training.train_classifier, TINY_CLASSIFIER, "(1, 0)", "val_loss"),
+        pytest.param(training.train_classifier, TINY_CLASSIFIER, "(1, 0)", "val_loss", marks=pytest.mark.slow),
     ],
     ids=["gan-float16-mid-epoch", "classifier-bfloat16-second-epoch"],
 )
@@ -204,7 +285,8 @@ def test_resuming_with_another_model_or_precision_names_the_mismatch(tmp_path):
     with pytest.raises(checkpoint.CheckpointError) as error:
         training.train_gan(dataclasses.replace(config, resume=True, generator_widths=(16, 8, 8)),
                            print_fn=lambda line: None)
-    assert checkpoint_file in str(error.value) and "generator_widths" in str(error.value)
+    assert checkpoint_file in str(error.value)
+    assert "config.generator_widths: checkpoint [8, 8, 8], this run [16, 8, 8]" in str(error.value)
     # Without --resume the run's checkpoints are not overwritten.
     with pytest.raises(training.ConfigError, match="already holds checkpoints"):
         training.train_gan(config, print_fn=lambda line: None)
@@ -247,3 +329,76 @@ def test_stop_on_nonfinite_is_refused_with_dynamic_loss_scaling(tmp_path):
     with pytest.raises(training.ConfigError, match="on_nonfinite='stop'"):
         training.train_gan(config, print_fn=lambda line: None)
     assert not os.listdir(tmp_path)
+
+
+# --- the run directory: lost state file, lock, run name -------------------------------
+
+
+def test_after_a_crash_a_stale_lock_and_a_lost_state_file_neither_block_nor_hide_the_resume(tmp_path):
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from tfmp import rundir
+
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", epochs=1, steps_per_epoch=2,
+                                 checkpoint_every=1)
+    training.train_gan(config, print_fn=lambda line: None)
+    run_dir, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    os.remove(checkpoints / "checkpoint")
+    before = {name: (checkpoints / name).read_bytes() for name in os.listdir(checkpoints)}
+    assert sorted(before) == ["ckpt-1.data-00000-of-00001", "ckpt-1.index", "ckpt-2.data-00000-of-00001",
+                              "ckpt-2.index"]
+    # A new run is refused as for any directory holding checkpoints.
+    with pytest.raises(training.ConfigError, match=f"{checkpoints} already holds checkpoints"):
+        training.train_gan(config, print_fn=lambda line: None)
+    # The process that held the run directory was killed: its lock file stayed.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / rundir.LOCK_FILE).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+
+    lines = []
+    result = training.train_gan(dataclasses.replace(config, resume=True, epochs=2), print_fn=lines.append)
+    assert result.steps == 2
+    assert [line for line in lines if line.startswith("note:")] == [
+        f"note: taking over the run directory {run_dir} from pid {dead.pid} on host {socket.gethostname()}, which "
+        f"is no longer running (it was killed or crashed); lock file {run_dir / rundir.LOCK_FILE}"]
+    assert any(line.startswith(f"warning: the state file {checkpoints / 'checkpoint'} that lists the checkpoints is "
+                               f"missing; found 2 checkpoint(s) by their files; resuming from the newest readable "
+                               f"one, {checkpoints / 'ckpt-2'}") for line in lines), lines
+    assert f"resumed from {checkpoints / 'ckpt-2'} at step 2" in lines
+    for name, content in before.items():  # still there, unchanged
+        assert (checkpoints / name).read_bytes() == content, name
+    assert not os.path.exists(run_dir / rundir.LOCK_FILE) and not os.path.exists(checkpoints / rundir.LOCK_FILE)
+
+
+def test_a_run_directory_held_by_another_run_is_refused_before_any_training(tmp_path):
+    from tfmp import rundir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lines = []
+    with rundir.RunDirLock(str(run_dir)):
+        with pytest.raises(rundir.RunDirInUseError) as error:
+            training.train_gan(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run"),
+                               print_fn=lines.append)
+        # Its own checkpoint directory too, when another run names it as its checkpoint_dir.
+        with pytest.raises(rundir.RunDirInUseError, match=str(run_dir)):
+            training.train_gan(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="other",
+                                                   checkpoint_dir=str(run_dir)), print_fn=lines.append)
+    assert f"{run_dir} is in use by another run: pid {os.getpid()} on host" in str(error.value)
+    assert not any(line.startswith("training") for line in lines)
+    assert os.listdir(run_dir) == [] and os.listdir(tmp_path) == ["run"]  # nothing left of the refused runs
+
+
+@pytest.mark.parametrize("run_name", ["../x", "a/../../x", "/tmp/x", ".", "a/.."])
+def test_a_run_name_must_stay_inside_the_logdir(run_name, tmp_path):
+    with pytest.raises(training.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, logdir=str(tmp_path / "logs"), run_name=run_name).validate()
+    assert f"Received: run_name={run_name!r}" in str(error.value)
+    assert not os.listdir(tmp_path)  # validating creates nothing
+
+
+def test_a_nested_run_name_is_a_directory_inside_the_logdir(tmp_path):
+    dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="sweep/lr-3").validate()

@@ -380,3 +380,36 @@ def test_make_dataset_passes_float_images_through():
     batches = list(ds)
     np.testing.assert_array_equal(np.concatenate([b[0].numpy() for b in batches]), x)
     assert batches[0][1].dtype == tf.int32
+
+
+def test_every_unusable_dataset_file_raises_one_catchable_error_naming_it(tmp_path):
+    """Corrupt, truncated, refused: one `CorruptDatasetError` (a ValueError), which the scripts report in a line."""
+    import io
+    import os
+    import pickle
+    import tarfile
+
+    (tmp_path / "mnist.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(data.CorruptDatasetError, match="mnist.npz"):
+        data.load_mnist(str(tmp_path))
+
+    cifar = tmp_path / "cifar"
+    _write_cifar_folder(cifar)
+    batch = cifar / "cifar-10-batches-py" / "data_batch_2"
+    original = batch.read_bytes()
+    batch.write_bytes(original[:500])  # truncated
+    with pytest.raises(data.CorruptDatasetError, match=str(batch)):
+        data.load_cifar10(str(cifar))
+    batch.write_bytes(pickle.dumps({b"data": print, b"labels": []}))  # refused: not a numpy array
+    with pytest.raises(data.CorruptDatasetError, match=r"refusing to load the global builtins\.print"):
+        data.load_cifar10(str(cifar))
+
+    archive_dir = tmp_path / "archive"
+    archive_dir.mkdir()
+    with tarfile.open(archive_dir / "cifar-10-python.tar.gz", "w:gz") as tar:  # refused: escapes its folder
+        member = tarfile.TarInfo("../escaped")
+        member.size = 4
+        tar.addfile(member, io.BytesIO(b"evil"))
+    with pytest.raises(data.CorruptDatasetError, match="cifar-10-python.tar.gz"):
+        data.load_cifar10(str(archive_dir))
+    assert not os.path.exists(archive_dir / "escaped") and not os.path.exists(tmp_path / "escaped")

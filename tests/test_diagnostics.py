@@ -49,13 +49,16 @@ def test_seed_bad_sizes_generator_is_flagged_layer_by_layer(precision):
     }
     printed = "\n".join(lines)
     assert "generator/conv_2" in printed and "4090" in printed and "9 warning(s)" in printed
+    # What misalignment costs today, not the seed's 2021 slowdown.
+    assert printed.endswith(f"\n  {diagnostics.MISALIGNMENT_COST}") and "about 2% slower" in printed
+    assert "H100 with current cuDNN" in printed
 
 
 def test_seed_original_gan_has_no_warnings():
     with tfmp.precision_scope("mixed_float16"):
         trainer = trainers.GANTrainer(build_generator(), build_discriminator())
     report = diagnostics.tensor_core_report(trainer, batch_size=4096, print_fn=None)
-    assert report.warnings == []
+    assert report.warnings == [] and diagnostics.MISALIGNMENT_COST not in str(report)
     assert {(f.layer, f.dimension) for f in report.findings} == {
         ("generator/dense", "input features"),
         ("generator/conv_final", "filters"),

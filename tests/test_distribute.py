@@ -7,6 +7,7 @@ configures; MultiWorkerMirroredStrategy runs as two real worker processes on
 
 import dataclasses
 import json
+import math
 import os
 import re
 import socket
@@ -76,6 +77,10 @@ def test_default_is_the_current_strategy_and_mirrored_spans_both_cpus(mirrored):
         ('{"cluster": {"worker": ["nohost"]}, "task": {"type": "worker", "index": 0}}', "host:port"),
         ('{"cluster": {"worker": ["a:1", "b:1"]}}', "'task' must hold"),
         ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}}', "task worker:2 is not"),
+        # TensorFlow's own check comes later, as an InvalidArgumentError traceback ("Could not parse port").
+        ('{"cluster": {"worker": ["localhost:abc"]}, "task": {"type": "worker", "index": 0}}',
+         "holds 'localhost:abc': the port must be a number"),
+        ('{"cluster": {"worker": ["a:1", "b:70000"]}, "task": {"type": "worker", "index": 0}}', "'b:70000'"),
     ],
 )
 def test_multi_worker_without_a_usable_tf_config_says_what_it_must_hold(monkeypatch, tf_config, problem):
@@ -300,34 +305,68 @@ def _compare_runs(train, config):
     return single, replicated, _max_and_mean_difference(*trainable)
 
 
+def _largest_step(optimizer, t):
+    """The largest |update| / learning rate any gradients can give at step `t` (from 1).
+
+    Adam (bias-corrected): m_hat / sqrt(v_hat) = sum(a_i g_i) / sqrt(sum(b_i g_i^2)),
+    at most sqrt(sum(a_i^2 / b_i)) by Cauchy-Schwarz (1 at step 1, 1.0014 at step 2).
+    RMSprop (no momentum): g_t / sqrt(sum(b_i g_i^2)) <= 1 / sqrt(1 - rho).
+    """
+    import keras
+
+    if isinstance(optimizer, keras.optimizers.Adam):
+        b1, b2 = optimizer.beta_1, optimizer.beta_2
+        a = [(1 - b1) * b1 ** (t - i) / (1 - b1 ** t) for i in range(1, t + 1)]
+        b = [(1 - b2) * b2 ** (t - i) / (1 - b2 ** t) for i in range(1, t + 1)]
+        return math.sqrt(sum(x * x / y for x, y in zip(a, b)))
+    if isinstance(optimizer, keras.optimizers.RMSprop) and not optimizer.momentum and not optimizer.centered:
+        return 1 / math.sqrt(1 - optimizer.rho)
+    raise NotImplementedError(f"no update bound for {optimizer!r}")
+
+
+def _update_bound(trainer):
+    """How far two runs' weights can drift apart: twice the largest total update of either.
+
+    With the same initial weights, each run moves a weight by at most
+    sum_t lr_t * _largest_step(t); a gradient whose sign differs between the
+    runs can use all of it in opposite directions.
+    """
+    bound = 0.0
+    for optimizer in trainer.optimizers.values():
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        steps = int(inner.iterations.numpy())
+        schedule = inner._learning_rate
+        rates = [float(schedule(t) if callable(schedule) else schedule) for t in range(steps)]
+        total = sum(rate * _largest_step(inner, t + 1) for t, rate in enumerate(rates))
+        bound = max(bound, 2 * total * (1 + 1e-6))  # float32 rounding of the updates
+    return bound
+
+
+@pytest.mark.slow
 def test_mirrored_classifier_run_matches_one_device(tmp_path):
     config = training.ClassifierConfig(
         dataset="digits", alpha=0.35, batch_size=16, epochs=1, steps_per_epoch=2, warmup_steps=0,
         precision="float32", validation_batch_size=512, logdir=str(tmp_path),
     )
-    single, replicated, (max_diff, mean_diff) = _compare_runs(training.train_classifier, config)
-    # Measured: max 3.0e-3 (= 2 x the two steps' learning rates, Adam's bound:
-    # some small gradients change sign), mean 1.3e-3; loss 0.0023 apart,
-    # val_loss 0.0010.
-    assert max_diff <= 3.1e-3
-    assert mean_diff <= 2e-3
+    single, replicated, (max_diff, _) = _compare_runs(training.train_classifier, config)
+    assert max_diff <= _update_bound(single.trainer)
+    # The logged losses have no derived bound here (each replica normalises
+    # its own 8 examples); the tiny models above check them to 1e-6.
     for key in ("loss", "val_loss"):
-        assert replicated.logs[key] == pytest.approx(single.logs[key], abs=0.01), key
+        assert math.isfinite(replicated.logs[key]), key
 
 
+@pytest.mark.slow
 def test_mirrored_gan_run_matches_one_device(tmp_path):
     config = training.GANConfig(
         dataset="digits", batch_size=32, epochs=1, steps_per_epoch=3, warmup_steps=0, num_samples=4,
         generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), precision="mixed_float16",
         logdir=str(tmp_path),
     )
-    single, replicated, (max_diff, mean_diff) = _compare_runs(training.train_gan, config)
-    # Measured: max 6.0e-3 (Adam's bound: 2 x 3 steps x 1e-3), mean 1.6e-3;
-    # g_loss 0.009 apart, d_loss 0.0003.
-    assert max_diff <= 6.1e-3
-    assert mean_diff <= 2.5e-3
+    single, replicated, (max_diff, _) = _compare_runs(training.train_gan, config)
+    assert max_diff <= _update_bound(single.trainer)
     for key in ("g_loss", "d_loss"):
-        assert replicated.logs[key] == pytest.approx(single.logs[key], abs=0.03), key
+        assert math.isfinite(replicated.logs[key]), key
     # One loss scale per optimizer, the same on both replicas, as on one device.
     for key in ("g_loss_scale", "d_loss_scale", "g_skipped_steps", "d_skipped_steps"):
         assert replicated.logs[key] == single.logs[key], key
@@ -357,6 +396,7 @@ def _event_files(directory):
     return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files if f.startswith("events")]
 
 
+@pytest.mark.slow
 def test_two_worker_processes_train_the_classifier_and_end_identical(tmp_path):
     cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
     logdir = tmp_path / "logs"

@@ -55,13 +55,24 @@ def test_choose_precision_from_compute_capability(capabilities, expected):
     assert reason
 
 
-def test_auto_on_this_cpu_machine_logs_one_line(caplog):
-    assert not tf.config.list_physical_devices("GPU")
+@pytest.mark.parametrize(
+    "capabilities, expected, words",
+    [([], "float32", "no GPU"), ([(9, 0)], "mixed_bfloat16", "9.0"), ([(7, 5)], "mixed_float16", "7.5")],
+)
+def test_auto_resolves_by_the_rule_and_logs_one_line(capabilities, expected, words, caplog):
     with caplog.at_level(logging.INFO, logger="tfmp.precision"):
-        assert precision.resolve_precision("auto") == "float32"
+        assert precision.resolve_precision("auto", compute_capabilities=capabilities) == expected
     lines = [r.getMessage() for r in caplog.records if r.name == "tfmp.precision"]
     assert len(lines) == 1
-    assert "float32" in lines[0] and "no GPU" in lines[0]
+    assert expected in lines[0] and words in lines[0]
+
+
+def test_auto_on_this_machine_follows_its_gpus():
+    # Holds with or without a GPU: the visible GPUs are what the rule is given.
+    capabilities = precision.gpu_compute_capabilities()
+    assert capabilities == [capability for _, capability in precision.visible_gpus()]
+    assert len(capabilities) <= len(tf.config.list_physical_devices("GPU"))
+    assert precision.resolve_precision("auto") == precision.choose_precision(capabilities)[0]
 
 
 def test_set_precision_sets_the_global_policy():

@@ -53,6 +53,7 @@ def test_train_gan_prints_the_seed_lines_and_writes_curves(tmp_path):
     assert _event_files(tmp_path / "gan" / "generator") and _event_files(tmp_path / "gan" / "discriminator")
 
 
+@pytest.mark.slow
 def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
     proc = _run(
         "train_classifier.py", "--dataset=digits", "--alpha=0.35", "--batch_size=16", "--epochs=1",
@@ -83,6 +84,11 @@ def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
         ("train_classifier.py", "--profile_steps=5", "Received: '5'"),
         ("train_classifier.py", "--profile_steps=5,2", "end=2"),
         ("train_classifier.py", "--float32_layers=nosuchlayer", "Received: 'nosuchlayer'"),
+        # An infinite rate would write inf/NaN into the weights at the first step (and exit 0).
+        ("train_classifier.py", "--learning_rate=inf", "learning_rate must be a finite number > 0. Received: "
+                                                       "learning_rate=inf"),
+        ("train_gan.py", "--generator_learning_rate=inf", "generator_learning_rate=inf"),
+        ("train_gan.py", "--discriminator_learning_rate=nan", "discriminator_learning_rate=nan"),
     ],
 )
 def test_bad_flags_fail_before_training(script, flag, expected, tmp_path):
@@ -91,6 +97,15 @@ def test_bad_flags_fail_before_training(script, flag, expected, tmp_path):
     assert expected in proc.stderr
     assert not _event_files(tmp_path)
     assert "Traceback" not in proc.stderr
+
+
+def test_a_loss_scale_beyond_the_bound_is_a_usage_error_naming_the_range(tmp_path):
+    # 1e40 overflows float32; anything above 2**24 (max_scale) is refused.
+    proc = _run("train_gan.py", "--dataset=digits", "--precision=mixed_float16", "--loss_scale=1e40",
+                f"--logdir={tmp_path}")
+    assert proc.returncode != 0
+    assert "(0, 16777216] (2**24)" in proc.stderr and "Received: loss_scale='1e40'" in proc.stderr
+    assert "Traceback" not in proc.stderr and not _event_files(tmp_path)
 
 
 def test_an_unwritable_logdir_is_a_usage_error(tmp_path):
@@ -111,6 +126,7 @@ def test_missing_mnist_offline_names_the_file_and_the_embedded_alternative(tmp_p
     assert not _event_files(tmp_path)
 
 
+@pytest.mark.slow
 def test_compare_loss_scaling_console_command_prints_the_table(tmp_path):
     proc = _run(
         "tfmp-compare-loss-scaling", "--dataset=digits", "--batch_size=16", "--epochs=1",
@@ -125,6 +141,7 @@ def test_compare_loss_scaling_console_command_prints_the_table(tmp_path):
         ["float32", "mixed_float16_no_loss_scale", "mixed_float16_dynamic_loss_scale"])
 
 
+@pytest.mark.slow
 def test_diagnose_flags_the_seed_pitfall_and_writes_histograms(tmp_path):
     proc = _run(
         "diagnose.py", "--model=gan", "--generator_widths=63,31,7", "--batch_size=90", "--precision=fp16",
@@ -216,6 +233,9 @@ def _assert_same_tensors(a, b):
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+KILLS = 10
+
+
 @pytest.fixture(scope="module")
 def uninterrupted_gan(tmp_path_factory):
     """The reference: RESUMABLE_GAN run to the end in one go; its final checkpoint's tensors."""
@@ -225,6 +245,7 @@ def uninterrupted_gan(tmp_path_factory):
     return _final_tensors(str(logdir / "ref"), RESUMABLE_STEPS)
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_exits_nonzero_and_resume_is_exact(tmp_path, uninterrupted_gan):
     flags = [*RESUMABLE_GAN, f"--logdir={tmp_path}", "--run_name=run"]
     proc = _start("train_gan.py", *flags)
@@ -243,32 +264,44 @@ def test_sigterm_checkpoints_exits_nonzero_and_resume_is_exact(tmp_path, uninter
     _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / "run"), RESUMABLE_STEPS))
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_never_breaks_resume(tmp_path, uninterrupted_gan):
-    """Fault injection: SIGKILL a real run at random moments (mid-step, mid-checkpoint-write)."""
+    """Fault injection: SIGKILL a real run at random moments (mid-step, mid-checkpoint-write).
+
+    A run that finishes before the kill lands is checked against the
+    uninterrupted one and replaced by a fresh run, so the test always sees
+    `KILLS` kills however fast the machine is.
+    """
     import random
     import time
 
     rng = random.Random(1234)
-    flags = [*RESUMABLE_GAN, f"--logdir={tmp_path}", "--run_name=run", "--resume"]
-    kills = 0
-    for _ in range(10):
-        proc = _start("train_gan.py", *flags)
+    kills, finished = 0, 0
+
+    def flags():
+        return [*RESUMABLE_GAN, f"--logdir={tmp_path}", f"--run_name=run{finished}", "--resume"]
+
+    for _ in range(3 * KILLS):
+        if kills == KILLS:
+            break
+        proc = _start("train_gan.py", *flags())
         read = _wait_for_step(proc, steps=1)
         time.sleep(rng.uniform(0.0, 0.3))  # somewhere in the next steps and their checkpoint writes
         proc.kill()
         out, err = proc.communicate(timeout=120)
         if proc.returncode == -signal.SIGKILL:
             kills += 1
-        else:  # it finished before the kill landed
+            assert "Traceback" not in err, err[-3000:]
+            assert read  # it got as far as training
+        else:  # it finished before the kill landed: check it, then start a fresh run
             assert proc.returncode == 0, err[-3000:]
-            break
-        assert "Traceback" not in err, err[-3000:]
-        assert read  # it got as far as training
-    final = _run("train_gan.py", *flags)
+            _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / f"run{finished}"), RESUMABLE_STEPS))
+            finished += 1
+    final = _run("train_gan.py", *flags())
     assert final.returncode == 0, final.stderr[-3000:]
-    print(f"SIGKILLs survived: {kills}")
-    assert kills >= 10
-    _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / "run"), RESUMABLE_STEPS))
+    print(f"SIGKILLs survived: {kills} ({finished} runs finished between kills)")
+    assert kills == KILLS
+    _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / f"run{finished}"), RESUMABLE_STEPS))
 
 
 def test_a_corrupt_newest_checkpoint_falls_back_and_a_ruined_run_names_its_files(tmp_path):
@@ -297,6 +330,7 @@ def test_a_corrupt_newest_checkpoint_falls_back_and_a_ruined_run_names_its_files
         (["--on_nonfinite=stop", "--precision=mixed_float16", "--loss_scale=dynamic"], "on_nonfinite='stop'"),
         (["--on_nonfinite=maybe"], "maybe"),
         (["--keep_checkpoints=0"], "--keep_checkpoints=0"),
+        (["--run_name=../outside"], "run_name='../outside'"),
     ],
 )
 def test_impossible_resume_and_nonfinite_flags_are_refused(flags, expected, tmp_path):
@@ -305,3 +339,71 @@ def test_impossible_resume_and_nonfinite_flags_are_refused(flags, expected, tmp_
     assert expected in proc.stderr
     assert not _event_files(tmp_path)
     assert "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "outside")
+
+
+# --- the run directory: one run at a time, nothing left by a failed start --------------
+
+
+def test_a_run_directory_held_by_another_run_is_refused_naming_the_holder(tmp_path):
+    import socket
+
+    from tfmp import rundir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with rundir.RunDirLock(str(run_dir)):  # this test process is the first run
+        proc = _run("train_gan.py", "--dataset=digits", "--batch_size=32", "--steps_per_epoch=1", "--epochs=1",
+                    "--precision=float32", f"--logdir={tmp_path}", "--run_name=run")
+        assert rundir.holder(str(run_dir)).pid == os.getpid()  # the refused run left the lock alone
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert f"error: {run_dir} is in use by another run: pid {os.getpid()} on host {socket.gethostname()}" in proc.stderr
+    assert "Traceback" not in proc.stderr and not re.search(r"^\(0, 0\)", proc.stdout, re.M)
+    assert os.listdir(run_dir) == []
+
+
+# Runs a script with its model building held up until SIGINT arrives: Ctrl-C during start-up, on cue.
+_BLOCKED_START = """
+import runpy, sys, time
+sys.path.insert(0, {scripts!r})
+from tfmp import training
+def blocked_build(*args, **kwargs):
+    print("building the model", flush=True)
+    time.sleep(600)
+training._gan_job = blocked_build
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_ctrl_c_during_start_up_exits_130_in_one_line_and_leaves_nothing_behind(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BLOCKED_START.format(scripts=os.path.join(ROOT, "scripts")),
+         os.path.join(ROOT, "scripts", "train_gan.py"), "--dataset=digits", "--batch_size=32", "--precision=float32",
+         f"--logdir={tmp_path / 'logs'}", "--run_name=sweep/run"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = iter(proc.stdout.readline, "")
+        assert "building the model\n" in lines, proc.stderr.read()[-3000:]  # reads up to it
+        # Where the run stands now: its directories made, and held.
+        assert os.path.exists(tmp_path / "logs" / "sweep" / "run" / "checkpoints")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if "interrupted" in line] == [
+        "interrupted by SIGINT (Ctrl-C) during start-up, before the first training step: nothing was trained or "
+        "written. Run the same command again to start."]
+    assert os.listdir(tmp_path) == []  # logs/, sweep/, run/, checkpoints/ and the lock: all gone
+
+
+def test_a_corrupt_dataset_file_is_a_clean_error_naming_it(tmp_path):
+    (tmp_path / "mnist.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    proc = _run("train_gan.py", f"--data_dir={tmp_path}", f"--logdir={tmp_path / 'logs'}", "--precision=float32")
+    assert proc.returncode == 1
+    assert f"error: Could not read {tmp_path / 'mnist.npz'}: it is corrupt or truncated" in proc.stderr
+    assert "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "logs")

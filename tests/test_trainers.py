@@ -174,7 +174,7 @@ def test_gan_step_updates_both_models_with_their_own_optimizers():
     assert int(gan.discriminator_optimizer.iterations) == 1
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_float16_gan_has_one_loss_scale_per_optimizer(jit_compile):
     with tfmp.precision_scope("mixed_float16"):
         gan = _tiny_gan()
@@ -267,3 +267,214 @@ def test_a_nan_batch_under_dynamic_loss_scaling_is_skipped_and_counted():
     assert int(trainer.optimizer.skipped_steps) == 1
     assert float(trainer.optimizer.loss_scale) == 2.0**14  # halved once
     assert all(np.isfinite(v.numpy()).all() for v in trainer.variables)
+
+
+# --- a skipped step changes nothing the model computes with ----------------------------
+# The rule (README, "What a skipped step changes"): the update is a transaction.
+# When the optimizer skips it, the non-trainable variables its forward passes
+# wrote (BatchNorm moving statistics) get their values from before the step
+# back; only seed-generator states (noise, Dropout) advance, as in a step
+# that was applied.
+
+SEED_STATE = "seed_generator_state"
+
+
+def _bn_classifier():
+    """A tiny conv net with both BatchNorm implementations and a Dropout."""
+    from tfmp.layers import FusedBatchNormalization
+
+    init = keras.initializers.GlorotUniform
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(16, 3, padding="same", kernel_initializer=init(1))(inputs)
+    x = FusedBatchNormalization(momentum=0.9, name="fused_bn")(x)
+    x = keras.layers.Conv2D(16, 3, padding="same", activation="relu", kernel_initializer=init(2))(x)
+    x = keras.layers.BatchNormalization(momentum=0.9, name="keras_bn")(x)
+    x = keras.layers.Dropout(0.5, seed=3)(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(3, kernel_initializer=init(4))(x)
+    return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x))
+
+
+def _images(n, side, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(size=(n, side, side, 3)).astype(np.float32), (np.arange(n) % 3).astype(np.int32)
+
+
+def _all_values(trainer):
+    """`(path, value)` of every network and inner-optimizer variable (weights, statistics, seeds, slots)."""
+    inner = [getattr(o, "inner_optimizer", o) for o in trainer.optimizers.values()]
+    variables = trainer.variables + [v for o in inner for v in o.variables]
+    return [(v.path, v.numpy().copy()) for v in variables]
+
+
+def _assert_unchanged_but_seeds(before, trainer, draws):
+    """Every variable equals `before` bit for bit; seed states are `draws[i]` draws further on."""
+    after = _all_values(trainer)
+    assert [p for p, _ in after] == [p for p, _ in before]
+    seeds = [(p, a, b) for (p, a), (_, b) in zip(before, after) if SEED_STATE in p]
+    assert [int(b[1] - a[1]) for _, a, b in seeds] == draws  # SeedGenerator.next() adds [0, 1]
+    changed = [p for (p, a), (_, b) in zip(before, after) if SEED_STATE not in p and not np.array_equal(a, b)]
+    assert not changed, f"{len(changed)} variables changed: {changed[:6]}"
+
+
+def _bn_statistics(network):
+    return [v for v in network.non_trainable_weights if "moving_" in v.path]
+
+
+@pytest.mark.parametrize(
+    "precision, jit_compile, bad",
+    [
+        ("float32", False, "nan"),
+        ("float32", True, "nan"),  # XLA
+        ("mixed_bfloat16", False, "nan"),
+        ("mixed_float16", False, "overflow"),  # dynamic loss scaling, a scale the gradients overflow at
+    ],
+)
+def test_a_skipped_step_leaves_batch_norm_statistics_and_weights_bit_for_bit(precision, jit_compile, bad):
+    x, y = _images(4, 8)
+    with tfmp.precision_scope(precision):
+        trainer = trainers.ClassifierTrainer(_bn_classifier())
+        if bad == "overflow":  # loss ~1.1 x 2**24: its gradients exceed float16's 65504 in the backward pass
+            optimizer = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.1), initial_scale=2.0**24)
+        else:
+            optimizer = keras.optimizers.Adam(0.1)
+            x[2, 5, 5, 1] = np.nan
+        trainer.compile(optimizer, loss="sparse_categorical_crossentropy", skip_nonfinite=True, jit_compile=jit_compile)
+    before = _all_values(trainer)
+    trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+    assert int(trainer.optimizer.skipped_steps) == 1
+    if bad == "overflow":
+        assert float(trainer.optimizer.loss_scale) == 2.0**23
+    _assert_unchanged_but_seeds(before, trainer, draws=[1])  # the Dropout drew its mask
+
+
+def test_a_finite_step_updates_batch_norm_statistics_as_without_skipping():
+    """The restore is conditional: a finite step trains exactly as a plain optimizer does."""
+    x, y = _images(4, 8)
+    runs = []
+    for skip_nonfinite in (True, False):
+        trainer = trainers.ClassifierTrainer(_bn_classifier())
+        trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", skip_nonfinite=skip_nonfinite)
+        statistics = [v.numpy().copy() for v in _bn_statistics(trainer.network)]
+        trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+        assert len(statistics) == 4
+        for old, variable in zip(statistics, _bn_statistics(trainer.network)):
+            assert not np.array_equal(old, variable.numpy()), variable.path
+        runs.append(trainer)
+    assert isinstance(runs[0].optimizer, tfmp.LossScaleOptimizer) and int(runs[0].optimizer.skipped_steps) == 0
+    for a, b in zip(runs[0].variables, runs[1].variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+
+
+def test_a_skipped_step_restores_each_replicas_statistics(tmp_path):
+    """Under MirroredStrategy a NaN on replica 1 skips everywhere; each replica puts back its own copy."""
+    from tfmp import distribute
+
+    strategy = distribute.make_strategy("mirrored")
+    with strategy.scope():
+        trainer = trainers.ClassifierTrainer(_bn_classifier())
+        trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", skip_nonfinite=True)
+    x, y = _images(4, 8)
+    x[3, 0, 0, 0] = np.nan  # examples 2-3 are replica 1's share; replica 0's forward is finite
+    statistics = [[t.numpy().copy() for t in v.value.values] for v in _bn_statistics(trainer.network)]
+    trainer.fit(tf.data.Dataset.from_tensors((x, y)), epochs=1, verbose=0, shuffle=False)
+    assert int(trainer.optimizer.skipped_steps) == 1
+    for old, variable in zip(statistics, _bn_statistics(trainer.network)):
+        new = [t.numpy() for t in variable.value.values]
+        assert len(new) == 2
+        for a, b in zip(old, new):
+            np.testing.assert_array_equal(a, b, err_msg=variable.path)
+
+
+def _mobilenet_trainer(precision, optimizer, run_eagerly):
+    from models.mobilenet_v2 import build_mobilenet_v2_classifier
+
+    with tfmp.precision_scope(precision):
+        network = build_mobilenet_v2_classifier((32, 32, 3), num_classes=3, alpha=0.35, batch_norm_momentum=0.9)
+        trainer = trainers.ClassifierTrainer(network)
+        trainer.compile(optimizer, loss="sparse_categorical_crossentropy", skip_nonfinite=True, run_eagerly=run_eagerly)
+    return trainer
+
+
+def _mobilenet_finite_then_nan(precision, run_eagerly):
+    """One finite step (moves every BatchNorm statistic), then one NaN step (changes nothing)."""
+    trainer = _mobilenet_trainer(precision, keras.optimizers.Adam(1e-3), run_eagerly)
+    x, y = _images(4, 32)
+    initial = [v.numpy().copy() for v in _bn_statistics(trainer.network)]
+    assert len(initial) == 104  # 52 BatchNorm layers
+    trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+    moved = [v.path for old, v in zip(initial, _bn_statistics(trainer.network)) if not np.array_equal(old, v.numpy())]
+    assert len(moved) == 104
+    before = _all_values(trainer)
+    x[1, 7, 7, 2] = np.nan
+    trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+    assert int(trainer.optimizer.skipped_steps) == 1
+    _assert_unchanged_but_seeds(before, trainer, draws=[])  # MobileNetV2 here has no Dropout
+
+
+def test_mobilenet_v2_nan_batch_leaves_its_104_batch_norm_statistics():
+    """Issue 12's case, run eagerly to keep it fast (graph mode: the slow twin below)."""
+    _mobilenet_finite_then_nan("float32", run_eagerly=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+def test_mobilenet_v2_nan_batch_leaves_its_statistics_in_graph_mode(precision):
+    _mobilenet_finite_then_nan(precision, run_eagerly=False)
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_float16_overflow_leaves_its_statistics_in_graph_mode():
+    trainer = _mobilenet_trainer(
+        "mixed_float16", tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-3), initial_scale=2.0**24), False)
+    x, y = _images(4, 32)
+    before = _all_values(trainer)
+    trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
+    assert int(trainer.optimizer.skipped_steps) == 1
+    _assert_unchanged_but_seeds(before, trainer, draws=[])
+
+
+def test_gan_float16_overflow_in_both_updates_changes_nothing_but_the_seeds():
+    """The generator's BatchNorm statistics are written by the generator step's forward and by the
+    fakes of the discriminator step; both updates overflow and are skipped, so neither write stays."""
+    with tfmp.precision_scope("mixed_float16"):
+        gan = _tiny_gan(seed=5)
+        gan.compile(tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-3), initial_scale=2.0**24),
+                    tfmp.LossScaleOptimizer(keras.optimizers.RMSprop(1e-4), initial_scale=2.0**24))
+    before = _all_values(gan)
+    real = np.random.default_rng(0).uniform(size=(8, 28, 28, 1)).astype(np.float32)
+    gan.fit(real, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    assert (int(gan.generator_optimizer.skipped_steps), int(gan.discriminator_optimizer.skipped_steps)) == (1, 1)
+    # Noise: one draw per update. Each Dropout: one draw in the generator step, two in the discriminator's.
+    assert sum(SEED_STATE in p for p, _ in before) == 4
+    _assert_unchanged_but_seeds(before, gan, draws=[2, 3, 3, 3])
+
+
+class _RecordingGAN(trainers.GANTrainer):
+    """Copies the generator's BatchNorm statistics right after the generator's update."""
+
+    def optimize(self, optimizer, variables, forward):
+        result = super().optimize(optimizer, variables, forward)
+        if optimizer is self.generator_optimizer:
+            for copy, variable in zip(self.recorded, _bn_statistics(self.generator)):
+                copy.assign(variable)
+        return result
+
+
+def test_gan_nan_real_image_undoes_the_discriminator_steps_fakes_but_keeps_the_generator_step():
+    gan = _RecordingGAN(build_generator(latent_dim=8, widths=(8, 8, 8)), build_discriminator(widths=(8, 8, 8)), seed=0)
+    gan.recorded = [tf.Variable(tf.zeros_like(v)) for v in _bn_statistics(gan.generator)]
+    gan.compile(keras.optimizers.Adam(1e-3), keras.optimizers.RMSprop(1e-4), skip_nonfinite=True)
+    statistics = [v.numpy().copy() for v in _bn_statistics(gan.generator)]
+    discriminator = [v.numpy().copy() for v in gan.discriminator.weights]
+    real = np.random.default_rng(0).uniform(size=(8, 28, 28, 1)).astype(np.float32)
+    real[5, 4, 4, 0] = np.nan
+    gan.fit(real, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    assert (int(gan.generator_optimizer.skipped_steps), int(gan.discriminator_optimizer.skipped_steps)) == (0, 1)
+    for a, v in zip(discriminator, gan.discriminator.weights):
+        np.testing.assert_array_equal(a, v.numpy(), err_msg=v.path)
+    # The generator step's forward moved the statistics and stays; the fakes' forward was undone.
+    for old, copy, v in zip(statistics, gan.recorded, _bn_statistics(gan.generator)):
+        assert not np.array_equal(old, v.numpy()), v.path
+        np.testing.assert_array_equal(copy.numpy(), v.numpy(), err_msg=v.path)
+    np.testing.assert_array_equal(gan.noise_seed.state.numpy() - [0, 2], [0, 0])  # seed 0, drawn twice

@@ -8,6 +8,7 @@ import os
 import pytest
 import tensorflow as tf
 
+from tfmp import autotune
 from tfmp import training
 
 # Tiny but real: the embedded digits, a few steps, narrow models.
@@ -116,6 +117,7 @@ def test_train_gan_runs_for_every_precision(precision, loss_scale, tmp_path):
     assert os.path.basename(result.logdir).endswith(f"{precision}_ls-{result.loss_scale}")
 
 
+@pytest.mark.slow
 def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tmp_path):
     config = dataclasses.replace(
         TINY_GAN, precision="bf16", generator_widths=(8, 8, 7), batch_size=30, epochs=1, logdir=str(tmp_path)
@@ -144,27 +146,109 @@ def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tm
     assert {("generator/underflow_fraction", 1), ("discriminator/overflow_fraction", 2)} <= tags
 
 
-def test_auto_precision_on_cpu_is_measured_once_then_cached(tmp_path, monkeypatch):
-    from tfmp import autotune
+# `auto` measures on the device it sees. The tests inject the device (`autotune.detect_hardware`) and, but
+# for one real tiny probe, the timing (`training._time_steps`), so every branch runs the same on any machine.
+H100 = autotune.GPU("NVIDIA H100 80GB HBM3", (9, 0))
 
+
+def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
+    """`auto` sees `hardware` and times each candidate at `figures[policy]` (None: really, on this CPU).
+
+    Returns the list of what each probe trained: (policy, {(dynamic, scale) of the optimizers}, TF32 on).
+    """
     monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(autotune, "detect_hardware", lambda: hardware)
+    real, probed = training._time_steps, []
+
+    def time_steps(trainer, probe):
+        policy = next(iter(trainer.networks.values())).dtype_policy.name
+        scales = {(opt.dynamic, float(opt.loss_scale)) for opt in trainer.optimizers.values()}
+        probed.append((policy, scales, tf.config.experimental.tensor_float_32_execution_enabled()))
+        return real(trainer, probe) if figures is None else figures[policy]
+
+    monkeypatch.setattr(training, "_time_steps", time_steps)
+    return probed
+
+
+def _auto_line(lines):
+    (line,) = [line for line in lines if line.startswith("auto precision:")]
+    return line
+
+
+def _diagnosed_precision(config, lines):
+    """The precision `diagnose_run` resolves: it goes through the same `auto` as a run, without training."""
+    training.diagnose_run(config, print_fn=lines.append)
+    (line,) = [line for line in lines if line.startswith("diagnosing ")]
+    return line.split("precision=")[1].split()[0]
+
+
+@pytest.mark.parametrize("cpu_bfloat16", [True, False])
+def test_auto_precision_on_cpu_is_measured_once_then_cached(cpu_bfloat16, tmp_path, monkeypatch):
+    cpu = autotune.Hardware(cpu_bfloat16=cpu_bfloat16, machine="a test CPU")
+    probed = _inject_device(monkeypatch, tmp_path, cpu, {"float32": 100.0, "mixed_bfloat16": 300.0})
     config = dataclasses.replace(TINY_GAN, precision="auto", epochs=1, logdir=str(tmp_path))
-    runs = []
-    for _ in range(2):
+    cache = tmp_path / "cache" / "auto_precision.json"
+    if cpu_bfloat16:
         lines = []
-        runs.append((training.train_gan(config, print_fn=lines.append), lines))
-    (first, first_lines), (second, second_lines) = runs
-    (measured,) = [line for line in first_lines if line.startswith("auto precision:")]
-    (cached,) = [line for line in second_lines if line.startswith("auto precision:")]
-    if autotune.cpu_has_bfloat16():
-        assert "measured now" in measured and "float32 " in measured and "mixed_bfloat16 " in measured
-        assert "cached in" in cached and "measured now" not in cached
-        entry = next(iter(json.load(open(tmp_path / "cache" / "auto_precision.json"))["entries"].values()))
-        fastest = max(entry["images_per_sec"], key=entry["images_per_sec"].get)
-        assert first.precision == second.precision == entry["precision"] == fastest
+        assert training.train_gan(config, print_fn=lines.append).precision == "mixed_bfloat16"
+        figures = "(float32 100 img/s, mixed_bfloat16 300 img/s (3.00x)"
+        assert _auto_line(lines) == (
+            f"auto precision: mixed_bfloat16, the fastest on this CPU for this model {figures}; measured now, "
+            f"cached in {cache})")
+        # Each candidate is timed as it trains: fixed scale 1 (the non-finite check), no loss scaling.
+        assert probed == [("float32", {(False, 1.0)}, True), ("mixed_bfloat16", {(False, 1.0)}, True)]
+        again = []
+        assert _diagnosed_precision(config, again) == "mixed_bfloat16"
+        assert _auto_line(again) == (
+            f"auto precision: mixed_bfloat16, the fastest on this CPU for this model {figures}; cached in {cache})")
+        assert len(probed) == 2  # the cached answer was not measured again
     else:
-        assert first.precision == "float32" and "no bfloat16 instructions" in measured
-    assert not any(line.startswith("note:") for line in first_lines)  # the default loss_scale is not nagged about
+        lines = []
+        assert _diagnosed_precision(config, lines) == "float32"
+        assert _auto_line(lines) == (
+            "auto precision: float32 (this CPU has no bfloat16 instructions; nothing to measure)")
+        assert probed == [] and not cache.exists()
+    assert not any(line.startswith("note:") for line in lines)  # the default loss_scale is not nagged about
+
+
+def test_auto_precision_on_a_gpu_measures_every_candidate_float16_with_its_loss_scale(tmp_path, monkeypatch):
+    probed = _inject_device(monkeypatch, tmp_path, autotune.Hardware(gpus=(H100,), machine="a test host"),
+                            {"float32": 100.0, "mixed_bfloat16": 150.0, "mixed_float16": 200.0})
+    config = dataclasses.replace(TINY_GAN, precision="auto", epochs=1, logdir=str(tmp_path))
+    lines = []
+    assert _diagnosed_precision(config, lines) == "mixed_float16"
+    assert _auto_line(lines).startswith(
+        "auto precision: mixed_float16, the fastest on this GPU (NVIDIA H100 80GB HBM3, compute capability 9.0) "
+        "for this model (float32 with TF32 100 img/s, mixed_bfloat16 150 img/s (1.50x), "
+        "mixed_float16 200 img/s (2.00x); measured now")
+    assert probed == [("float32", {(False, 1.0)}, True), ("mixed_bfloat16", {(False, 1.0)}, True),
+                      ("mixed_float16", {(True, 32768.0)}, True)]
+    assert any("precision=mixed_float16 loss_scale=dynamic" in line for line in lines)
+    # The loss scale and TF32 are part of what was measured: other settings are measured again.
+    probed.clear()
+    lines = []
+    assert _diagnosed_precision(dataclasses.replace(config, loss_scale="128", tf32=False), lines) == "mixed_float16"
+    assert probed == [("float32", {(False, 1.0)}, False), ("mixed_bfloat16", {(False, 1.0)}, False),
+                      ("mixed_float16", {(False, 128.0)}, False)]
+    assert "(float32 100 img/s, " in _auto_line(lines)  # no TF32 in float32 this time
+    entries = json.load(open(tmp_path / "cache" / "auto_precision.json"))["entries"].values()
+    assert [e["machine"] for e in entries] == ["a test host | GPU NVIDIA H100 80GB HBM3 9.0"] * 2
+
+
+def test_auto_precision_real_probe_on_a_volta_measures_float32_and_float16(tmp_path, monkeypatch):
+    # The one real probe: both candidates train a few steps on this CPU (float16 emulated, so slower).
+    volta = autotune.Hardware(gpus=(autotune.GPU("Tesla V100-SXM2-16GB", (7, 0)),), machine="a test host")
+    probed = _inject_device(monkeypatch, tmp_path, volta)
+    config = dataclasses.replace(TINY_GAN, precision="auto", logdir=str(tmp_path))
+    lines = []
+    chosen = _diagnosed_precision(config, lines)
+    assert probed == [("float32", {(False, 1.0)}, True), ("mixed_float16", {(True, 32768.0)}, True)]
+    (entry,) = json.load(open(tmp_path / "cache" / "auto_precision.json"))["entries"].values()
+    figures = entry["images_per_sec"]
+    assert set(figures) == {"float32", "mixed_float16"} and all(v > 0 for v in figures.values())
+    assert chosen == entry["precision"] == max(figures, key=figures.get)
+    assert f"float32 {figures['float32']:.0f} img/s, mixed_float16 {figures['mixed_float16']:.0f} img/s" in (
+        _auto_line(lines))
 
 
 def _check_classifier_run(result, lines, precision, loss_scale, steps):
@@ -178,6 +262,7 @@ def _check_classifier_run(result, lines, precision, loss_scale, steps):
 
 
 # float32, bfloat16 and float16 with dynamic scaling are the parity test's runs.
+@pytest.mark.slow
 def test_train_classifier_runs_in_float16_without_loss_scaling(tmp_path):
     lines = []
     config = dataclasses.replace(TINY_CLASSIFIER, precision="fp16", loss_scale="none", logdir=str(tmp_path))

@@ -9,11 +9,14 @@ The public names most users need:
 * `tfmp.wrap_optimizer`: the optimizer a precision needs.
 * `tfmp.ClassifierTrainer`, `tfmp.GANTrainer`: `keras.Model`s whose
   `train_step` is the loss-scaled custom step (`tfmp.trainers`).
+* `tfmp.mixed_precision`: a drop-in for tf.keras 2's
+  `tf.keras.mixed_precision` (`Policy`, `set_global_policy`,
+  `global_policy`, `LossScaleOptimizer`).
 
 Whole runs (data, model, callbacks, TensorBoard) are in `tfmp.training`.
 """
 
-from tfmp import trainers
+from tfmp import mixed_precision, trainers
 from tfmp.loss_scale import LossScaleOptimizer, parse_loss_scale, wrap_optimizer
 from tfmp.precision import (
     PRECISIONS,
@@ -35,6 +38,7 @@ __all__ = [
     "LossScaleOptimizer",
     "PRECISIONS",
     "canonical_precision",
+    "mixed_precision",
     "parse_loss_scale",
     "precision_scope",
     "resolve_jit_compile",

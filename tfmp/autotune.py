@@ -1,14 +1,29 @@
-"""`--precision=auto` on a CPU: choose by measuring, once per machine and model.
+"""`--precision=auto`: choose by measuring, once per device and model.
 
-On a GPU, `auto` follows the hardware rule of `tfmp.precision.choose_precision`
-(bfloat16 on Ampere+, float16 on Volta/Turing). On a CPU no rule is safe:
-bfloat16 matmuls run about 2x float32 on CPUs with AVX512-BF16 or AMX, yet a
-whole model can be slower in bfloat16 (MobileNetV2 measured 0.45x). So
-`choose` times a few training steps of the actual model per candidate
-(`float32`, and `mixed_bfloat16` if the CPU has bfloat16 instructions),
-picks the fastest, says why, and caches the answer in a small JSON file
-keyed by the machine and the model's signature, so the probe runs once.
-float16 (emulated on CPUs) and XLA are never candidates here.
+No rule from the hardware alone picks well. On CPUs with AVX512-BF16 or AMX,
+bfloat16 matmuls run about 2x float32, yet MobileNetV2 measured 0.45x in
+bfloat16 before its depthwise convolutions were kept in float32. On an H100
+(compute capability 9.0) the seed GAN at batch 4096 ran 1.47x in bfloat16
+and 1.57x in float16, while MobileNetV2 on 32x32 images at batch 128 ran
+0.82x and 0.69x (PyTorch AMP, quoted in docs/PERFORMANCE.md): the
+compute-capability rule (`tfmp.precision.choose_precision`) would pick
+bfloat16 for both. So `choose` times a few training steps of the actual
+model in each candidate precision, picks the fastest, prints every figure,
+and caches the answer in a small JSON file keyed by the device and the
+model's signature, so the probe runs once.
+
+The candidates (`candidates`) follow the device:
+
+* a GPU of compute capability 8.0 or newer: `float32` (with TF32 when the
+  run allows it), `mixed_bfloat16`, `mixed_float16`;
+* 7.x (Volta, Turing: float16 Tensor Cores only): `float32`, `mixed_float16`;
+* older GPUs: `float32` only, nothing to measure;
+* a CPU: `float32`, and `mixed_bfloat16` if the CPU has bfloat16
+  instructions (float16 is emulated on CPUs and never a candidate).
+
+With several GPUs the oldest decides, since every replica runs one policy.
+`detect_hardware` reads this machine; pass another `Hardware` to `choose`
+to decide for it (the tests do).
 
 The cache lives in `$TFMP_CACHE_DIR`, else `$XDG_CACHE_HOME/tfmp`, else
 `~/.cache/tfmp`, as `auto_precision.json`. Delete it to measure again.
@@ -20,15 +35,29 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import math
 import os
 import platform
 import tempfile
-from typing import Callable, Sequence
+from typing import Callable, Mapping
 
 import keras
 import tensorflow as tf
 
-__all__ = ["CACHE_ENV", "Choice", "cache_file", "choose", "cpu_candidates", "cpu_has_bfloat16", "machine_id"]
+from tfmp import precision as precision_lib
+
+__all__ = [
+    "CACHE_ENV",
+    "Choice",
+    "GPU",
+    "Hardware",
+    "cache_file",
+    "candidates",
+    "choose",
+    "cpu_has_bfloat16",
+    "detect_hardware",
+    "machine_id",
+]
 
 CACHE_ENV = "TFMP_CACHE_DIR"
 _CACHE_NAME = "auto_precision.json"
@@ -57,7 +86,8 @@ def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether the CPU has bfloat16 instructions (AVX512-BF16, AMX-BF16, Arm BF16).
 
     Reads the `flags` (x86) or `Features` (Arm) lines of Linux's
-    `/proc/cpuinfo`; elsewhere the answer is False and `auto` stays float32.
+    `/proc/cpuinfo`; elsewhere the answer is False and a CPU measures
+    nothing but float32.
     """
     for line in _cpuinfo(cpuinfo).splitlines():
         key, _, value = line.partition(":")
@@ -66,18 +96,97 @@ def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return False
 
 
-def cpu_candidates(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, ...]:
-    """The precisions `auto` measures on this CPU."""
-    return ("float32", "mixed_bfloat16") if cpu_has_bfloat16(cpuinfo) else ("float32",)
-
-
 def machine_id(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU model, core count and software versions: what a measurement depends on."""
+    """The CPU model, core count and software versions: what a CPU measurement depends on."""
     model = next(
         (line.partition(":")[2].strip() for line in _cpuinfo(cpuinfo).splitlines() if line.startswith("model name")),
         platform.processor() or platform.machine(),
     )
     return f"{model} | {os.cpu_count()} cpus | tensorflow {tf.__version__} | keras {keras.__version__}"
+
+
+@dataclasses.dataclass(frozen=True)
+class GPU:
+    """A visible NVIDIA GPU.
+
+    Attributes:
+        name: The device name, e.g. `"NVIDIA H100 80GB HBM3"`.
+        compute_capability: `(major, minor)`, e.g. `(9, 0)`.
+    """
+
+    name: str
+    compute_capability: tuple[int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """The device `auto` measures on.
+
+    Attributes:
+        gpus: The visible GPUs; empty on a machine without one.
+        cpu_bfloat16: Whether the CPU has bfloat16 instructions (used
+            without a GPU).
+        machine: The host and software (`machine_id`, plus the CUDA and
+            cuDNN versions with a GPU); part of the cache key.
+    """
+
+    gpus: tuple[GPU, ...] = ()
+    cpu_bfloat16: bool = False
+    machine: str = ""
+
+    @property
+    def compute_capability(self) -> tuple[int, int] | None:
+        """The oldest GPU's compute capability (it decides for all); None without a GPU."""
+        return min((gpu.compute_capability for gpu in self.gpus), default=None)
+
+    @property
+    def description(self) -> str:
+        """`this CPU`, or the GPUs' names and compute capability, for the printed line."""
+        if not self.gpus:
+            return "this CPU"
+        names = sorted({gpu.name for gpu in self.gpus})
+        count = f"{len(self.gpus)}x " if len(self.gpus) > 1 else ""
+        major, minor = self.compute_capability
+        return f"{'these GPUs' if count else 'this GPU'} ({count}{' + '.join(names)}, compute capability {major}.{minor})"
+
+    @property
+    def key(self) -> str:
+        """What a measurement depends on: the machine and every GPU's name and compute capability."""
+        gpus = "".join(f" | GPU {g.name} {g.compute_capability[0]}.{g.compute_capability[1]}" for g in self.gpus)
+        return self.machine + gpus
+
+
+def detect_hardware(cpuinfo: str = "/proc/cpuinfo") -> Hardware:
+    """This machine's GPUs (with their compute capability), CPU bfloat16 support and software."""
+    gpus = tuple(GPU(name, capability) for name, capability in precision_lib.visible_gpus())
+    machine = machine_id(cpuinfo)
+    if gpus:
+        build = tf.sysconfig.get_build_info()
+        machine += f" | cuda {build.get('cuda_version', '?')} | cudnn {build.get('cudnn_version', '?')}"
+    return Hardware(gpus, cpu_has_bfloat16(cpuinfo), machine)
+
+
+def candidates(hardware: Hardware) -> tuple[str, ...]:
+    """The precisions `auto` measures on `hardware`, float32 first (it wins ties).
+
+    See the module docstring for the rule.
+    """
+    capability = hardware.compute_capability
+    if capability is None:
+        return ("float32", "mixed_bfloat16") if hardware.cpu_bfloat16 else ("float32",)
+    if capability >= (8, 0):
+        return ("float32", "mixed_bfloat16", "mixed_float16")
+    if capability >= (7, 0):
+        return ("float32", "mixed_float16")
+    return ("float32",)
+
+
+def _nothing_to_measure(hardware: Hardware) -> str:
+    """Why `hardware` has a single candidate."""
+    if hardware.compute_capability is None:
+        return "this CPU has no bfloat16 instructions"
+    major, minor = hardware.compute_capability
+    return f"GPU compute capability {major}.{minor} < 7.0 has no Tensor Cores"
 
 
 @dataclasses.dataclass
@@ -86,22 +195,35 @@ class Choice:
 
     Attributes:
         precision: The chosen precision.
-        images_per_sec: What each candidate measured.
+        images_per_sec: What each candidate measured (empty when there was
+            a single candidate, so nothing to measure).
         cached: Whether the figures come from the cache (no probe ran).
         path: The cache file.
+        device: Where it was measured: `this CPU`, or the GPU's name and
+            compute capability.
+        reason: Why nothing was measured, when nothing was.
+        labels: Display names of candidates (e.g. `float32 with TF32`).
     """
 
     precision: str
     images_per_sec: dict[str, float]
     cached: bool
     path: str
+    device: str = "this CPU"
+    reason: str = ""
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
-        figures = ", ".join(f"{p} {v:.0f} img/s" for p, v in self.images_per_sec.items())
+        if not self.images_per_sec:
+            return f"auto precision: {self.precision} ({self.reason}; nothing to measure)"
+        base = self.images_per_sec.get("float32", 0.0)
+        figures = []
+        for precision, value in self.images_per_sec.items():
+            ratio = f" ({value / base:.2f}x)" if precision != "float32" and base > 0 else ""
+            figures.append(f"{self.labels.get(precision, precision)} {value:.0f} img/s{ratio}")
         source = f"cached in {self.path}" if self.cached else f"measured now, cached in {self.path}"
-        if len(self.images_per_sec) == 1:
-            return f"auto precision: {self.precision} (this CPU has no bfloat16 instructions; nothing to measure)"
-        return f"auto precision: {self.precision}, the fastest on this CPU for this model ({figures}; {source})"
+        return (f"auto precision: {self.precision}, the fastest on {self.device} for this model "
+                f"({', '.join(figures)}; {source})")
 
 
 def _load(path: str) -> dict:
@@ -127,42 +249,62 @@ def _store(path: str, entries: dict) -> None:
         pass
 
 
+def _cached_figures(entry: object, wanted: tuple[str, ...]) -> dict[str, float] | None:
+    """An entry's figures in candidate order, or None if it does not hold exactly `wanted`."""
+    figures = entry.get("images_per_sec") if isinstance(entry, dict) else None
+    if not isinstance(figures, dict) or set(figures) != set(wanted):
+        return None
+    try:
+        values = {precision: float(figures[precision]) for precision in wanted}
+    except (TypeError, ValueError):
+        return None
+    return values if all(math.isfinite(v) for v in values.values()) else None
+
+
 def choose(
     signature: str,
     measure: Callable[[str], float],
-    candidates: Sequence[str] | None = None,
+    hardware: Hardware | None = None,
     path: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Choice:
     """Picks the fastest candidate precision, measuring only on a cache miss.
 
     Args:
         signature: What identifies the workload: the model's architecture,
-            batch size and anything else that changes its speed.
+            batch size and anything else that changes its speed (loss
+            scaling, XLA, TF32).
         measure: Returns the images per second of a few training steps in
-            the given precision.
-        candidates: Default: `cpu_candidates()`.
+            the given precision, trained as the run will train.
+        hardware: The device; default `detect_hardware()`. It sets the
+            candidates (`candidates`) and, with the signature, the cache key.
         path: The cache file; default `cache_file()`.
+        labels: Display names for candidates in the printed line.
 
     Returns:
-        The `Choice`; ties go to the first candidate (float32).
+        The `Choice`; ties go to the earlier candidate (float32 first, then
+        bfloat16, which needs no loss scaling).
     """
-    candidates = tuple(candidates or cpu_candidates())
+    hardware = detect_hardware() if hardware is None else hardware
+    wanted = candidates(hardware)
     path = path or cache_file()
-    if len(candidates) == 1:
-        return Choice(candidates[0], {candidates[0]: float("nan")}, False, path)
-    key = hashlib.sha256(f"{machine_id()}\n{signature}".encode()).hexdigest()[:20]
+    labels = dict(labels or {})
+    if len(wanted) == 1:
+        return Choice(wanted[0], {}, False, path, hardware.description, _nothing_to_measure(hardware), labels)
+    key = hashlib.sha256(f"{hardware.key}\n{signature}".encode()).hexdigest()[:20]
     entries = _load(path)
-    entry = entries.get(key)
-    if isinstance(entry, dict) and tuple(entry.get("images_per_sec", {})) == candidates:
-        figures = {k: float(v) for k, v in entry["images_per_sec"].items()}
-        return Choice(max(candidates, key=figures.__getitem__), figures, True, path)
-    figures = {precision: float(measure(precision)) for precision in candidates}
-    best = max(candidates, key=figures.__getitem__)
-    entries[key] = {
-        "images_per_sec": figures,
-        "precision": best,
-        "machine": machine_id(),
-        "measured": datetime.datetime.now().isoformat(timespec="seconds"),
-    }
-    _store(path, entries)
-    return Choice(best, figures, False, path)
+    figures = _cached_figures(entries.get(key), wanted)
+    cached = figures is not None
+    if not cached:
+        figures = {precision: float(measure(precision)) for precision in wanted}
+    best = max(wanted, key=figures.__getitem__)
+    if not cached:
+        entries[key] = {
+            "images_per_sec": figures,
+            "precision": best,
+            "machine": hardware.key,
+            "device": hardware.description,
+            "measured": datetime.datetime.now().isoformat(timespec="seconds"),
+        }
+        _store(path, entries)
+    return Choice(best, figures, cached, path, hardware.description, "", labels)

@@ -17,9 +17,19 @@ objects managed by one `tf.train.CheckpointManager`:
 Writes are crash-safe by construction: TensorFlow writes a checkpoint's
 files first and only then, atomically, the `checkpoint` state file that
 names the latest one. A process killed mid-write leaves the previous
-checkpoint as the latest. Reading is defensive too: `latest()` reads every
-tensor of the newest checkpoint before trusting it, and falls back to the
-one before, saying so, when it is truncated or corrupt.
+checkpoint as the latest. A failed write (disk full) raises
+`CheckpointError` naming the directory, after removing its partial files:
+the previous checkpoints stay the latest. Reading is defensive too:
+`latest()` reads every tensor of the newest checkpoint before trusting it,
+and falls back to the one before, saying so, when it is truncated or
+corrupt.
+
+Checkpoints are never lost to a missing state file (deleted by a clean-up,
+lost by a sync tool or an interrupted copy): a directory holding `ckpt-N`
+files holds checkpoints, and `latest()` then finds them by their files. A
+`ckpt-N` this run did not write is never overwritten (`save` renames its
+files to `*.old` first) nor deleted (the manager only deletes, beyond
+`keep`, checkpoints that the state file or this run's saves list).
 
 Typical use (what `tfmp.training` does):
 
@@ -38,6 +48,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
+import re
+import shutil
 from typing import Any, Callable, Iterator, Mapping
 
 import tensorflow as tf
@@ -46,6 +59,9 @@ __all__ = ["CheckpointError", "Found", "RunCheckpoint", "op_determinism"]
 
 _STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 _SIGNATURE_KEY = "signature/.ATTRIBUTES/VARIABLE_VALUE"
+STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's list of the checkpoints
+# The files of checkpoint N, as tf.train.CheckpointManager names them (prefix "ckpt").
+_CHECKPOINT_FILE = re.compile(r"^ckpt-(\d+)\.(?:index|data-\d{5}-of-\d{5})$")
 
 
 class CheckpointError(ValueError):
@@ -82,14 +98,48 @@ def _read_all(path: str) -> tuple[int, dict[str, Any]]:
     return step, signature
 
 
-def _differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    keys = sorted(set(saved) | set(current))
-    return [
-        f"{key}: checkpoint {json.dumps(saved.get(key), sort_keys=True)[:200]}, "
-        f"this run {json.dumps(current.get(key), sort_keys=True)[:200]}"
-        for key in keys
-        if saved.get(key) != current.get(key)
-    ]
+def _differences(saved: Any, current: Any, key: str = "") -> list[str]:
+    """`key: checkpoint <value>, this run <value>` for each differing leaf; nested keys joined with dots."""
+    if isinstance(saved, Mapping) and isinstance(current, Mapping):
+        return [line for name in sorted(set(saved) | set(current), key=str)
+                for line in _differences(saved.get(name), current.get(name), f"{key}.{name}" if key else str(name))]
+    if saved == current:
+        return []
+    return [f"{key}: checkpoint {json.dumps(saved, sort_keys=True)}, this run {json.dumps(current, sort_keys=True)}"]
+
+
+def _on_disk(directory: str) -> list[str]:
+    """The checkpoints whose files are in `directory`, listed or not, oldest (lowest number) first."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    numbers = {int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, names) if m}
+    return [os.path.join(directory, f"ckpt-{n}") for n in sorted(numbers)]
+
+
+def _files_of(prefix: str) -> list[str]:
+    """The files of the checkpoint `prefix` (`<dir>/ckpt-N`) that exist."""
+    directory, name = os.path.split(prefix)
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return []
+    return [os.path.join(directory, f) for f in sorted(names)
+            if (m := _CHECKPOINT_FILE.match(f)) and f"ckpt-{m.group(1)}" == name]
+
+
+def _set_aside(files: list[str]) -> list[str]:
+    """Renames each file to `<file>.old` (`.old-2`, ... if taken); returns the new names."""
+    moved = []
+    for path in files:
+        target, n = f"{path}.old", 1
+        while os.path.lexists(target):
+            n += 1
+            target = f"{path}.old-{n}"
+        os.rename(path, target)
+        moved.append(target)
+    return moved
 
 
 class RunCheckpoint:
@@ -106,11 +156,16 @@ class RunCheckpoint:
             multi-worker training every worker restores the chief's
             checkpoints (a filesystem all workers see) but the others write
             their own copies to private directories.
+        print_fn: Says when `save` keeps the files of an existing
+            checkpoint it would otherwise overwrite.
+
+    Raises:
+        CheckpointError: when the directory's state file is invalid.
     """
 
     def __init__(
         self, directory: str, trainer: Any, signature: Mapping[str, Any], keep: int = 3,
-        read_directory: str | None = None,
+        read_directory: str | None = None, print_fn: Callable[[str], None] = print,
     ):
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an integer >= 1. Received: keep={keep!r}")
@@ -128,36 +183,85 @@ class RunCheckpoint:
                 raise ValueError(f"Build the optimizer of {name!r} before checkpointing (trainer.compile does).")
             objects[f"optimizer_{name}"] = list(optimizer.variables)
         self._checkpoint = tf.train.Checkpoint(**objects)
-        self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=keep)
         self.read_directory = read_directory or directory
-        self._reader = self._manager
+        self._manager = self._reader = self._new_manager(directory, keep)
         if self.read_directory != directory:
-            self._reader = tf.train.CheckpointManager(self._checkpoint, self.read_directory, max_to_keep=keep)
+            self._reader = self._new_manager(self.read_directory, keep)
+        self.print_fn = print_fn
+        self._written: set[str] = set()  # the checkpoints this object wrote
+
+    def _new_manager(self, directory: str, keep: int) -> tf.train.CheckpointManager:
+        try:
+            return tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=keep)
+        except ValueError as e:  # a state file without a latest checkpoint (emptied, hand-edited)
+            raise CheckpointError(
+                f"The checkpoint state file {os.path.join(directory, STATE_FILE)} is invalid ({e}). It only lists "
+                "the checkpoints: delete it, and resume finds them by their files."
+            ) from None
 
     @property
     def checkpoints(self) -> list[str]:
-        """The checkpoints to resume from that the state file lists, oldest first."""
-        return list(self._reader.checkpoints)
+        """The checkpoints to resume from, oldest first.
+
+        Those the `checkpoint` state file lists; when it is missing (or lists
+        none), every `ckpt-N` whose files are in the directory, so that a
+        lost state file never makes a directory look empty.
+        """
+        return list(self._reader.checkpoints) or _on_disk(self.read_directory)
 
     def save(self, step: int) -> str:
-        """Writes a checkpoint of the current state after `step` steps; returns its path."""
+        """Writes a checkpoint of the current state after `step` steps; returns its path.
+
+        Files of a checkpoint with the same number that this object did not
+        write (an unreadable one a resume fell back from, or one missing from
+        the state file) are never overwritten: they are renamed to
+        `<file>.old` first, saying so.
+
+        Raises:
+            CheckpointError: when the write fails (disk full, permissions):
+                the message names the directory; the partial files of this
+                checkpoint are removed, and the previous checkpoints remain.
+        """
+        prefix = os.path.join(self.directory, f"ckpt-{step}")
+        foreign = [] if prefix in self._written else _files_of(prefix)
+        if foreign and self.read_directory == self.directory:  # a worker's private copies are its own
+            moved = _set_aside(foreign)
+            self.print_fn(f"note: {prefix} already existed and was not written by this run; kept its files as "
+                          f"{', '.join(os.path.basename(f) for f in moved)}")
+        previous = [p for p in (list(self._manager.checkpoints) or _on_disk(self.directory)) if p != prefix]
         self._step.assign(step)
-        return self._manager.save(checkpoint_number=step)
+        try:
+            path = self._manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as e:
+            for leftover in _files_of(prefix):
+                os.remove(leftover)
+            shutil.rmtree(f"{prefix}_temp", ignore_errors=True)  # TensorFlow's scratch directory for it
+            self._written.discard(prefix)
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            kept = (f"the previous checkpoints remain, the newest being {previous[-1]}" if previous
+                    else "no checkpoint had been written there yet")
+            raise CheckpointError(
+                f"Could not write checkpoint {prefix} in {self.directory} ({type(e).__name__}: {reason}). Nothing "
+                f"was lost: {kept}, and the partial files of ckpt-{step} were removed. Free space in (or fix) "
+                f"{self.directory}, then resume the run."
+            ) from None
+        self._written.add(path)
+        return path
 
     def latest(self, print_fn: Callable[[str], None] = print) -> Found | None:
         """The newest checkpoint that reads back completely, or None if there is none.
 
         An unreadable newest checkpoint (truncated, corrupt, half-written by
         a killed process) is skipped with a message naming it and the one
-        used instead.
+        used instead. Without a state file listing the checkpoints, they are
+        found by their files, and one line says so and which was chosen.
 
         Raises:
             CheckpointError: when checkpoints exist but none can be read.
         """
-        candidates = list(reversed(self.checkpoints))
+        listed = list(self._reader.checkpoints)
+        candidates = list(reversed(listed or _on_disk(self.read_directory)))
         if not candidates:
-            # A state file that lists nothing (or is missing) while data files exist is still
-            # worth reporting: the user asked to resume from this directory.
             return None
         failures = []
         for path in candidates:
@@ -167,7 +271,16 @@ class RunCheckpoint:
                 reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 failures.append(f"{path} ({reason})")
                 continue
-            if failures:
+            if not listed:
+                state = os.path.join(self.read_directory, STATE_FILE)
+                skipped = f" (skipped, unreadable: {'; '.join(failures)})" if failures else ""
+                print_fn(
+                    f"warning: the state file {state} that lists the checkpoints is "
+                    f"{'unreadable or empty' if os.path.exists(state) else 'missing'}; found "
+                    f"{len(candidates)} checkpoint(s) by their files; resuming from the newest readable one, "
+                    f"{path}{skipped}"
+                )
+            elif failures:
                 print_fn(
                     f"warning: checkpoint {failures[-1]} is unreadable; resuming from the previous one, {path}"
                 )

@@ -5,7 +5,8 @@ inside the package (see `tfmp/datasets/README.md`), usable with no network.
 `load_mnist` and `load_cifar10` read the standard datasets, either from a
 directory the caller filled (no download) or through Keras's download cache;
 when neither works they raise `DatasetNotFoundError`, which says where to put
-the file and points to `digits`. `synthetic` makes random images for
+the file and points to `digits`; a file that is there but unusable raises
+`CorruptDatasetError`, naming it. `synthetic` makes random images for
 benchmarks, and `load_images` picks one of them by name (see `DATASETS`).
 
 `make_dataset` is the `tf.data` pipeline the trainers feed from.
@@ -33,6 +34,7 @@ import tensorflow as tf
 
 __all__ = [
     "DATASETS",
+    "CorruptDatasetError",
     "DatasetNotFoundError",
     "Split",
     "load_cifar10",
@@ -88,6 +90,15 @@ class DatasetNotFoundError(FileNotFoundError):
 
     The message says which file to place where, the URL it comes from, and
     the offline alternative (the embedded `digits`).
+    """
+
+
+class CorruptDatasetError(ValueError):
+    """A dataset file is corrupt, truncated, or not in its expected format.
+
+    Also raised for a file refused for safety (a pickle holding anything but
+    numpy arrays, an archive member outside its folder). The message names
+    the file and where to download it again.
     """
 
 
@@ -168,20 +179,20 @@ def _checked(
     x = np.asarray(x)
     y = np.asarray(y)
     if x.dtype != np.uint8 or x.shape[1:] != tuple(image_shape):
-        raise ValueError(
+        raise CorruptDatasetError(
             f"{where}: expected uint8 images of shape (N, {', '.join(map(str, image_shape))}). "
             f"Received: shape={x.shape}, dtype={x.dtype}"
         )
     if not np.issubdtype(y.dtype, np.integer) or y.shape != (len(x),):
-        raise ValueError(
+        raise CorruptDatasetError(
             f"{where}: expected {len(x)} integer labels, one per image. "
             f"Received: shape={y.shape}, dtype={y.dtype}"
         )
     return x, y.astype(np.int32)
 
 
-def _corrupt(path: str, err: BaseException, what: str, url: str) -> ValueError:
-    return ValueError(
+def _corrupt(path: str, err: BaseException, what: str, url: str) -> CorruptDatasetError:
+    return CorruptDatasetError(
         f"Could not read {path}: it is corrupt or truncated, or is not {what} "
         f"({type(err).__name__}: {err}). Delete it and download it again from {url}."
     )
@@ -226,7 +237,8 @@ def load_mnist(data_dir: str | None = None) -> Split:
     Raises:
         DatasetNotFoundError: if `data_dir` has no `mnist.npz`, or, without
             `data_dir`, if Keras can neither find nor download it (offline).
-        ValueError: if the file is corrupt or not in Keras's format.
+        CorruptDatasetError: (a ValueError) if the file is corrupt or not
+            in Keras's format.
     """
     if data_dir is None:
         try:
@@ -334,7 +346,7 @@ def _load_cifar10_dir(data_dir: str) -> Split:
     if missing() and os.path.isfile(archive):
         _extract_cifar10(archive, data_dir)
         if missing():
-            raise ValueError(
+            raise CorruptDatasetError(
                 f"{archive} does not hold the CIFAR-10 python batches: after extracting it, "
                 f"{folder} lacks {', '.join(missing())}. Download it again from {CIFAR10_URL}."
             )
@@ -375,8 +387,9 @@ def load_cifar10(data_dir: str | None = None) -> Split:
         DatasetNotFoundError: if `data_dir` has neither the folder nor the
             archive, or, without `data_dir`, if Keras can neither find nor
             download it (offline).
-        ValueError: if a batch or the archive is corrupt, truncated or not in
-            the CIFAR-10 python format.
+        CorruptDatasetError: (a ValueError) if a batch or the archive is
+            corrupt, truncated, not in the CIFAR-10 python format, or refused
+            (a pickle holding anything but numpy arrays).
     """
     if data_dir is not None:
         return _load_cifar10_dir(data_dir)
@@ -473,6 +486,7 @@ def load_images(
         ValueError: for an unknown name, or a dataset whose images do not
             have `image_shape`.
         DatasetNotFoundError: if `mnist` or `cifar10` is not available.
+        CorruptDatasetError: if its file is corrupt or not in its format.
     """
     key = name.lower() if isinstance(name, str) else None
     if key not in DATASETS:

@@ -101,6 +101,12 @@ def _parse_tf_config(text: str | None) -> dict[str, Any]:
     for role, addresses in cluster.items():
         if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
             raise _tf_config_error(f"cluster[{role!r}] must be a list of 'host:port' strings", text)
+        for address in addresses:
+            host, _, port = address.rpartition(":")
+            # TensorFlow's server would otherwise fail deep inside with "Could not parse port".
+            if not host or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+                raise _tf_config_error(
+                    f"cluster[{role!r}] holds {address!r}: the port must be a number from 1 to 65535", text)
     if not isinstance(task_info, dict) or "type" not in task_info or "index" not in task_info:
         raise _tf_config_error("'task' must hold this process's 'type' and 'index'", text)
     role, index = task_info["type"], task_info["index"]

@@ -19,8 +19,11 @@ a skipped-step counter and a finite check that all replicas agree on.
 from __future__ import annotations
 
 import numbers
+import os
+import sys
 import threading
 import warnings
+import weakref
 from typing import Any, Iterable, NamedTuple, Sequence
 
 import keras
@@ -38,6 +41,11 @@ __all__ = [
 
 DEFAULT_INITIAL_SCALE = 2.0**15
 DEFAULT_GROWTH_STEPS = 2000
+# The highest scale dynamic scaling reaches by default, and the highest fixed
+# scale accepted: at 2**24, any float16 gradient above 65504 / 2**24 (about
+# 0.004) already overflows, so a larger scale skips nearly every step.
+DEFAULT_MAX_SCALE = 2.0**24
+_FLOAT32_MAX = float(tf.float32.max)
 LOSS_SCALE_NAMES = ("dynamic", "none")
 
 
@@ -134,17 +142,19 @@ def all_finite(grads: Iterable[Any]) -> tf.Tensor:
     return tf.reduce_all(tf.stack(checks))
 
 
-def _unscale(grads: Sequence[Any], scale: tf.Tensor) -> list[Any]:
-    """Divides every gradient by `scale`; the one unscaling routine of tfmp.
+def _divide_gradients(grads: Sequence[Any], scale: tf.Tensor, keep: Sequence[bool] = ()) -> list[Any]:
+    """Divides gradients by `scale`, as Keras 3's `apply` unscales them.
 
-    Both custom-loop flows (tf.keras 2's `get_unscaled_gradients` and Keras 3's
-    implicit unscaling in `apply`) go through this function, so they produce
-    bit-identical updates.
+    `None` entries pass through, `tf.IndexedSlices` keep their indices, and
+    entries whose `keep` flag is set (gradients of variables with
+    `overwrite_with_gradient`, which carry a new value rather than a
+    gradient) are returned unchanged.
     """
+    keep = list(keep) + [False] * (len(grads) - len(keep))
     out = []
-    for g in grads:
-        if g is None:
-            out.append(None)
+    for g, kept in zip(grads, keep):
+        if g is None or kept:
+            out.append(g)
         elif isinstance(g, tf.IndexedSlices):
             out.append(tf.IndexedSlices(_divide(g.values, scale), g.indices, g.dense_shape))
         else:
@@ -158,6 +168,33 @@ def _divide(x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
     if x.dtype in (tf.float16, tf.bfloat16):
         return tf.cast(tf.cast(x, tf.float32) / scale, x.dtype)
     return x / tf.cast(scale, x.dtype)
+
+
+def _multiply_gradients(grads: Sequence[Any], factor: tf.Tensor) -> list[Any]:
+    """Multiplies gradients by `factor`, as tf.keras 2's `get_unscaled_gradients`.
+
+    tf.keras 2 multiplies by the float32 reciprocal of the scale rather than
+    dividing; for a power-of-two scale the two are the same bits, for any
+    other scale only the product matches tf.keras 2 bit for bit.
+    """
+    out = []
+    for g in grads:
+        if g is None:
+            out.append(None)
+        elif isinstance(g, tf.IndexedSlices):
+            out.append(tf.IndexedSlices(_multiply(g.values, factor), g.indices, g.dense_shape))
+        else:
+            out.append(_multiply(tf.convert_to_tensor(g), factor))
+    return out
+
+
+def _multiply(x: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
+    # In float32 for 16-bit gradients, where tf.keras 2 cast the reciprocal
+    # to float16 (1/2**25 and below flush to zero there). For a power-of-two
+    # scale down to 2**-24 both round the same exact product once.
+    if x.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(tf.cast(x, tf.float32) * factor, x.dtype)
+    return x * tf.cast(factor, x.dtype)
 
 
 def _scale(loss: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
@@ -188,6 +225,132 @@ def _check_count(name: str, value: Any) -> int:
     return int(value)
 
 
+# -- which API a step used -----------------------------------------------------
+#
+# tf.keras 2's apply_gradients applies gradients as given (the caller unscales
+# them with get_unscaled_gradients); Keras 3's apply divides them by the scale
+# itself. The same gradients must not get both treatments, so each apply looks
+# at the scaling calls made since the previous apply *in the same context*:
+# eagerly, or while tracing the same outermost tf.function. Those are Python
+# calls, so the decision is made once per trace and baked into the graph.
+
+_SCALE_LOSS = "scale_loss"  # Keras 3
+_GET_SCALED_LOSS = "get_scaled_loss"  # tf.keras 2
+_GET_UNSCALED_GRADIENTS = "get_unscaled_gradients"  # tf.keras 2
+
+
+class _Flow(NamedTuple):
+    seen: str  # what the step called, for messages
+    unscale: bool  # whether apply divides the gradients by the scale
+
+
+_FLOWS = {
+    "keras3": _Flow("scale_loss()", True),
+    "tf_keras2": _Flow("get_scaled_loss() and get_unscaled_gradients()", False),
+    "tf_keras2_scaled_only": _Flow("get_scaled_loss() without get_unscaled_gradients()", False),
+    "tf_keras2_unscaled_only": _Flow("get_unscaled_gradients() without get_scaled_loss()", False),
+    "none": _Flow("no scale_loss(), get_scaled_loss() or get_unscaled_gradients() call", False),
+    "mixed_unscaled": _Flow("scale_loss() (Keras 3) and get_unscaled_gradients() (tf.keras 2)", False),
+    "mixed_scaled": _Flow(
+        "scale_loss() (Keras 3) and get_scaled_loss() (tf.keras 2), without get_unscaled_gradients()", True
+    ),
+    "scaled_inputs": _Flow("the very gradients that went into get_unscaled_gradients()", True),
+}
+# The two complete, unambiguous flows: switching between them is not a mistake.
+_CLEAN_FLOWS = ("keras3", "tf_keras2")
+
+
+class _StepCalls:
+    """The scaling calls one context made since its last apply."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        # Inputs and outputs of get_unscaled_gradients, by position.
+        self.scaled: list[Any] = []
+        self.unscaled: list[Any] = []
+
+
+def _outermost_graph() -> Any:
+    """None when eager; else the outermost graph being traced.
+
+    Nested tf.functions and control-flow branches trace into graphs of their
+    own; a scale call inside one and the apply outside it belong to one step.
+    """
+    if tf.executing_eagerly():
+        return None
+    graph = tf.compat.v1.get_default_graph()
+    while True:
+        outer = getattr(graph, "outer_graph", None)
+        if outer is None or not getattr(outer, "building_function", False):
+            return graph
+        graph = outer
+
+
+_TF_KERAS2_EXAMPLE = """
+    with tf.GradientTape() as tape:
+      loss = loss_fn()
+      scaled_loss = opt.get_scaled_loss(loss)
+    scaled_grads = tape.gradient(scaled_loss, vars)
+    grads = opt.get_unscaled_gradients(scaled_grads)
+    opt.apply_gradients([(grads, var)])"""
+_TF_KERAS2_DOCS = "https://www.tensorflow.org/api_docs/python/tf/tf_keras/mixed_precision/LossScaleOptimizer"
+
+
+def _tf_keras2_scaling_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: bool) -> str | None:
+    """Returns the warning tf.keras 2's `apply_gradients` logged, or None.
+
+    The text of `_maybe_warn_about_scaling` in
+    tf_keras/src/mixed_precision/loss_scale_optimizer.py (tf_keras 2.21),
+    character for character. As there, the two flags say whether
+    `get_scaled_loss` / `get_unscaled_gradients` were *ever* called on the
+    optimizer.
+    """
+    if loss_has_been_scaled and gradients_have_been_unscaled:
+        return None
+    if not loss_has_been_scaled and not gradients_have_been_unscaled:
+        return (
+            "You forgot to call LossScaleOptimizer.get_scaled_loss() and "
+            "LossScaleOptimizer.get_unscaled_gradients() before calling "
+            "LossScaleOptimizer.apply_gradients(). This will likely result in "
+            "worse model quality, so please call them in the correct places! "
+            f"For example:{_TF_KERAS2_EXAMPLE}\nFor more information, see "
+            f"{_TF_KERAS2_DOCS}"
+        )
+    if not loss_has_been_scaled:
+        return (
+            "You forgot to call LossScaleOptimizer.get_scaled_loss() before "
+            "calling LossScaleOptimizer.apply_gradients() (you did call "
+            "get_unscaled_gradients() however). This will likely result in "
+            "worse model quality, so please call get_scaled_loss() in the "
+            f"correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, "
+            f"see {_TF_KERAS2_DOCS}"
+        )
+    return (
+        "You forgot to call LossScaleOptimizer.get_unscaled_gradients() "
+        "before calling LossScaleOptimizer.apply_gradients() (you did call "
+        "get_scaled_loss() however). This will likely result in worse "
+        "model quality, so please call get_unscaled_gradients() in the "
+        f"correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, "
+        f"see {_TF_KERAS2_DOCS}"
+    )
+
+
+_INTERNAL_PREFIXES = tuple(
+    os.path.dirname(module.__file__) + os.sep for module in (keras, tf) if getattr(module, "__file__", None)
+)
+
+
+def _warn(message: str) -> None:
+    """Issues a `RuntimeWarning` attributed to the first frame outside tfmp's
+    loss scaling, Keras and TensorFlow: the user's apply_gradients line."""
+    frame, level = sys._getframe(0), 1
+    while frame is not None and (
+        frame.f_code.co_filename == __file__ or frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES)
+    ):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
+
+
 @keras.saving.register_keras_serializable(package="tfmp")
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """A Keras 3 loss-scale optimizer that also speaks tf.keras 2.
@@ -199,10 +362,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     variables and the inner optimizer's slots stay untouched, the skip is
     counted, and (with a dynamic scale) the scale may back off.
 
-    Both custom-loop flows work and give identical updates:
+    Both custom-loop flows work, each with its own API's semantics:
 
     ```python
-    # tf.keras 2 flow
+    # tf.keras 2 flow: apply_gradients() applies the gradients as given
     with tf.GradientTape() as tape:
         loss = compute_loss()
         scaled_loss = opt.get_scaled_loss(loss)
@@ -215,14 +378,26 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     opt.apply_gradients(zip(tape.gradient(scaled_loss, variables), variables))
     ```
 
-    Gradients that went through `get_unscaled_gradients` are not unscaled a
-    second time by `apply_gradients`, so a loop cannot unscale twice or never.
-    (Handing `apply_gradients` the very tensors that went *into*
-    `get_unscaled_gradients`, e.g. after unscaling a copy only to inspect it,
-    still unscales them once.)
-    A step applied without the loss having been scaled raises a
-    `RuntimeWarning` (once per optimizer), because it would silently divide
-    the update by the scale.
+    Each `apply`/`apply_gradients` looks at the scaling calls made since the
+    previous one in the same context (eagerly, or while tracing the same
+    outermost `tf.function`) and decides:
+
+    * only tf.keras 2 methods (`get_scaled_loss`, `get_unscaled_gradients`):
+      tf.keras 2 exactly. The gradients are applied as given, and when one of
+      the two methods was never called, tf.keras 2's own warning is logged
+      (e.g. code that scales the loss but differentiates the unscaled one);
+    * only `scale_loss`: Keras 3 exactly; `apply` divides by the scale;
+    * no scaling call: applied as given (what tf.keras 2 did; gradients of an
+      unscaled loss must not be divided), with a `RuntimeWarning`;
+    * both APIs: gradients from `get_unscaled_gradients` are not divided
+      again; otherwise `scale_loss` wins and they are divided. Handing
+      `apply` the very tensors that went *into* `get_unscaled_gradients`
+      divides them once. Each such step raises a `RuntimeWarning`.
+
+    When an optimizer's decision changes from one apply to the next (other
+    than between the two complete flows), a `RuntimeWarning` says so. For a
+    power-of-two scale (every dynamic scale from the default start) the two
+    complete flows give bit-identical updates.
 
     Args:
         inner_optimizer: The `keras.optimizers.Optimizer` to wrap.
@@ -237,7 +412,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             `hysteresis - 1` overflows only skip their step; from the
             `hysteresis`-th on, each overflow also lowers the scale.
         min_scale: float, the lowest scale backoff may reach.
-        max_scale: float, the highest scale growth may reach.
+        max_scale: float, the highest scale growth may reach, and the
+            highest fixed scale accepted.
         name: Optional name of the optimizer.
 
     Positional arguments after `inner_optimizer` follow tf.keras 2
@@ -263,7 +439,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         backoff_factor: float = 0.5,
         hysteresis: int = 1,
         min_scale: float = 1.0,
-        max_scale: float = 2.0**24,
+        max_scale: float = DEFAULT_MAX_SCALE,
         name: str | None = None,
         **kwargs: Any,
     ):
@@ -318,6 +494,17 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 "`min_scale` must not exceed `max_scale`. Received: "
                 f"min_scale={min_scale!r}, max_scale={max_scale!r}"
             )
+        if max_scale > _FLOAT32_MAX:
+            raise ValueError(
+                "`max_scale` must be representable in float32 (at most "
+                f"{_FLOAT32_MAX:g}). Received: max_scale={max_scale!r}"
+            )
+        if not dynamic and initial_scale > max_scale:
+            raise ValueError(
+                "A fixed `initial_scale` must not exceed `max_scale` = "
+                f"{max_scale!r}; raise `max_scale` if you really mean it. "
+                f"Received: initial_scale={initial_scale!r}"
+            )
         if dynamic and not min_scale <= initial_scale <= max_scale:
             raise ValueError(
                 "A dynamic `initial_scale` must lie within [min_scale, "
@@ -337,8 +524,14 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self.hysteresis = hysteresis
         self.min_scale = min_scale
         self.max_scale = max_scale
-        self._flags = threading.local()
-        self._warned_unscaled_loss = False
+        # Scaling calls per thread (tf.distribute runs each replica in a
+        # thread of its own) and per context; see _step_calls.
+        self._calls = threading.local()
+        # tf.keras 2's flags: whether get_scaled_loss / get_unscaled_gradients
+        # were ever called. Only its warnings depend on them.
+        self._loss_has_been_scaled = False
+        self._gradients_have_been_unscaled = False
+        self._last_flow: str | None = None
         self._create_state_variables()
 
     @keras.src.utils.tracking.no_automatic_dependency_tracking
@@ -393,14 +586,21 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def scale_loss(self, loss: Any) -> tf.Tensor:
         """Returns `loss` multiplied by the current loss scale (Keras 3 API).
 
-        A float16 or bfloat16 loss is scaled in float32, so the scaled value
-        itself cannot overflow.
+        The next `apply`/`apply_gradients` in the same context divides the
+        gradients by the scale. A float16 or bfloat16 loss is scaled in
+        float32, so the scaled value itself cannot overflow.
         """
-        self._flags.loss_scaled = True
+        self._note_call(_SCALE_LOSS)
         return _scale(tf.convert_to_tensor(loss), self.dynamic_scale)
 
     def get_scaled_loss(self, loss: Any) -> Any:
         """Scales `loss` by the loss scale (tf.keras 2 API).
+
+        The next `apply_gradients` in the same context applies its gradients
+        as given, as tf.keras 2 did: unscale them with
+        `get_unscaled_gradients`. A float16 or bfloat16 loss is scaled in
+        float32 (tf.keras 2 scaled it in its own dtype; the gradients are the
+        same, only the returned value cannot overflow).
 
         Args:
             loss: A loss tensor, or a zero-argument callable returning one.
@@ -408,16 +608,25 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         Returns:
             The scaled loss, or a callable returning it if `loss` was callable.
         """
+        self._loss_has_been_scaled = True
+        self._note_call(_GET_SCALED_LOSS)
         if callable(loss):
-            return lambda: self.scale_loss(loss())
-        return self.scale_loss(tf.convert_to_tensor(loss))
+
+            def scaled_loss() -> tf.Tensor:
+                # Called later, maybe in another context: noted there too.
+                self._note_call(_GET_SCALED_LOSS)
+                return _scale(tf.convert_to_tensor(loss()), self.dynamic_scale)
+
+            return scaled_loss
+        return _scale(tf.convert_to_tensor(loss), self.dynamic_scale)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
-        """Divides gradients by the loss scale (tf.keras 2 API).
+        """Multiplies gradients by 1 / loss scale (tf.keras 2 API).
 
-        `None` entries pass through and `tf.IndexedSlices` keep their indices.
-        The next `apply_gradients` call knows these gradients are unscaled and
-        does not divide them again.
+        The arithmetic is tf.keras 2's (a multiplication by the float32
+        reciprocal). `None` entries pass through and `tf.IndexedSlices` keep
+        their indices. The next `apply_gradients` in the same context applies
+        these gradients as given.
 
         Args:
             grads: A list of gradients of the scaled loss.
@@ -426,41 +635,151 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             The list of unscaled gradients.
         """
         grads = list(grads)
-        self._flags.grads_unscaled = True
-        # Remembered so that apply() can tell these scaled inputs from the
-        # unscaled outputs, should a caller unscale only to inspect.
-        self._flags.scaled_inputs = [g for g in grads if g is not None]
-        return _unscale(grads, self.dynamic_scale)
+        self._gradients_have_been_unscaled = True
+        calls = self._note_call(_GET_UNSCALED_GRADIENTS)
+        reciprocal = 1.0 / tf.convert_to_tensor(self.dynamic_scale)
+        unscaled = _multiply_gradients(grads, reciprocal)
+        # Kept so that apply() can tell the scaled inputs from the unscaled
+        # outputs, and give overwrite_with_gradient variables their inputs.
+        calls.scaled.extend(grads)
+        calls.unscaled.extend(unscaled)
+        return unscaled
+
+    # -- which flow a step used ------------------------------------------
+
+    def _step_calls(self, pop: bool = False) -> _StepCalls:
+        """This thread's scaling calls in the current context (eager or the
+        outermost graph being traced); `pop` takes them away."""
+        local = self._calls
+        if not hasattr(local, "graphs"):
+            local.eager = _StepCalls()
+            # Weak keys: a trace that scales a loss but never applies does not
+            # keep its graph alive (unless it holds its gradients, below).
+            local.graphs = weakref.WeakKeyDictionary()
+        graph = _outermost_graph()
+        if graph is None:
+            calls = local.eager
+            if pop:
+                local.eager = _StepCalls()
+            return calls
+        if pop:
+            return local.graphs.pop(graph, None) or _StepCalls()
+        return local.graphs.setdefault(graph, _StepCalls())
+
+    def _note_call(self, name: str) -> _StepCalls:
+        calls = self._step_calls()
+        calls.seen.add(name)
+        return calls
+
+    def _flow(self, calls: _StepCalls, grads: Sequence[Any]) -> str:
+        """Names the flow of a step (a key of `_FLOWS`)."""
+        seen = calls.seen
+        if _GET_UNSCALED_GRADIENTS in seen:
+            scaled_ids = {id(g) for g in calls.scaled if g is not None}
+            if any(id(g) in scaled_ids for g in grads if g is not None):
+                return "scaled_inputs"
+            if _SCALE_LOSS in seen:
+                return "mixed_unscaled"
+            if _GET_SCALED_LOSS in seen:
+                return "tf_keras2"
+            return "tf_keras2_unscaled_only"
+        if _SCALE_LOSS in seen:
+            return "mixed_scaled" if _GET_SCALED_LOSS in seen else "keras3"
+        if _GET_SCALED_LOSS in seen:
+            return "tf_keras2_scaled_only"
+        return "none"
+
+    def _report(self, flow: str) -> None:
+        """Warns as tf.keras 2 did, or loudly where the flow is unclear."""
+        if flow.startswith("tf_keras2"):
+            message = _tf_keras2_scaling_warning(
+                self._loss_has_been_scaled, self._gradients_have_been_unscaled
+            )
+            if message:
+                tf.get_logger().warning(message)
+        elif flow == "none":
+            _warn(
+                f"LossScaleOptimizer '{self.name}': apply_gradients() saw no "
+                "scale_loss() (Keras 3), get_scaled_loss() or get_unscaled_gradients() "
+                "(tf.keras 2) call in this step, so nothing says whether the gradients "
+                "are scaled. tfmp applies them as given, not divided by the loss scale "
+                "(tf.keras 2's behaviour; Keras 3 would divide). If they are gradients of "
+                "a scale_loss() result, call scale_loss() in the same tf.function (or "
+                "eagerly) as apply_gradients(); if of an unscaled loss, scale the loss, or "
+                "float16 gradients may underflow."
+            )
+        elif flow == "scaled_inputs":
+            _warn(
+                f"LossScaleOptimizer '{self.name}': apply_gradients() received the very "
+                "gradients that went into get_unscaled_gradients() (still scaled), not "
+                "its output. tfmp divides them by the loss scale once, as Keras 3 does "
+                "(tf.keras 2 would have applied them scaled). Apply the output of "
+                "get_unscaled_gradients(), or use scale_loss() without it."
+            )
+        elif flow != "keras3":
+            did = (
+                "divides the gradients by the loss scale"
+                if _FLOWS[flow].unscale
+                else "applies the gradients as given, without dividing them by the loss scale"
+            )
+            _warn(
+                f"LossScaleOptimizer '{self.name}': this step mixed the Keras 3 and "
+                f"tf.keras 2 loss-scaling APIs: apply_gradients() saw {_FLOWS[flow].seen}. "
+                f"tfmp {did}. Use one API: Keras 3 (scale_loss(), then apply_gradients() "
+                "unscales) or tf.keras 2 (get_scaled_loss(), get_unscaled_gradients(), "
+                "then apply_gradients())."
+            )
+        last, self._last_flow = self._last_flow, flow
+        if (
+            last is not None
+            and _FLOWS[last].unscale != _FLOWS[flow].unscale
+            and not (last in _CLEAN_FLOWS and flow in _CLEAN_FLOWS)
+        ):
+
+            def what(name: str) -> str:
+                did = "divided them by the loss scale" if _FLOWS[name].unscale else "applied them as given"
+                return f"saw {_FLOWS[name].seen} and {did}"
+
+            _warn(
+                f"LossScaleOptimizer '{self.name}' changed how it treats gradients: the "
+                f"previous apply_gradients() {what(last)}; this one {what(flow)}. Scaling "
+                "calls are only seen in the context of the apply (eagerly, or in the same "
+                "tf.function trace): keep them in the same function as apply_gradients()."
+            )
 
     # -- applying ---------------------------------------------------------
 
     def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None) -> None:
-        """Applies the gradients unless one is non-finite, then updates the scale."""
+        """Applies the gradients unless one is non-finite, then updates the scale.
+
+        Whether the gradients are divided by the loss scale first depends on
+        the scaling calls of the step (see the class docstring). Gradients
+        of variables with `overwrite_with_gradient` (Keras's float8 scaling
+        factors) are never divided: they carry the variable's new value.
+        """
         grads = list(grads)
+        if trainable_variables is not None:
+            trainable_variables = list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
-        scaled_inputs = getattr(self._flags, "scaled_inputs", [])
-        already_unscaled = getattr(self._flags, "grads_unscaled", False) and not any(
-            g is s for g in grads for s in scaled_inputs
-        )
-        loss_scaled = getattr(self._flags, "loss_scaled", False)
-        self._flags.grads_unscaled = False
-        self._flags.loss_scaled = False
-        self._flags.scaled_inputs = []
-        if not (already_unscaled or loss_scaled) and not self._warned_unscaled_loss:
-            self._warned_unscaled_loss = True
-            message = (
-                f"LossScaleOptimizer '{self.name}' is applying gradients of a "
-                "loss that was not scaled: no scale_loss()/get_scaled_loss() "
-                "call preceded this apply. The update will be divided by the "
-                "loss scale. Scale the loss before tape.gradient()."
-            )
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
-        self._tf_apply(grads, trainable_variables, already_unscaled=already_unscaled)
+        variables = trainable_variables if trainable_variables is not None else self._trainable_variables
+        overwrite = [self._overwrite_variable_with_gradient(v) for v in variables]
+        calls = self._step_calls(pop=True)
+        flow = self._flow(calls, grads)
+        self._report(flow)
+        if any(overwrite) and calls.unscaled:
+            # get_unscaled_gradients divided every gradient; an overwritten
+            # variable gets the value it was handed, as in Keras 3.
+            originals = {id(u): s for u, s in zip(calls.unscaled, calls.scaled) if u is not None}
+            grads = [
+                originals.get(id(g), g) if keep and g is not None else g
+                for g, keep in zip(grads, overwrite)
+            ]
+        self._tf_apply(grads, trainable_variables, unscale=_FLOWS[flow].unscale, keep=overwrite)
 
-    def _tf_apply(self, grads, trainable_variables=None, already_unscaled=False):
+    def _tf_apply(self, grads, trainable_variables=None, unscale=True, keep=()):
         if tf.distribute.in_cross_replica_context():
             raise ValueError("apply() must be called in a replica context.")
         finite = all_finite(grads)
@@ -478,7 +797,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         if tf.__internal__.distribute.strategy_supports_no_merge_call():
             tf.cond(
                 finite,
-                lambda: self._apply_inner(grads, trainable_variables, already_unscaled),
+                lambda: self._apply_inner(grads, trainable_variables, unscale, keep),
                 lambda: tf.constant(False),
             )
             self._update_state(finite)
@@ -490,7 +809,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
             def apply_fn():
                 distribution.extended.call_for_each_replica(
-                    self._apply_inner, args=(grads, trainable_variables, already_unscaled)
+                    self._apply_inner, args=(grads, trainable_variables, unscale, keep)
                 )
                 return tf.constant(True)
 
@@ -502,9 +821,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
         replica_context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
 
-    def _apply_inner(self, grads, trainable_variables, already_unscaled):
-        if not already_unscaled:
-            grads = _unscale(grads, self.dynamic_scale)
+    def _apply_inner(self, grads, trainable_variables, unscale, keep):
+        if unscale:
+            grads = _divide_gradients(grads, self.dynamic_scale, keep)
         self.inner_optimizer.apply(grads, trainable_variables=trainable_variables)
         return tf.constant(True)
 
@@ -582,18 +901,22 @@ def _positional_forms(args, dynamic, initial_scale, dynamic_growth_steps):
     return values["dynamic"], values["initial_scale"], values["dynamic_growth_steps"]
 
 
-def parse_loss_scale(loss_scale: str | float | int | None) -> str | float:
+def parse_loss_scale(
+    loss_scale: str | float | int | None, max_scale: float = DEFAULT_MAX_SCALE
+) -> str | float:
     """Normalises a loss-scale setting to `"dynamic"`, `"none"` or a float.
 
     Args:
         loss_scale: `"dynamic"`, `"none"` (or `None`), a positive number, or a
             string holding one (as a command-line flag does, e.g. `"128"`).
+        max_scale: The largest fixed scale accepted; `LossScaleOptimizer`'s
+            `max_scale` (2**24 by default, see `DEFAULT_MAX_SCALE`).
 
     Returns:
         `"dynamic"`, `"none"`, or the fixed scale as a float.
 
     Raises:
-        ValueError: for an unknown string or a non-positive number.
+        ValueError: for an unknown string, or a number outside (0, max_scale].
     """
     if loss_scale is None:
         return "none"
@@ -611,12 +934,19 @@ def parse_loss_scale(loss_scale: str | float | int | None) -> str | float:
     else:
         value = loss_scale
     try:
-        return _check_positive_number("loss_scale", value)
+        value = _check_positive_number("loss_scale", value)
     except ValueError:
+        value = None
+    if value is None or value > max_scale:
+        bound = "2**24" if max_scale == DEFAULT_MAX_SCALE else f"max_scale={max_scale!r}"
         raise ValueError(
-            "A fixed loss scale must be a finite positive number (or use "
-            f"'dynamic' / 'none'). Received: loss_scale={loss_scale!r}"
-        ) from None
+            f"A fixed loss scale must be a number in (0, {max_scale:.0f}] ({bound}), "
+            "or 'dynamic' / 'none'. The bound is the largest scale dynamic loss "
+            f"scaling reaches: at {max_scale:.0f}, any float16 gradient above "
+            f"65504 / {max_scale:.0f} already overflows, so a larger scale would skip "
+            f"nearly every step. Received: loss_scale={loss_scale!r}"
+        )
+    return value
 
 
 def wrap_optimizer(
@@ -651,7 +981,7 @@ def wrap_optimizer(
         The optimizer to train with.
     """
     policy = precision_lib.resolve_precision(precision)
-    loss_scale = parse_loss_scale(loss_scale)
+    loss_scale = parse_loss_scale(loss_scale, loss_scale_kwargs.get("max_scale", DEFAULT_MAX_SCALE))
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         optimizer = optimizer.inner_optimizer
     if policy != "mixed_float16" or loss_scale == "none":

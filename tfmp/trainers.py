@@ -107,6 +107,23 @@ def prepare_optimizer(
     return optimizer
 
 
+def _restore_if(skipped: tf.Tensor, variables: Sequence[keras.Variable], values: Sequence[tf.Tensor]) -> None:
+    """Assigns `values` back to `variables` when `skipped` (a bool scalar tensor).
+
+    A cond, so a step that was not skipped only pays for reading the values
+    before it. It runs in the replica context, where each replica writes its
+    own copy of a variable created with Keras's default aggregation (`"none"`,
+    as BatchNorm's statistics are): every replica puts back its own values.
+    """
+
+    def restore() -> tf.Tensor:
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        return tf.constant(True)
+
+    tf.cond(skipped, restore, lambda: tf.constant(False))
+
+
 def _unscale_for_distribution(loss: tf.Tensor) -> tf.Tensor:
     """Undoes Keras's 1/num_replicas loss scaling, for the loss metrics."""
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
@@ -178,6 +195,15 @@ class MixedPrecisionTrainer(keras.Model):
         `apply_gradients` (which skips the update if any gradient is
         non-finite and adjusts the scale). Otherwise the plain gradient step.
 
+        The update is a transaction. When the optimizer skips it (a NaN batch,
+        a float16 overflow), what `forward` wrote into the networks is undone
+        too: `step_state_variables` (BatchNorm moving statistics) get their
+        values from before `forward` back, so a non-finite batch cannot leak
+        into them. Seed-generator states (noise, Dropout masks) keep
+        advancing, so the next step draws fresh numbers and a resumed run
+        repeats the same stream. A forward pass that belongs to this update
+        (the GAN's fakes for its discriminator step) goes inside `forward`.
+
         Args:
             optimizer: The optimizer of `variables`.
             variables: The variables to differentiate and update.
@@ -193,6 +219,10 @@ class MixedPrecisionTrainer(keras.Model):
                 "compile() the trainer so it uses tfmp.LossScaleOptimizer. "
                 f"Received: optimizer={optimizer!r}"
             )
+        # Only a tfmp.LossScaleOptimizer can skip a step, so only its steps
+        # need the state put back; a plain optimizer's steps pay nothing.
+        state = self.step_state_variables() if scaled else []
+        snapshot = [tf.identity(v) for v in state]
         with tf.GradientTape() as tape:
             loss, aux = forward()
             # Scaled inside the tape, so the gradient flows through the scale.
@@ -201,7 +231,31 @@ class MixedPrecisionTrainer(keras.Model):
         if scaled:
             grads = optimizer.get_unscaled_gradients(grads)
         optimizer.apply_gradients(zip(grads, variables))
+        if state:
+            _restore_if(optimizer.last_step_skipped, state, snapshot)
         return loss, aux
+
+    def step_state_variables(self) -> list[keras.Variable]:
+        """The networks' non-trainable variables a training-mode forward pass may write.
+
+        The non-trainable weights of the networks' trainable layers:
+        BatchNorm's moving mean and variance (Keras's layer and
+        `tfmp.layers.FusedBatchNormalization`), and any state a custom layer
+        keeps in weights. Not the seed-generator states (noise, Dropout),
+        which are not weights, and not the weights of frozen layers, which a
+        forward pass does not write. `optimize` puts these variables back
+        when a step is skipped.
+        """
+        seen, state = set(), []
+        for network in self.networks.values():
+            for layer in _all_layers(network):
+                if not layer.trainable:
+                    seen.update(id(w) for w in layer.weights)
+            for weight in network.non_trainable_weights:
+                if id(weight) not in seen:
+                    seen.add(id(weight))
+                    state.append(weight)
+        return state
 
     def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
         # Keras 3.15, for a model made under a strategy, averages the first
@@ -622,15 +676,21 @@ class GANTrainer(MixedPrecisionTrainer):
             self.generator.trainable_variables,
             lambda: (self.generator_loss(batch_size, training=True), None),
         )
-        # The discriminator's fakes come from the freshly updated generator,
-        # outside its tape: no gradient flows back into the generator.
-        fake = self.generator(self.sample_noise(batch_size), training=True)
         d_loss, _ = self.optimize(
             self.discriminator_optimizer,
             self.discriminator.trainable_variables,
-            lambda: (self.discriminator_loss(real, fake, training=True), None),
+            lambda: (self._discriminator_step_loss(real, batch_size), None),
         )
         return self._logs(g_loss, d_loss)
+
+    def _discriminator_step_loss(self, real: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
+        # The fakes come from the freshly updated generator, inside the
+        # discriminator's update: a skipped discriminator step also undoes
+        # what generating them wrote into the generator's BatchNorm
+        # statistics. No gradient flows back into the generator. The noise is
+        # drawn after the generator step's, as before, so the stream is the same.
+        fake = tf.stop_gradient(self.generator(self.sample_noise(batch_size), training=True))
+        return self.discriminator_loss(real, fake, training=True)
 
     def test_step(self, data: Any) -> dict[str, Any]:
         real = self._real_images(data)

@@ -23,6 +23,7 @@ The scripts in `scripts/` are thin absl front ends to these functions.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -30,7 +31,7 @@ import json
 import os
 import re
 import tempfile
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import keras
 import numpy as np
@@ -47,12 +48,14 @@ from tfmp import distribute
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
 from tfmp import preemption
+from tfmp import rundir
 from tfmp import trainers
 
 __all__ = [
     "ClassifierConfig",
     "ConfigError",
     "GANConfig",
+    "Interrupted",
     "RunResult",
     "TrainConfig",
     "compare_loss_scaling",
@@ -65,6 +68,15 @@ __all__ = [
 
 class ConfigError(ValueError):
     """An impossible run setting, found before any training."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during a run's start-up, before its first step.
+
+    Nothing was trained, and the run removed the lock and the empty
+    directories it had made. (Once training runs, SIGINT instead finishes
+    the step and checkpoints: `tfmp.preemption.Preempted`.)
+    """
 
 
 ON_NONFINITE = ("skip", "stop")
@@ -203,8 +215,11 @@ class TrainConfig:
                 f"Received: dataset={self.dataset!r}"
             )
         for field in dataclasses.fields(self):
-            if field.name.endswith("learning_rate") and not getattr(self, field.name) > 0:
-                raise ConfigError(f"{field.name} must be > 0. Received: {field.name}={getattr(self, field.name)!r}")
+            # inf would turn the first applied update into NaN weights; NaN fails every comparison.
+            if field.name.endswith("learning_rate") and not 0 < getattr(self, field.name) < float("inf"):
+                raise ConfigError(
+                    f"{field.name} must be a finite number > 0. Received: {field.name}={getattr(self, field.name)!r}"
+                )
         _check_int("checkpoint_every", self.checkpoint_every, minimum=0)
         _check_int("keep_checkpoints", self.keep_checkpoints, minimum=1)
         if self.on_nonfinite not in ON_NONFINITE:
@@ -216,6 +231,7 @@ class TrainConfig:
                 "resume needs the run to continue: give its run_name (or its checkpoint_dir). "
                 f"Received: resume=True, run_name={self.run_name!r}, checkpoint_dir={self.checkpoint_dir!r}"
             )
+        _check_run_name(self.run_name)
         _check_writable_dir("logdir", self.logdir)
         if self.checkpoint_dir:
             _check_writable_dir("checkpoint_dir", self.checkpoint_dir)
@@ -232,8 +248,10 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 
 def _check_writable_dir(name: str, path: str) -> None:
+    """Raises `ConfigError` unless `path` can be created and written to; leaves nothing behind."""
+    created: list[str] = []
     try:
-        os.makedirs(path, exist_ok=True)
+        created = rundir.make_dirs(path)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
@@ -241,6 +259,18 @@ def _check_writable_dir(name: str, path: str) -> None:
             f"{name} must be a directory tfmp can create and write to ({e.strerror or e}). "
             f"Received: {name}={path!r}"
         ) from None
+    finally:
+        rundir.remove_empty_dirs(created)
+
+
+def _check_run_name(run_name: str) -> None:
+    """A run name is a relative path inside logdir: nested names (`sweep/lr-3`) are fine, `..` is not."""
+    parts = run_name.replace("\\", "/").split("/")
+    if run_name and (os.path.isabs(run_name) or ".." in parts or os.path.normpath(run_name) == "."):
+        raise ConfigError(
+            "run_name must be a relative path that stays inside logdir, e.g. 'gan' or 'sweep/lr-1e-3' "
+            f"(no '..', not absolute, not '.'); to write elsewhere, set logdir. Received: run_name={run_name!r}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -506,10 +536,10 @@ def _prepare(
 ) -> _Setting:
     """Validates `config`, loads the data and resolves precision, loss scale and XLA.
 
-    `auto` precision follows the GPU rule with a GPU; on a CPU it is measured
-    (`_measured_precision`), except under `multi_worker`, where the rule
-    decides (float32). With `drop_remainder` given, a batch size that
-    leaves no training step is refused first.
+    `auto` precision is measured on this device (`_measured_precision`),
+    except under `multi_worker`, where the compute-capability rule decides
+    (`tfmp.precision.choose_precision`). With `drop_remainder` given, a
+    batch size that leaves no training step is refused first.
     """
     config.validate()
     split = data_lib.load_images(config.dataset, config.image_shape, data_dir=config.data_dir, seed=config.seed)
@@ -521,11 +551,12 @@ def _prepare(
         )
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
     precision = precision_lib.canonical_precision(config.precision)
-    # Not across hosts: their measurements could differ, and every worker must run one policy.
-    if precision == "auto" and not precision_lib.gpu_compute_capabilities() and config.strategy != "multi_worker":
-        precision = _measured_precision(config, build_job, split, jit_compile, print_fn)
-    precision = precision_lib.resolve_precision(precision)
     loss_scale = loss_scale_lib.parse_loss_scale(config.loss_scale)
+    # Not across hosts: their measurements could differ, and every worker must run one policy.
+    if precision == "auto" and config.strategy != "multi_worker":
+        precision = _measured_precision(
+            config, build_job, split, jit_compile, loss_scale, print_fn, autotune.detect_hardware(), _time_steps)
+    precision = precision_lib.resolve_precision(precision)
     if precision != "mixed_float16":
         if loss_scale != "none" and precision_lib.canonical_precision(config.precision) != "auto":
             print_fn(f"note: loss_scale={loss_scale} is ignored under {precision}; only float16 needs loss scaling.")
@@ -544,42 +575,62 @@ _PROBE_WARMUP_STEPS = 2
 _PROBE_STEPS = 6
 
 
+def _time_steps(trainer: trainers.MixedPrecisionTrainer, probe: Any) -> float:
+    """Images per second of a few `fit()` steps on one batch, warm-up (tracing, compiling) excluded."""
+    batch_size = int(tf.nest.flatten(probe)[0].shape[0])
+    timer = callbacks_lib.StepTimer(batch_size * trainer.images_per_example, _PROBE_WARMUP_STEPS)
+    trainer.fit(tf.data.Dataset.from_tensors(probe).repeat(), epochs=1,
+                steps_per_epoch=_PROBE_WARMUP_STEPS + _PROBE_STEPS, callbacks=[timer], shuffle=False, verbose=0)
+    return timer.mean_images_per_sec
+
+
 def _measured_precision(
     config: TrainConfig, build_job: Callable[..., _Job], split: data_lib.Split, jit_compile: bool,
-    print_fn: Callable[[str], None],
+    loss_scale: str | float, print_fn: Callable[[str], None], hardware: autotune.Hardware,
+    time_steps: Callable[[trainers.MixedPrecisionTrainer, Any], float],
 ) -> str:
-    """`auto` on a CPU: the faster of float32 and bfloat16 for this model, measured once.
+    """`auto`: the fastest candidate precision for this model on `hardware`, measured once.
 
-    Each candidate trains a fresh copy of the model for a few steps on its
-    first batch (`fit()` with the run's `StepTimer`, warm-up excluded); the
-    answer is cached per machine and model (`tfmp.autotune`).
+    The candidates come from the device (`tfmp.autotune.candidates`). Each
+    trains a fresh copy of the model as the run will train it (the run's
+    float32 layers, XLA and TF32 settings; float16 with the run's loss
+    scale, dynamic by default) for a few steps on its first batch, timed by
+    `time_steps`. The answer is cached per device and model.
     """
+    candidates = autotune.candidates(hardware)
     jobs: dict[str, _Job] = {}
 
     def job(precision: str) -> _Job:
         if precision not in jobs:
+            scale = loss_scale if precision == "mixed_float16" else "none"  # float16 is timed with its loss scaling
             with precision_lib.precision_scope(precision):
-                jobs[precision] = build_job(config, split, "none", jit_compile, os.devnull, 1)
+                jobs[precision] = build_job(config, split, scale, jit_compile, os.devnull, 1)
             _keep_float32(config, jobs[precision].trainer, lambda line: None, precision)  # measured as it will run
         return jobs[precision]
 
     def measure(precision: str) -> float:
-        trainer = job(precision).trainer
-        probe = job(precision).probe
-        batch_size = int(tf.nest.flatten(probe)[0].shape[0])
-        timer = callbacks_lib.StepTimer(batch_size * trainer.images_per_example, _PROBE_WARMUP_STEPS)
-        trainer.fit(tf.data.Dataset.from_tensors(probe).repeat(), epochs=1,
-                    steps_per_epoch=_PROBE_WARMUP_STEPS + _PROBE_STEPS, callbacks=[timer], shuffle=False, verbose=0)
-        return timer.mean_images_per_sec
+        with precision_lib.tf32_scope(config.tf32):
+            measured = time_steps(job(precision).trainer, job(precision).probe)
+        del jobs[precision]  # one candidate's model and optimizer state in memory at a time
+        return measured
 
-    networks = job("float32").trainer.networks
-    signature = json.dumps({
-        "trainer": type(job("float32").trainer).__name__,
-        "networks": {name: network.get_config() for name, network in networks.items()},
-        "batch_size": config.batch_size, "xla": jit_compile,
-        "float32_layers": _float32_layers(config, "mixed_bfloat16"),
-    }, sort_keys=True, default=str)
-    choice = autotune.choose(signature, measure)
+    signature = ""  # a single candidate measures nothing and needs no model
+    if len(candidates) > 1:
+        described = {
+            "trainer": type(job("float32").trainer).__name__,
+            "networks": {name: net.get_config() for name, net in job("float32").trainer.networks.items()},
+            "batch_size": config.batch_size, "xla": jit_compile,
+            "float32_layers": _float32_layers(config, "mixed_bfloat16"),
+        }
+        # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
+        if "mixed_float16" in candidates:
+            described["loss_scale"] = str(loss_scale)
+        if hardware.gpus:
+            described["tf32"] = bool(config.tf32)
+        signature = json.dumps(described, sort_keys=True, default=str)
+    capability = hardware.compute_capability
+    tf32 = config.tf32 and capability is not None and capability >= (8, 0)
+    choice = autotune.choose(signature, measure, hardware, labels={"float32": "float32 with TF32"} if tf32 else None)
     print_fn(str(choice))
     return choice.precision
 
@@ -594,23 +645,105 @@ def _make_strategy(config: TrainConfig) -> tf.distribute.Strategy:
     return strategy
 
 
+@dataclasses.dataclass
+class _Directories:
+    """Where a run writes; held by this run while it lasts (`_hold_directories`)."""
+
+    run_dir: str  # this process's TensorBoard directory: the run's own on the chief, a private one elsewhere
+    run_checkpoints: str  # the run's checkpoints, which every worker resumes from
+    checkpoint_dir: str  # where this process writes its checkpoints
+    training_started: bool = False  # set once the first step is under way
+
+
+def _claim_new_dir(path: str, created: list[str]) -> str:
+    """Creates `path`, or `path-2`, `path-3`... if taken (two runs started in the same second)."""
+    created += rundir.make_dirs(os.path.dirname(path) or os.curdir)
+    candidate, n = path, 1
+    while True:
+        try:
+            os.mkdir(candidate)
+        except FileExistsError:
+            n += 1
+            candidate = f"{path}-{n}"
+            continue
+        created.append(os.path.abspath(candidate))
+        return candidate
+
+
+@contextlib.contextmanager
+def _hold_directories(
+    config: TrainConfig, setting: _Setting, strategy: tf.distribute.Strategy, print_fn: Callable[[str], None],
+) -> Iterator[tuple[_Setting, _Directories]]:
+    """Creates the run's directories and holds them for this run while the block runs.
+
+    On the chief (the process that writes the run's files) the run directory
+    and the checkpoint directory each get a `tfmp.rundir.RunDirLock`, so a
+    second run there is refused (`tfmp.rundir.RunDirInUseError`); a default
+    run name another run took in the same second gets a `-2` suffix. When
+    the block fails, or Ctrl-C interrupts it, the locks are released and the
+    directories created here removed again if still empty.
+
+    Yields:
+        The setting (with the run directory claimed) and the directories.
+    """
+    chief = distribute.is_chief(strategy)
+    created: list[str] = []
+    try:
+        with contextlib.ExitStack() as locks:
+            if chief and not config.run_name:
+                setting = dataclasses.replace(setting, run_dir=_claim_new_dir(setting.run_dir, created))
+            run_dir = distribute.writable_dir(setting.run_dir, strategy)
+            _check_writable_dir("logdir", run_dir)
+            created += rundir.make_dirs(run_dir)
+            run_checkpoints = config.checkpoint_dir or os.path.join(setting.run_dir, "checkpoints")
+            checkpoint_dir = distribute.writable_dir(run_checkpoints, strategy)
+            _check_writable_dir("checkpoint_dir", checkpoint_dir)
+            created += rundir.make_dirs(checkpoint_dir)
+            if chief:
+                # Both: another run may name this run's checkpoint directory as its own checkpoint_dir.
+                for directory in dict.fromkeys(os.path.abspath(d) for d in (run_dir, checkpoint_dir)):
+                    locks.enter_context(rundir.RunDirLock(directory, print_fn))
+            yield setting, _Directories(run_dir, run_checkpoints, checkpoint_dir)
+    except BaseException:
+        rundir.remove_empty_dirs(created)
+        raise
+
+
 def _run(
     config: TrainConfig,
     build_job: Callable[..., _Job],
     drop_remainder: bool,
     print_fn: Callable[[str], None],
 ) -> RunResult:
-    config.validate()
-    strategy = _make_strategy(config)  # first: MultiWorkerMirroredStrategy must precede other TF ops
-    setting = _prepare(config, build_job, print_fn, drop_remainder)
+    dirs = None
+    try:
+        config.validate()
+        strategy = _make_strategy(config)  # first: MultiWorkerMirroredStrategy must precede other TF ops
+        setting = _prepare(config, build_job, print_fn, drop_remainder)
+        with _hold_directories(config, setting, strategy, print_fn) as (setting, dirs):
+            return _train(config, build_job, drop_remainder, strategy, setting, dirs, print_fn)
+    except KeyboardInterrupt:
+        if dirs is not None and dirs.training_started:
+            raise  # a second Ctrl-C while the first one's checkpoint was being written
+        raise Interrupted(
+            "interrupted by SIGINT (Ctrl-C) during start-up, before the first training step: nothing was "
+            "trained or written. Run the same command again to start."
+        ) from None
+
+
+def _train(
+    config: TrainConfig,
+    build_job: Callable[..., _Job],
+    drop_remainder: bool,
+    strategy: tf.distribute.Strategy,
+    setting: _Setting,
+    dirs: _Directories,
+    print_fn: Callable[[str], None],
+) -> RunResult:
+    """The run itself, once its directories are held."""
     precision, loss_scale, jit_compile, split = (
         setting.precision, setting.loss_scale, setting.jit_compile, setting.split)
-    # This process's directory: the run's own on the chief, a private one on other workers.
-    run_dir = distribute.writable_dir(setting.run_dir, strategy)
-    _check_writable_dir("logdir", run_dir)
-    run_checkpoints = config.checkpoint_dir or os.path.join(setting.run_dir, "checkpoints")
-    checkpoint_dir = distribute.writable_dir(run_checkpoints, strategy)  # every worker resumes from the chief's
-    _check_writable_dir("checkpoint_dir", checkpoint_dir)
+    run_dir, run_checkpoints, checkpoint_dir = dirs.run_dir, dirs.run_checkpoints, dirs.checkpoint_dir
     steps = _batches(len(split.x_train), config.batch_size, drop_remainder)
     steps = min(steps, config.steps_per_epoch or steps)
 
@@ -622,7 +755,8 @@ def _run(
         trainer = job.trainer
         _keep_float32(config, trainer, print_fn, precision)
         checkpoint = checkpoint_lib.RunCheckpoint(
-            checkpoint_dir, trainer, _signature(config, setting, trainer), config.keep_checkpoints, run_checkpoints)
+            checkpoint_dir, trainer, _signature(config, setting, trainer), config.keep_checkpoints, run_checkpoints,
+            print_fn=print_fn)
         timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
         console = callbacks_lib.ConsoleLogger(
             timer, trainer.console_fields, trainer.loss_scale_prefixes, config.log_every, setting.run_dir, print_fn
@@ -661,6 +795,7 @@ def _run(
         nonfinite = []
         if config.on_nonfinite == "stop":
             nonfinite.append(callbacks_lib.NonFiniteStop(lambda index: _batch_at(job, index), position))
+        dirs.training_started = True  # from here on SIGINT/SIGTERM finish the step and checkpoint
         with preemption.PreemptionGuard() as guard:
             saver = callbacks_lib.Checkpointing(checkpoint, position, config.checkpoint_every, guard, print_fn)
             _fit(trainer, job, config, steps, position, [timer, console, summaries, *extra, *nonfinite, saver])
@@ -715,10 +850,12 @@ def _restore(
     is refused rather than overwritten.
     """
     if not config.resume:
+        # Listed in the state file or not: a lost state file must not let a new run overwrite them.
         if checkpoint.checkpoints:
             raise ConfigError(
-                f"{checkpoint.directory} already holds checkpoints of a run (newest: {checkpoint.checkpoints[-1]}). "
-                "Pass resume to continue it, or choose another run_name or checkpoint_dir."
+                f"{checkpoint.read_directory} already holds checkpoints of a run (newest: "
+                f"{checkpoint.checkpoints[-1]}). Pass resume to continue it, or choose another run_name or "
+                "checkpoint_dir."
             )
         return 0
     found = checkpoint.latest(print_fn)

@@ -1,0 +1,90 @@
+"""Does mixed precision keep float32's accuracy? Paired runs of the classifier over seeds.
+
+    python3 scripts/parity.py --seeds=0,1,2,3,4 --precisions=float32,mixed_float16,mixed_bfloat16 \
+        --json_out=parity.json
+
+For each seed, every precision trains MobileNetV2 (alpha 0.35 by default) on
+the embedded digits from the same initial weights and on the same batches in
+the same order (checked before training), so the differences between the
+precisions are numerical, not luck. Prints one progress line per run, then a
+markdown table of the per-seed validation accuracies and, per precision, the
+mean paired gap to float32 with its spread. The method is in
+`tfmp/parity.py`; the measured figures in docs/NUMERICS.md.
+"""
+
+import os
+
+from absl import app
+from absl import flags
+
+from tfmp import parity
+from tfmp import training
+
+try:  # installed: the tfmp_scripts package; run from a checkout: this folder
+    from tfmp_scripts import common
+except ImportError:  # pragma: no cover
+    import common
+
+_DEFAULTS = parity.ParityConfig()
+_CLASSIFIER = _DEFAULTS.classifier
+# Set per run by the benchmark, or meaningless for a sweep of fresh runs.
+_EXCLUDED = ("precision", "seed", "run_name", "strategy", "resume", "checkpoint_dir", "checkpoint_every",
+             "keep_checkpoints", "on_nonfinite", "profile_steps", "diagnose_every")
+_FLAGS = {
+    **common.define_training_flags(_CLASSIFIER, exclude=_EXCLUDED),
+    "alpha": flags.DEFINE_float("alpha", _CLASSIFIER.alpha, "MobileNetV2 width multiplier."),
+    "learning_rate": flags.DEFINE_float("learning_rate", _CLASSIFIER.learning_rate, "Adam (peak) learning rate."),
+    "lr_schedule": flags.DEFINE_enum(
+        "lr_schedule", _CLASSIFIER.lr_schedule, list(training.LR_SCHEDULES),
+        "cosine: decay the learning rate to zero over the run; constant: keep it."),
+    "from_logits": flags.DEFINE_bool(
+        "from_logits", _CLASSIFIER.from_logits, "Output float32 logits with a from-logits loss instead of a softmax."),
+    "batch_norm_momentum": flags.DEFINE_float(
+        "batch_norm_momentum", _CLASSIFIER.batch_norm_momentum, "BatchNorm moving-statistics momentum."),
+}
+_SEEDS = flags.DEFINE_list("seeds", [str(s) for s in _DEFAULTS.seeds], "Seeds; every precision runs each one.")
+_PRECISIONS = flags.DEFINE_list(
+    "precisions", list(_DEFAULTS.precisions),
+    "Precisions: float32 (the reference, required), mixed_float16, mixed_bfloat16 (or fp32, fp16, bf16).")
+_PARENT = flags.DEFINE_string(
+    "run_name", "", "Directory of the runs under --logdir (each <precision>_seed<seed>); default: parity_<time>.")
+_JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the records to this JSON file.")
+
+
+def _seeds(values: list[str]) -> tuple[int, ...]:
+    seeds = []
+    for value in values:
+        try:
+            seeds.append(int(value))
+        except ValueError:
+            raise app.UsageError(f"--seeds must be integers >= 0, comma-separated. Received: {value!r}") from None
+    return tuple(seeds)
+
+
+def main(argv):
+    common.check_no_arguments(argv)
+    if _JSON_OUT.value is not None:
+        directory = os.path.dirname(os.path.abspath(_JSON_OUT.value))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise app.UsageError(f"--json_out must be in a writable directory. Received: --json_out={_JSON_OUT.value}")
+    config = parity.ParityConfig(
+        classifier=common.config_from_flags(training.ClassifierConfig, _FLAGS),
+        seeds=_seeds(_SEEDS.value),
+        precisions=tuple(_PRECISIONS.value),
+        run_name=_PARENT.value,
+    )
+    records = common.run(lambda c: parity.run_parity(c, print_fn=lambda line: print(line, flush=True)), config)
+    print()
+    print(parity.parity_table(records))
+    if _JSON_OUT.value:
+        parity.write_json(records, _JSON_OUT.value)
+        print(f"\nrecords: {_JSON_OUT.value}")
+
+
+def run():
+    """Console entry point (`tfmp-parity`)."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
