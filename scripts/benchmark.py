@@ -120,7 +120,7 @@ def main(argv):
         benchmark.write_json(records, _JSON_OUT.value)
         progress(f"wrote {_JSON_OUT.value}")
     if _PLOT_OUT.value:
-        benchmark.plot(records, _PLOT_OUT.value)
+        benchmark.plot(records, _PLOT_OUT.value, config)
         progress(f"wrote {_PLOT_OUT.value}")
 
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from absl import app
 from absl import flags
+from absl import logging as absl_logging
 
 import tfmp
 from tfmp import callbacks
@@ -41,7 +42,8 @@ def define_training_flags(
             "multi_worker: by GPU compute capability."),
         "loss_scale": lambda: flags.DEFINE_string(
             "loss_scale", str(defaults.loss_scale),
-            "dynamic, none, or a positive fixed scale. Only mixed_float16 uses it."),
+            "dynamic, none, or a positive fixed scale. Only mixed_float16 uses it; auto (not set): dynamic there. "
+            "A scale set under another precision is ignored with a note."),
         "xla": lambda: flags.DEFINE_enum(
             "xla", str(defaults.xla), ["auto", "true", "false"],
             "Compile the train step with XLA. auto: on with a GPU, off on CPU."),
@@ -70,7 +72,13 @@ def define_training_flags(
             "and loss scale. One run at a time: a second run in the same directory is refused."),
         "seed": lambda: flags.DEFINE_integer("seed", defaults.seed, "Seed of weights, noise, shuffling and splits."),
         "log_every": lambda: flags.DEFINE_integer(
-            "log_every", defaults.log_every, "Print the step line every N steps.", lower_bound=1),
+            "log_every", defaults.log_every,
+            "Print the step line every N steps of an epoch; write per-step TensorBoard scalars every N global steps.",
+            lower_bound=1),
+        "console": lambda: flags.DEFINE_enum(
+            "console", defaults.console, list(callbacks.CONSOLE_MODES),
+            "progress: a Keras progress bar per epoch; lines: the seed's step line every --log_every steps; "
+            "auto: progress on a terminal, lines otherwise (pipes, files)."),
         "warmup_steps": lambda: flags.DEFINE_integer(
             "warmup_steps", defaults.warmup_steps, "Leading steps left out of the mean throughput.", lower_bound=0),
         "diagnose_every": lambda: flags.DEFINE_integer(
@@ -133,10 +141,26 @@ def config_from_flags(config_cls: type, holders: dict[str, flags.FlagHolder], **
     return config_cls(**values, **extra)
 
 
+def quiet_logging() -> None:
+    """Shows TensorFlow's and absl's Python logs from WARNING up, unless `--verbosity` was given.
+
+    absl turns an unset `--verbosity` into INFO once flags are parsed, which
+    prints TensorFlow's INFO lines (`Sharding callback duration` at every
+    checkpoint) between the run's own lines. The scripts, not the library,
+    decide this: it is process-wide.
+    """
+    if not flags.FLAGS["verbosity"].present:
+        absl_logging.set_verbosity(absl_logging.WARNING)
+
+
 def check_no_arguments(argv: list[str]) -> None:
-    """absl's convention: positional arguments are a usage error."""
+    """The start of every script's `main`: positional arguments are a usage error (absl's convention).
+
+    Also quiets INFO logs unless asked for (`quiet_logging`).
+    """
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected positional arguments: {argv[1:]!r}")
+    quiet_logging()
 
 
 def make_main(

@@ -297,3 +297,22 @@ def test_rows_apply_the_per_layer_precision_training_applies():
     assert advice == cpu_bfloat16_float32_layers((32, 32, 3)) and "block_1_depthwise" in advice
     with pytest.raises(ValueError, match=r"Received: '\('"):
         tiny_config(models=("tiny",), float32_layers="(").validate(valid_models=("tiny",))
+
+
+def test_plot_states_the_reference_device_method_and_hand_written_ratio(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figures = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), savefig(self, *a, **k))[1])
+    records = [_record("gan", "float32", 1000.0), _record("gan", "mixed_bfloat16", 290.0)]
+    records[1].ratio_to_float32 = 0.29
+    config = benchmark.BenchmarkConfig(steps=7, repeats=3, warmup_steps=2)
+    benchmark.plot(records, str(tmp_path / "bench.png"), config, device="CPU (test)")
+    (figure,) = figures
+    title = figure._suptitle.get_text()
+    assert "CPU (test)" in title and "median of 3 repeats x 7 steps (2 warm-up)" in title
+    assert "float32's" in figure._supxlabel.get_text() and "hand-written" in figure._supxlabel.get_text()
+    labels = [t.get_text() for ax in figure.axes for t in ax.texts]
+    assert labels == ["1000\n0.97x hand-written", "290\n0.29x float32\n0.97x hand-written"]

@@ -29,7 +29,8 @@ def test_step_timer_excludes_warmup_and_reports_epoch_throughput():
     timer.step_times.extend([5.0, 0.5, 0.5, 0.25])
     logs = {}
     timer.on_epoch_end(0, logs)
-    assert logs["images_per_sec"] == pytest.approx(400 / 6.25)
+    # The epoch's throughput leaves the warm-up steps out too: 2 steps of 100 images in 0.75 s.
+    assert logs["images_per_sec"] == pytest.approx(200 / 0.75)
     assert timer.measured_steps == 2
     assert timer.mean_images_per_sec == pytest.approx(200 / 0.75)
 
@@ -67,7 +68,7 @@ def test_console_logger_prints_the_seed_line_and_a_summary():
     console.on_train_end()
     summary = "\n".join(lines[3:])
     assert "3 steps; mean throughput 1365.3 img/s over 2 steps (first 1 steps excluded as warm-up)" in summary
-    assert "skipped steps: 0/1" in summary
+    assert "skipped steps: G 0, D 1;" in summary
     assert "final G Loss 0.6991, D Loss 0.6123" in summary
     assert "tensorboard --logdir logs" in summary
 
@@ -85,14 +86,14 @@ def test_console_logger_without_loss_scaling_says_none():
 
 def test_epoch_summaries_route_scalars_and_record_hparams(tmp_path):
     routes = {"g_loss": ("generator", "loss"), "d_loss": ("discriminator", "loss"), "images_per_sec": ("", "images_per_sec")}
-    summaries = callbacks.EpochSummaries(str(tmp_path), routes.__getitem__, {"precision": "mixed_float16", "batch_size": 64})
+    summaries = callbacks.Summaries(str(tmp_path), routes.__getitem__, {"precision": "mixed_float16", "batch_size": 64})
     summaries.on_train_begin()
     summaries.on_epoch_end(0, {"g_loss": 0.75, "d_loss": 0.5, "images_per_sec": 100.0})
     summaries.on_epoch_end(1, {"g_loss": 0.25, "d_loss": 0.125, "images_per_sec": 200.0})
     summaries.on_train_end()
-    assert _read_scalars(tmp_path / "generator") == {"loss": [(0, 0.75), (1, 0.25)]}
-    assert _read_scalars(tmp_path / "discriminator") == {"loss": [(0, 0.5), (1, 0.125)]}
-    assert _read_scalars(tmp_path) == {"images_per_sec": [(0, 100.0), (1, 200.0)]}
+    assert _read_scalars(tmp_path / "generator") == {"epoch_loss": [(0, 0.75), (1, 0.25)]}
+    assert _read_scalars(tmp_path / "discriminator") == {"epoch_loss": [(0, 0.5), (1, 0.125)]}
+    assert _read_scalars(tmp_path) == {"epoch_images_per_sec": [(0, 100.0), (1, 200.0)]}
     plugins = set()
     for name in os.listdir(tmp_path):
         if name.startswith("events"):
@@ -285,3 +286,137 @@ def test_checkpointing_saves_every_n_steps_and_stops_on_request(tmp_path):
             trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[Stop(), saver])
     assert stopped.value.step == 5 and stopped.value.checkpoint.endswith("ckpt-5")
     assert ckpt.latest().step == 5
+
+
+def _descriptions(directory):
+    found = {}
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("events"):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+                for value in event.summary.value:
+                    if value.metadata.summary_description:
+                        found[value.tag] = value.metadata.summary_description
+    return found
+
+
+def test_summaries_write_batch_scalars_at_the_global_step_without_warmup(tmp_path):
+    timer = callbacks.StepTimer(images_per_step=10, warmup_steps=1)
+    summaries = callbacks.Summaries(str(tmp_path), lambda key: ("", key), log_every=2, step=4, timer=timer)
+    summaries.on_train_begin()
+    timer.on_train_begin()
+    for batch, (seconds, loss) in enumerate([(5.0, 4.0), (0.5, 3.0), (0.25, 2.0), (0.25, 1.0)]):
+        timer.step_times.append(seconds)
+        summaries.on_train_batch_end(batch, {"loss": loss, "skipped_steps": 1})
+    summaries.on_epoch_end(1, {"loss": 2.5, "skipped_steps": 1, "images_per_sec": 30.0})
+    summaries.on_train_end()
+    scalars = _read_scalars(tmp_path)
+    # 4 steps restored: this fit's steps are global steps 5..8; every 2nd is written.
+    assert scalars["batch_loss"] == [(6, 3.0), (8, 1.0)]
+    assert scalars["batch_skipped_steps"] == [(6, 1.0), (8, 1.0)]
+    # Step 6's point covers steps 5-6, and step 5 (the process's first) is warm-up: 10 images in 0.5 s.
+    # Step 8's covers steps 7-8: 20 images in 0.5 s.
+    assert scalars["batch_images_per_sec"] == [(6, 20.0), (8, 40.0)]
+    assert scalars["epoch_loss"] == [(1, 2.5)]
+    descriptions = _descriptions(tmp_path)
+    assert set(descriptions) == set(scalars)
+    assert "Cumulative" in descriptions["batch_skipped_steps"]
+    assert "warm-up steps" in descriptions["batch_images_per_sec"]
+    assert "global training step" in descriptions["batch_loss"] and "x: the epoch" in descriptions["epoch_loss"]
+
+
+def test_summaries_write_no_throughput_while_every_step_is_warmup(tmp_path):
+    timer = callbacks.StepTimer(images_per_step=10, warmup_steps=3)
+    summaries = callbacks.Summaries(str(tmp_path), lambda key: ("", key), timer=timer)
+    summaries.on_train_begin()
+    for batch in range(4):
+        timer.step_times.append(0.5)
+        summaries.on_train_batch_end(batch, {"loss": 1.0})
+    summaries.on_train_end()
+    assert _read_scalars(tmp_path)["batch_images_per_sec"] == [(4, 20.0)]
+    with pytest.raises(ValueError, match="log_every=0"):
+        callbacks.Summaries(str(tmp_path), lambda key: ("", key), log_every=0)
+
+
+def test_step_timer_leaves_an_all_warmup_epoch_without_throughput():
+    timer = callbacks.StepTimer(images_per_step=10, warmup_steps=3)
+    timer.on_train_begin()
+    timer.on_epoch_begin(0)
+    timer.step_times.extend([5.0, 0.5])
+    logs = {}
+    timer.on_epoch_end(0, logs)
+    assert "images_per_sec" not in logs
+    timer.on_epoch_begin(1)
+    timer.step_times.extend([0.5, 0.25, 0.25])  # the third step of the run is still warm-up
+    timer.on_epoch_end(1, logs)
+    assert logs["images_per_sec"] == pytest.approx(20 / 0.5)
+
+
+def test_image_grid_separates_tiles_with_gaps_of_a_constant_value():
+    images = np.repeat(np.arange(1, 4, dtype=np.float32).reshape(3, 1, 1, 1), 2, axis=2)  # 1x2 tiles: 11, 22, 33
+    grid = callbacks.image_grid(images, gap=1, gap_value=9.0)
+    # 2x2 cells of 1x2 with a 1-pixel gap between them (none around): 3 rows, 5 columns.
+    assert grid[..., 0].tolist() == [
+        [1.0, 1.0, 9.0, 2.0, 2.0],
+        [9.0, 9.0, 9.0, 9.0, 9.0],
+        [3.0, 3.0, 9.0, 0.0, 0.0],
+    ]
+    with pytest.raises(ValueError, match="gap=-1"):
+        callbacks.image_grid(images, gap=-1)
+
+
+def test_console_summary_keeps_one_bare_count_for_one_optimizer():
+    lines = []
+    timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0)
+    console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),), print_fn=lines.append)
+    console.set_params({"epochs": 1, "steps": 1})
+    console.on_epoch_begin(0)
+    timer.step_times.append(0.5)
+    console.on_train_batch_end(0, {"loss": 1.0, "skipped_steps": 2})
+    console.on_epoch_end(0, {"loss": 1.0, "skipped_steps": 2})
+    console.on_train_end()
+    assert "  skipped steps: 2; final Loss 1.0000" in lines
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+@pytest.mark.parametrize("mode, stream, expected", [
+    ("auto", _Stream(True), "progress"),
+    ("auto", _Stream(False), "lines"),
+    ("auto", object(), "lines"),  # no isatty: not a terminal
+    ("auto", None, "lines"),
+    ("lines", _Stream(True), "lines"),
+    ("progress", _Stream(False), "progress"),
+])
+def test_console_mode_is_a_progress_bar_only_on_a_terminal(mode, stream, expected):
+    assert callbacks.console_mode(mode, stream) == expected
+
+
+def test_console_mode_rejects_an_unknown_mode():
+    with pytest.raises(ValueError, match="'bars'"):
+        callbacks.console_mode("bars", None)
+
+
+def test_console_logger_progress_bar_replaces_the_step_lines(capsys):
+    lines = []
+    timer = callbacks.StepTimer(images_per_step=512, warmup_steps=0)
+    console = callbacks.ConsoleLogger(timer, (("G Loss", "g_loss"), ("D Loss", "d_loss")), ("g_", "d_"),
+                                      print_fn=lines.append, progress=True)
+    console.set_params({"epochs": 1, "steps": 2})
+    console.on_epoch_begin(0)
+    logs = {"g_loss": 0.5, "d_loss": 0.25, "g_loss_scale": 32768.0, "d_loss_scale": 16384.0,
+            "g_skipped_steps": 0, "d_skipped_steps": 0}
+    for step in range(2):
+        timer.step_times.append(0.5)
+        console.on_train_batch_end(step, logs)
+    console.on_epoch_end(0, logs)
+    bar = capsys.readouterr().out
+    assert "2/2" in bar and "G Loss: 0.5000" in bar and "D loss_scale: 16384.0000" in bar and "img/s: 1024.0000" in bar
+    assert lines[0] == "Epoch 1/1"
+    assert not [line for line in lines if line.startswith("(")], lines  # no seed step lines
+    assert lines[1].startswith("epoch 1/1: ")

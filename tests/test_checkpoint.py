@@ -343,7 +343,7 @@ def test_after_a_crash_a_stale_lock_and_a_lost_state_file_neither_block_nor_hide
     from tfmp import rundir
 
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", epochs=1, steps_per_epoch=2,
-                                 checkpoint_every=1)
+                                 checkpoint_every=1, precision="float32", loss_scale="none", deterministic=False)
     training.train_gan(config, print_fn=lambda line: None)
     run_dir, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
     os.remove(checkpoints / "checkpoint")

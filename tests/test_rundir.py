@@ -95,6 +95,26 @@ def test_a_reused_pid_is_not_the_holder(tmp_path):
         other.communicate(b"")
 
 
+def test_a_killed_holder_not_yet_reaped_is_gone(tmp_path):
+    import signal
+    import time
+
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    start_time = rundir._start_time(other.pid)
+    if start_time is None:
+        pytest.skip("no /proc here")
+    _write_lock(str(tmp_path), pid=other.pid, start_time=start_time)
+    os.kill(other.pid, signal.SIGKILL)
+    try:
+        while rundir._stat(other.pid)[:1] != ["Z"]:  # a zombie until its parent (this test) waits for it
+            time.sleep(0.01)
+        notes = []
+        rundir.RunDirLock(str(tmp_path), print_fn=notes.append).acquire().release()
+        assert len(notes) == 1 and f"pid {other.pid}" in notes[0]
+    finally:
+        other.wait()
+
+
 def test_a_lock_from_another_host_is_not_guessed_at(tmp_path):
     path = _write_lock(str(tmp_path), pid=1234, host="elsewhere.example.com")
     with pytest.raises(rundir.RunDirInUseError) as error:

@@ -48,9 +48,23 @@ def test_train_gan_prints_the_seed_lines_and_writes_curves(tmp_path):
     assert all(m.group(3) == "32768/32768" for m in steps)
     summary = "\n".join(lines[lines.index(next(line for line in lines if line.startswith("summary:"))):])
     assert "over 3 steps (first 1 steps excluded as warm-up)" in summary
-    assert "skipped steps: 0/0" in summary
+    assert "skipped steps: G 0, D 0;" in summary
     assert f"tensorboard --logdir {tmp_path}" in summary
     assert _event_files(tmp_path / "gan" / "generator") and _event_files(tmp_path / "gan" / "discriminator")
+
+
+def test_an_unset_loss_scale_is_not_noted_and_info_logs_stay_off(tmp_path):
+    proc = _run(
+        "train_gan.py", "--dataset=digits", "--batch_size=16", "--epochs=1", "--steps_per_epoch=1",
+        "--precision=bf16", f"--logdir={tmp_path}", "--run_name=gan",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "precision=mixed_bfloat16 loss_scale=none" in proc.stdout
+    assert not [line for line in proc.stdout.splitlines() if line.startswith("note:")], proc.stdout
+    # The epoch's checkpoint makes TensorFlow log an absl INFO line unless the script quiets it.
+    assert "checkpoint:" in proc.stdout
+    assert "Sharding callback duration" not in proc.stderr, proc.stderr[-3000:]
+    assert not re.findall(r"^I\d{4} [^\n]*\.py:\d+\]", proc.stderr, re.M), proc.stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -6,9 +6,11 @@ Rust data server (`--load_fast=true`, what TensorBoard uses by default when it
 is installed) and once with the legacy Python loader (`--load_fast=false`).
 Everything is read back through TensorBoard's HTTP data API (the routes of
 `tensorboard/plugins/core/core_plugin.py`, `backend/application.py` and the
-scalars, images and hparams plugins): the runs, the scalar tags, one point per
-epoch of the generator and discriminator losses, the loss scales, the image
-grid and the HParams session.
+scalars, images and hparams plugins): the runs, the scalar tags (Keras's
+`batch_`/`epoch_` scheme, each with a description), one point per logged
+global step and one per epoch of the generator and discriminator losses, the
+loss scales and skipped steps, the throughput, the image grid and the HParams
+session.
 
 No network is used besides 127.0.0.1 (urllib's proxies are bypassed).
 """
@@ -27,6 +29,7 @@ import urllib.request
 import pytest
 
 EPOCHS = 2
+STEPS = 2
 BATCH_SIZE = 32
 RUN = "tb_run"
 GENERATOR = f"{RUN}/generator"
@@ -55,7 +58,7 @@ def run(tmp_path_factory):
             dataset="digits",
             batch_size=BATCH_SIZE,
             epochs=EPOCHS,
-            steps_per_epoch=2,
+            steps_per_epoch=STEPS,
             precision="mixed_float16",
             loss_scale="dynamic",
             xla="false",
@@ -200,10 +203,11 @@ def test_plugins_listing_has_scalars_images_and_hparams_active(tensorboard):
 
 
 def test_scalar_tags_follow_the_gan_layout(tensorboard):
+    per_network = {f"{kind}_{name}" for kind in ("batch", "epoch") for name in ("loss", "loss_scale", "skipped_steps")}
     expected = {
-        GENERATOR: {"loss", "loss_scale", "skipped_steps"},
-        DISCRIMINATOR: {"loss", "loss_scale", "skipped_steps"},
-        RUN: {"images_per_sec"},
+        GENERATOR: per_network,
+        DISCRIMINATOR: per_network,
+        RUN: {"batch_images_per_sec", "epoch_images_per_sec"},
     }
     tags = tensorboard.poll(
         "/data/plugin/scalars/tags", lambda t: all(v <= set(t.get(r, {})) for r, v in expected.items())
@@ -213,7 +217,13 @@ def test_scalar_tags_follow_the_gan_layout(tensorboard):
     # The log keys' g_/d_ prefixes become the sub-runs, not tag names.
     all_tags = {tag for run_tags in tags.values() for tag in run_tags}
     assert not {t for t in all_tags if t.startswith(("g_", "d_"))}, tags
-    assert not {"loss", "loss_scale"} & set(tags[RUN]), tags
+    assert not {t for t in tags[RUN] if "loss" in t}, tags
+    # Every tag says what it is (rendered as HTML by the scalars plugin).
+    for run_name, run_tags in expected.items():
+        for tag in run_tags:
+            assert tags[run_name][tag]["description"], (run_name, tag, tags[run_name][tag])
+    assert "Cumulative" in tags[GENERATOR]["batch_skipped_steps"]["description"]
+    assert "warm-up" in tags[RUN]["batch_images_per_sec"]["description"]
 
 
 @pytest.mark.parametrize("sub_run, prefix", [(GENERATOR, "g_"), (DISCRIMINATOR, "d_")])
@@ -221,7 +231,7 @@ def test_scalar_tags_follow_the_gan_layout(tensorboard):
 def test_one_point_per_epoch_equal_to_the_epoch_logs(tensorboard, run, sub_run, prefix, tag):
     _, result = run
     points = tensorboard.poll(
-        "/data/plugin/scalars/scalars", lambda p: len(p) >= EPOCHS, params={"run": sub_run, "tag": tag}
+        "/data/plugin/scalars/scalars", lambda p: len(p) >= EPOCHS, params={"run": sub_run, "tag": "epoch_" + tag}
     )
     steps, values = _steps_and_values(points)
     assert steps == list(range(EPOCHS)), points
@@ -239,12 +249,62 @@ def test_one_point_per_epoch_equal_to_the_epoch_logs(tensorboard, run, sub_run, 
 def test_throughput_is_on_the_root_run(tensorboard, run):
     _, result = run
     points = tensorboard.poll(
-        "/data/plugin/scalars/scalars", lambda p: len(p) >= EPOCHS, params={"run": RUN, "tag": "images_per_sec"}
+        "/data/plugin/scalars/scalars", lambda p: len(p) >= EPOCHS, params={"run": RUN, "tag": "epoch_images_per_sec"}
     )
     steps, values = _steps_and_values(points)
     assert steps == list(range(EPOCHS)), points
     assert all(math.isfinite(v) and v > 0 for v in values), points
     assert values[-1] == pytest.approx(result.logs["images_per_sec"], rel=1e-6)
+
+
+# log_every=1 (the default): a point after each of the EPOCHS * STEPS global steps, at steps 1..4.
+GLOBAL_STEPS = list(range(1, EPOCHS * STEPS + 1))
+
+
+@pytest.mark.parametrize("sub_run, prefix", [(GENERATOR, "g_"), (DISCRIMINATOR, "d_")])
+@pytest.mark.parametrize("tag", ["loss", "loss_scale", "skipped_steps"])
+def test_one_point_per_logged_global_step(tensorboard, run, sub_run, prefix, tag):
+    _, result = run
+    points = tensorboard.poll(
+        "/data/plugin/scalars/scalars", lambda p: len(p) >= len(GLOBAL_STEPS), params={"run": sub_run, "tag": "batch_" + tag}
+    )
+    steps, values = _steps_and_values(points)
+    assert steps == GLOBAL_STEPS, points
+    # An epoch's training logs are its last step's: the points at steps 2 and 4 are the epoch values.
+    history = result.trainer.history.history[prefix + tag]
+    assert values[STEPS - 1::STEPS] == pytest.approx(history, rel=1e-6), (values, history)
+
+
+def test_per_step_throughput_is_on_the_root_run(tensorboard):
+    points = tensorboard.poll(
+        "/data/plugin/scalars/scalars", lambda p: len(p) >= len(GLOBAL_STEPS),
+        params={"run": RUN, "tag": "batch_images_per_sec"},
+    )
+    steps, values = _steps_and_values(points)
+    assert steps == GLOBAL_STEPS, points  # warmup_steps=0: every step is measured
+    assert all(math.isfinite(v) and v > 0 for v in values), points
+
+
+def _event_scalars(directory):
+    """`{tag: [step, ...]}` of the scalars in a directory's event files."""
+    import tensorflow as tf
+
+    found = {}
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("events"):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+                for value in event.summary.value:
+                    if value.metadata.plugin_data.plugin_name == "scalars":
+                        found.setdefault(value.tag, []).append(event.step)
+    return found
+
+
+def test_event_files_hold_the_gan_losses_at_each_global_step(run):
+    logdir, _ = run
+    for network in ("generator", "discriminator"):
+        scalars = _event_scalars(os.path.join(logdir, RUN, network))
+        assert scalars["batch_loss"] == GLOBAL_STEPS, scalars
+        assert scalars["epoch_loss"] == list(range(EPOCHS)), scalars
 
 
 def test_generator_samples_are_one_png_grid_per_epoch(tensorboard):
@@ -258,9 +318,9 @@ def test_generator_samples_are_one_png_grid_per_epoch(tensorboard):
     # The query is opaque (a blob key); it is passed back as TensorBoard's frontend does.
     png = tensorboard.request("/data/plugin/images/individualImage?" + entries[-1]["query"])
     assert png[:8] == b"\x89PNG\r\n\x1a\n", png[:16]
-    # 4 samples of 28x28 tile a 2x2 grid: IHDR width and height at bytes 16..24.
+    # 4 samples of 28x28 tile a 2x2 grid with a 2-pixel gap between tiles: IHDR width and height at bytes 16..24.
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-    assert (width, height) == (56, 56)
+    assert (width, height) == (58, 58)
 
 
 # The request the HParams dashboard sends (api.proto's ListSessionGroupsRequest
@@ -295,7 +355,7 @@ def test_hparams_session_reports_the_run_settings(tensorboard, run):
     # The metrics are the sub-runs' last scalars.
     metrics = {(m["name"].get("group", ""), m["name"]["tag"]): m for m in group["metricValues"]}
     for group_name, prefix in (("generator", "g_"), ("discriminator", "d_")):
-        loss = metrics[(group_name, "loss")]
+        loss = metrics[(group_name, "epoch_loss")]
         assert loss["trainingStep"] == EPOCHS - 1
         assert loss["value"] == pytest.approx(result.logs[prefix + "loss"], rel=1e-6)
 
@@ -310,4 +370,24 @@ def test_hparams_experiment_lists_the_precision(tensorboard):
     assert {"precision", "loss_scale", "xla", "batch_size"} <= set(infos), experiment
     assert infos["precision"]["domainDiscrete"] == ["mixed_float16"]
     metric_tags = {(m["name"].get("group", ""), m["name"]["tag"]) for m in experiment.get("metricInfos", [])}
-    assert {("generator", "loss"), ("discriminator", "loss")} <= metric_tags, experiment
+    assert {("generator", "epoch_loss"), ("discriminator", "epoch_loss")} <= metric_tags, experiment
+
+
+def test_a_resumed_run_continues_its_per_step_curves_at_the_global_step(tmp_path):
+    import keras
+
+    from tfmp import training
+
+    policy = keras.config.dtype_policy().name
+    config = training.GANConfig(
+        dataset="digits", batch_size=16, epochs=1, steps_per_epoch=2, precision="float32", xla="false",
+        logdir=str(tmp_path), run_name="resumed", warmup_steps=0, num_samples=1,
+        generator_widths=(4, 4, 4), discriminator_widths=(4, 4, 4),
+    )
+    training.train_gan(config, print_fn=lambda s: None)
+    training.train_gan(training.dataclasses.replace(config, epochs=2, resume=True), print_fn=lambda s: None)
+    assert keras.config.dtype_policy().name == policy
+    scalars = _event_scalars(os.path.join(tmp_path, "resumed", "generator"))
+    # The second run restored step 2 and goes on at 3, 4 (not 1, 2 again).
+    assert sorted(scalars["batch_loss"]) == [1, 2, 3, 4], scalars
+    assert sorted(scalars["epoch_loss"]) == [0, 1], scalars

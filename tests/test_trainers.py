@@ -137,9 +137,9 @@ def test_a_stock_keras_loss_scale_optimizer_is_refused_in_the_step():
 
 def test_classifier_summary_route_is_keras_layout():
     trainer = trainers.ClassifierTrainer(_linear_classifier())
-    assert trainer.summary_route("loss") == ("train", "epoch_loss")
-    assert trainer.summary_route("val_accuracy") == ("validation", "epoch_accuracy")
-    assert trainer.summary_route("loss_scale") == ("train", "epoch_loss_scale")
+    assert trainer.summary_route("loss") == ("train", "loss")
+    assert trainer.summary_route("val_accuracy") == ("validation", "accuracy")
+    assert trainer.summary_route("loss_scale") == ("train", "loss_scale")
 
 
 # --- the GAN step ---------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Callbacks: the side effects of a training run.
 
-* `StepTimer` times every training step and adds `images_per_sec` to each
-  epoch's logs;
+* `StepTimer` times every training step and adds `images_per_sec` (warm-up
+  excluded) to each epoch's logs;
 * `ConsoleLogger` prints the seed's per-step line and a closing summary;
-* `EpochSummaries` writes each epoch's logs to TensorBoard, in the layout the
+* `Summaries` writes the logs to TensorBoard every few steps (`batch_` tags,
+  at the global step) and every epoch (`epoch_` tags), in the layout the
   trainer asks for, and records the run's hyperparameters (HParams plugin);
 * `GeneratorSamples` writes a grid of generator images from fixed noise;
 * `GradientDiagnostics` logs the float16 underflow/overflow fractions of the
@@ -36,14 +37,16 @@ from tfmp import checkpoint as checkpoint_lib
 from tfmp import diagnostics
 from tfmp import preemption
 
-__all__ = ["Checkpointing", "ConsoleLogger", "EpochSummaries", "GeneratorSamples", "GradientDiagnostics",
-           "NonFiniteStepError", "NonFiniteStop", "ProfileSteps", "RunSegment", "StepTimer", "image_grid"]
+__all__ = ["CONSOLE_MODES", "Checkpointing", "ConsoleLogger", "GeneratorSamples", "GradientDiagnostics",
+           "NonFiniteStepError", "NonFiniteStop", "ProfileSteps", "RunSegment", "StepTimer", "Summaries", "console_mode",
+           "describe", "image_grid"]
 
 
 class StepTimer(keras.callbacks.Callback):
     """Times training steps and reports throughput.
 
-    A step's time runs from `on_train_batch_begin` to `on_train_batch_end`;
+    Each epoch's logs get `images_per_sec` over the epoch's steps after the
+    warm-up (no entry for an epoch made only of warm-up steps). A step's time runs from `on_train_batch_begin` to `on_train_batch_end`;
     Keras converts the step's logs to Python numbers before the latter, so the
     step has finished on the device by then.
 
@@ -97,10 +100,40 @@ class StepTimer(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.step_times.append(time.perf_counter() - self._start)
 
+    def images_per_sec_since(self, start: int) -> float | None:
+        """Images per second over the steps from index `start` on, warm-up excluded (None if none)."""
+        measured = self.step_times[max(start, self.warmup_steps):]
+        if not measured:
+            return None
+        return self.images_per_step * len(measured) / sum(measured)
+
     def on_epoch_end(self, epoch, logs=None):
-        epoch_times = self.step_times[self._epoch_start:]
-        if logs is not None and epoch_times:
-            logs["images_per_sec"] = self.images_per_step * len(epoch_times) / sum(epoch_times)
+        # The warm-up steps (tracing, compiling) would make the first epoch's figure a dip.
+        throughput = self.images_per_sec_since(self._epoch_start)
+        if logs is not None and throughput is not None:
+            logs["images_per_sec"] = throughput
+
+
+CONSOLE_MODES = ("auto", "progress", "lines")
+
+
+def console_mode(mode: str, stream: Any) -> str:
+    """Resolves a console setting to `"progress"` or `"lines"`.
+
+    `"auto"` is a Keras progress bar when `stream` is a terminal (its
+    `isatty()` is true) and the seed's step lines otherwise (a pipe, a file,
+    a test's captured output, or no stream), so logs stay line by line.
+
+    Args:
+        mode: One of `CONSOLE_MODES`.
+        stream: Where the progress bar would go (`sys.stdout`), or None.
+    """
+    if mode not in CONSOLE_MODES:
+        raise ValueError(f"Unknown console mode. Valid: {', '.join(CONSOLE_MODES)}. Received: {mode!r}")
+    if mode != "auto":
+        return mode
+    isatty = getattr(stream, "isatty", None)
+    return "progress" if isatty is not None and isatty() else "lines"
 
 
 def _format_number(value: float) -> str:
@@ -114,7 +147,11 @@ class ConsoleLogger(keras.callbacks.Callback):
     `(epoch, step), G Loss: x, D Loss: y, loss_scale: s, step_time: t, throughput: N img/s`.
     Losses are the epoch's running means, as Keras's progress bar shows them.
     With two loss-scaled optimizers the scales print as `s_g/s_d`; without
-    loss scaling, `loss_scale: none`.
+    loss scaling, `loss_scale: none`. With `progress=True` a
+    `keras.utils.Progbar` per epoch (written to `sys.stdout`, as Keras's
+    own) shows the same values instead of the lines. The closing summary gives the mean
+    throughput and the skipped steps, per optimizer with several
+    (`skipped steps: G 0, D 1`, named after the log-key prefixes).
 
     Args:
         timer: The run's `StepTimer` (placed before this callback).
@@ -123,6 +160,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         log_every: Print every this many steps (and the last step of each epoch).
         logdir: Where the run's logs are, for the summary.
         print_fn: Where lines go.
+        progress: Show a progress bar rather than the step lines.
     """
 
     def __init__(
@@ -133,6 +171,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         log_every: int = 1,
         logdir: str | None = None,
         print_fn: Callable[[str], None] = print,
+        progress: bool = False,
     ):
         super().__init__()
         if log_every < 1:
@@ -143,22 +182,43 @@ class ConsoleLogger(keras.callbacks.Callback):
         self.log_every = int(log_every)
         self.logdir = logdir
         self.print_fn = print_fn
+        self.progress = bool(progress)
         self.final_logs: dict[str, Any] = {}
         self._epoch = 0
         self._steps_in_epoch: int | None = None
+        self._bar: keras.utils.Progbar | None = None
+        self._bar_step = 0
 
     def _loss_scale(self, logs: Mapping[str, Any]) -> str:
         scales = [logs[p + "loss_scale"] for p in self.loss_scale_prefixes if p + "loss_scale" in logs]
         return "/".join(_format_number(s) for s in scales) if scales else "none"
 
-    def _skipped(self, logs: Mapping[str, Any]) -> list[int]:
-        return [int(logs[p + "skipped_steps"]) for p in self.loss_scale_prefixes if p + "skipped_steps" in logs]
+    def _skipped(self, logs: Mapping[str, Any]) -> str:
+        """`G 0, D 1` with per-optimizer prefixes (`g_`, `d_`), a bare count with one; "" without any."""
+        return ", ".join(
+            f"{p.rstrip('_').upper()} {int(logs[p + 'skipped_steps'])}" if p else str(int(logs[p + "skipped_steps"]))
+            for p in self.loss_scale_prefixes if p + "skipped_steps" in logs
+        )
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
         self._steps_in_epoch = self.params.get("steps") if self.params else None
+        if self.progress:
+            self.print_fn(f"Epoch {epoch + 1}/{self.params.get('epochs', '?') if self.params else '?'}")
+            # Every value is shown as logged: the losses already are the epoch's running means.
+            self._bar = keras.utils.Progbar(self._steps_in_epoch, stateless_metrics=())
+
+    def _bar_values(self, logs: Mapping[str, Any]) -> list[tuple[str, float]]:
+        values = [(label, float(logs[key])) for label, key in self.fields if key in logs]
+        values += [(f"{p.rstrip('_').upper()} loss_scale" if p else "loss_scale", float(logs[p + "loss_scale"]))
+                   for p in self.loss_scale_prefixes if p + "loss_scale" in logs]
+        return values + [("img/s", self.timer.images_per_step / self.timer.last_step_time)]
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._bar is not None:
+            self._bar_step = batch + 1
+            self._bar.update(self._bar_step, self._bar_values(logs or {}), finalize=False)
+            return
         last = self._steps_in_epoch is not None and batch + 1 == self._steps_in_epoch
         if batch % self.log_every and not last:
             return
@@ -173,6 +233,9 @@ class ConsoleLogger(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = dict(logs or {})
         self.final_logs = logs
+        if self._bar is not None:
+            self._bar.update(self._bar_step, finalize=True)
+            self._bar = None
         shown = ", ".join(f"{k} {_format_number(v) if 'loss_scale' in k or 'skipped' in k else f'{v:.4g}'}"
                           for k, v in logs.items())
         self.print_fn(f"epoch {epoch + 1}/{self.params.get('epochs', '?')}: {shown}")
@@ -191,7 +254,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         finals = ", ".join(f"{label} {self.final_logs[key]:.4f}" for label, key in self.fields if key in self.final_logs)
         lines = [
             f"summary: {len(timer.step_times)} steps; mean throughput {throughput}",
-            f"  skipped steps: {'/'.join(map(str, skipped)) if skipped else 'none (no loss scaling)'}; final {finals}",
+            f"  skipped steps: {skipped or 'none (no loss scaling)'}; final {finals}",
         ]
         if self.logdir:
             parent = os.path.dirname(os.path.normpath(self.logdir)) or "."
@@ -200,19 +263,69 @@ class ConsoleLogger(keras.callbacks.Callback):
             self.print_fn(line)
 
 
-class EpochSummaries(keras.callbacks.Callback):
-    """Writes every epoch's logs to TensorBoard, and the run's hyperparameters.
+# What each logged quantity is, by the end of its log key; per-step (`batch_`) and per-epoch (`epoch_`) text.
+_DESCRIPTIONS = (
+    ("skipped_steps",
+     "Cumulative count of skipped steps since the run began (resumes included): steps whose gradients held "
+     "NaN/Inf, so the update was not applied (and a dynamic loss scale was halved). It never decreases; "
+     "a rise marks skipped steps.",
+     "Cumulative count of skipped steps since the run began, at the end of the epoch (not the epoch's own count)."),
+    ("loss_scale",
+     "The optimizer's loss scale after this step (dynamic scaling halves it on a skipped step and doubles it "
+     "after a run of finite ones).",
+     "The optimizer's loss scale at the end of the epoch."),
+    ("images_per_sec",
+     "Training throughput in images per second over the steps since the previous point, the run's warm-up "
+     "steps (tracing, compilation) excluded.",
+     "Training throughput in images per second over the epoch's steps, the run's warm-up steps excluded."),
+    ("loss",
+     "Mean loss over the epoch's steps so far (the running mean Keras logs per batch).",
+     "Mean loss over the epoch's steps."),
+    ("accuracy",
+     "Mean accuracy over the epoch's steps so far (the running mean Keras logs per batch).",
+     "Mean accuracy over the epoch's steps (validation: over the validation set)."),
+)
 
-    Each log key is sent where `route(key)` says: a `(sub-run, tag)` pair,
-    the sub-run being a directory under `logdir` ("" for `logdir` itself).
-    The hyperparameters go to `logdir` with the HParams plugin, so runs can
-    be compared in its table.
+
+def describe(name: str, per_step: bool) -> str:
+    """The TensorBoard description of a logged quantity (a log key without `g_`/`val_` prefixes).
+
+    Args:
+        name: The quantity, e.g. `loss`, `loss_scale`, `skipped_steps`.
+        per_step: The `batch_` (per-step) text rather than the `epoch_` one.
+    """
+    axis = ("x: the run's global training step (1 = after the first step; continues across epochs and resumes)."
+            if per_step else "x: the epoch (0 = the first).")
+    for suffix, step_text, epoch_text in _DESCRIPTIONS:
+        if name.endswith(suffix):
+            return f"{step_text if per_step else epoch_text} {axis}"
+    return f"The training log {name!r}, {'logged every few steps' if per_step else 'at the end of each epoch'}. {axis}"
+
+
+class Summaries(keras.callbacks.Callback):
+    """Writes the training curves to TensorBoard, and the run's hyperparameters.
+
+    Tags follow Keras's `keras.callbacks.TensorBoard`: `batch_<name>` every
+    `log_every` global steps, at the global step (counted from 1 over the
+    whole run: `step` steps done before this `fit()`, then one more per
+    step, so a resumed run continues its curves), and `epoch_<name>` at the
+    end of each epoch, at the epoch index (from 0). Each log key is sent
+    where `route(key)` says: a `(sub-run, name)` pair, the sub-run being a
+    directory under `logdir` ("" for `logdir` itself). Every scalar carries a
+    description (`describe`). With a `StepTimer`, `batch_images_per_sec` is
+    the throughput since the previous point, warm-up steps excluded (not
+    written while every step since is warm-up). The hyperparameters go to
+    `logdir` with the HParams plugin, so runs can be compared in its table.
 
     Args:
         logdir: The run's directory.
-        route: Maps a log key to `(sub-run, tag)`; a trainer's
+        route: Maps a log key to `(sub-run, name)`; a trainer's
             `summary_route`.
         hparams: Hyperparameters to record (str, bool, int or float values).
+        log_every: Write the per-step scalars every this many global steps.
+        step: Training steps done before this `fit()` (the restored step).
+        timer: The run's `StepTimer` (placed before this callback), for the
+            per-step throughput; None writes none.
     """
 
     def __init__(
@@ -220,12 +333,21 @@ class EpochSummaries(keras.callbacks.Callback):
         logdir: str,
         route: Callable[[str], tuple[str, str]],
         hparams: Mapping[str, Any] | None = None,
+        log_every: int = 1,
+        step: int = 0,
+        timer: StepTimer | None = None,
     ):
         super().__init__()
+        if log_every < 1 or step < 0:
+            raise ValueError(f"log_every must be >= 1 and step >= 0. Received: log_every={log_every!r}, step={step!r}")
         self.logdir = logdir
         self.route = route
         self.hparams = dict(hparams or {})
+        self.log_every = int(log_every)
+        self.step = int(step)
+        self.timer = timer
         self._writers: dict[str, Any] = {}
+        self._timed = 0  # the timer's steps already covered by a batch_images_per_sec point
 
     def writer(self, run: str):
         """The summary writer of a sub-run, created on first use."""
@@ -234,17 +356,34 @@ class EpochSummaries(keras.callbacks.Callback):
         return self._writers[run]
 
     def on_train_begin(self, logs=None):
+        self._timed = 0
         if self.hparams:
             with self.writer("").as_default():
                 hparams_api.hparams(self.hparams, trial_id=os.path.basename(os.path.normpath(self.logdir)))
 
-    def on_epoch_end(self, epoch, logs=None):
-        for key, value in (logs or {}).items():
+    def _write(self, logs: Mapping[str, Any], prefix: str, step: int) -> None:
+        for key, value in logs.items():
             if value is None or not np.isscalar(value) and np.ndim(value):
                 continue
-            run, tag = self.route(key)
+            run, name = self.route(key)
             with self.writer(run).as_default():
-                tf.summary.scalar(tag, float(value), step=epoch)
+                tf.summary.scalar(f"{prefix}_{name}", float(value), step=step,
+                                  description=describe(name, per_step=prefix == "batch"))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if self.step % self.log_every:
+            return
+        logs = {k: v for k, v in (logs or {}).items() if k != "images_per_sec"}
+        if self.timer is not None:
+            throughput = self.timer.images_per_sec_since(self._timed)
+            self._timed = len(self.timer.step_times)
+            if throughput is not None:
+                logs["images_per_sec"] = throughput
+        self._write(logs, "batch", self.step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._write(logs or {}, "epoch", epoch)
         for writer in self._writers.values():
             writer.flush()
 
@@ -254,29 +393,36 @@ class EpochSummaries(keras.callbacks.Callback):
         self._writers = {}
 
 
-def image_grid(images: np.ndarray, columns: int | None = None) -> np.ndarray:
-    """Tiles `(n, h, w, c)` images into one `(rows*h, columns*w, c)` image.
+def image_grid(images: np.ndarray, columns: int | None = None, gap: int = 0, gap_value: float = 1.0) -> np.ndarray:
+    """Tiles `(n, h, w, c)` images into one image, `gap` pixels of `gap_value` between tiles.
 
-    Missing cells of the last row are left black. `columns` defaults to
+    The result is `(rows*h + (rows-1)*gap, columns*w + (columns-1)*gap, c)`:
+    the gaps separate tiles, with no border around the grid. Missing cells
+    of the last row are left black (0). `columns` defaults to
     `ceil(sqrt(n))`.
     """
     images = np.asarray(images)
     if images.ndim != 4 or len(images) == 0:
         raise ValueError(f"images must be (n, h, w, c) with n >= 1. Received shape: {images.shape}")
+    if gap < 0:
+        raise ValueError(f"gap must be >= 0. Received: gap={gap!r}")
     n, h, w, c = images.shape
     columns = columns or math.ceil(math.sqrt(n))
     rows = math.ceil(n / columns)
-    grid = np.zeros((rows * h, columns * w, c), images.dtype)
-    for i, image in enumerate(images):
+    grid = np.full((rows * (h + gap) - gap, columns * (w + gap) - gap, c), gap_value, images.dtype)
+    for i in range(rows * columns):
         r, col = divmod(i, columns)
-        grid[r * h:(r + 1) * h, col * w:(col + 1) * w] = image
+        top, left = r * (h + gap), col * (w + gap)
+        grid[top:top + h, left:left + w] = images[i] if i < n else 0
     return grid
 
 
 class GeneratorSamples(keras.callbacks.Callback):
     """Writes a grid of generator images from fixed noise every epoch.
 
-    The same noise every epoch shows how the generator's output evolves. The
+    The same noise every epoch shows how the generator's output evolves.
+    Tiles are separated by `gap` white (1.0) pixels, so neighbouring samples
+    do not run into each other. The
     generator runs in inference mode (BatchNorm uses its moving statistics).
 
     Args:
@@ -284,10 +430,12 @@ class GeneratorSamples(keras.callbacks.Callback):
         generator: The generator model.
         noise: Fixed noise, `(n, latent_dim)`.
         tag: The image summary's tag.
+        gap: Pixels between tiles.
     """
 
-    def __init__(self, logdir: str, generator: keras.Model, noise: np.ndarray, tag: str = "samples"):
+    def __init__(self, logdir: str, generator: keras.Model, noise: np.ndarray, tag: str = "samples", gap: int = 2):
         super().__init__()
+        self.gap = int(gap)
         self.logdir = logdir
         self.generator = generator
         self.noise = np.asarray(noise, np.float32)
@@ -296,7 +444,7 @@ class GeneratorSamples(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         images = keras.ops.convert_to_numpy(self.generator(self.noise, training=False)).astype(np.float32)
-        grid = np.clip(image_grid(images), 0.0, 1.0)
+        grid = image_grid(np.clip(images, 0.0, 1.0), gap=self.gap, gap_value=1.0)
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.logdir)
         with self._writer.as_default():

@@ -5,7 +5,8 @@ All of tfmp's loss-scale arithmetic lives in this module:
 * `next_loss_scale` is the pure state transition (growth, backoff,
   hysteresis, bounds) applied once per step;
 * `LossScaleOptimizer` wraps a Keras optimizer, scales the loss, unscales the
-  gradients, skips non-finite steps and keeps the state in tracked variables;
+  gradients (as tf.keras 2 or as Keras 3 did, following the API a step
+  used), skips non-finite steps and keeps the state in tracked variables;
 * `wrap_optimizer` decides whether a precision needs loss scaling at all.
 
 The optimizer is a subclass of Keras 3's `keras.optimizers.LossScaleOptimizer`,
@@ -191,7 +192,8 @@ def _multiply_gradients(grads: Sequence[Any], factor: tf.Tensor) -> list[Any]:
 def _multiply(x: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
     # In float32 for 16-bit gradients, where tf.keras 2 cast the reciprocal
     # to float16 (1/2**25 and below flush to zero there). For a power-of-two
-    # scale down to 2**-24 both round the same exact product once.
+    # scale up to 2**24, whose reciprocal float16 holds exactly, both round
+    # the same exact product once: the same bits.
     if x.dtype in (tf.float16, tf.bfloat16):
         return tf.cast(tf.cast(x, tf.float32) * factor, x.dtype)
     return x * tf.cast(factor, x.dtype)
@@ -303,19 +305,11 @@ def _tf_keras2_scaling_warning(loss_has_been_scaled: bool, gradients_have_been_u
     tf_keras/src/mixed_precision/loss_scale_optimizer.py (tf_keras 2.21),
     character for character. As there, the two flags say whether
     `get_scaled_loss` / `get_unscaled_gradients` were *ever* called on the
-    optimizer.
+    optimizer. At least one was: a step that called neither gets tfmp's own
+    warning instead.
     """
     if loss_has_been_scaled and gradients_have_been_unscaled:
         return None
-    if not loss_has_been_scaled and not gradients_have_been_unscaled:
-        return (
-            "You forgot to call LossScaleOptimizer.get_scaled_loss() and "
-            "LossScaleOptimizer.get_unscaled_gradients() before calling "
-            "LossScaleOptimizer.apply_gradients(). This will likely result in "
-            "worse model quality, so please call them in the correct places! "
-            f"For example:{_TF_KERAS2_EXAMPLE}\nFor more information, see "
-            f"{_TF_KERAS2_DOCS}"
-        )
     if not loss_has_been_scaled:
         return (
             "You forgot to call LossScaleOptimizer.get_scaled_loss() before "

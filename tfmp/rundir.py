@@ -89,13 +89,16 @@ def _boot_id() -> str | None:
     return text.strip() if text else None
 
 
-def _start_time(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot), or None if unknown or not running."""
+def _stat(pid: int) -> list[str]:
+    """Fields 3 on of `/proc/<pid>/stat` (state, ppid, ...), or [] where unknown."""
     text = _read_text(f"/proc/{pid}/stat")
-    if not text:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces; start time is field 22.
-    fields = text[text.rfind(")") + 2:].split()
+    # The command name (field 2) is in parentheses and may hold spaces.
+    return text[text.rfind(")") + 2:].split() if text else []
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot, field 22), or None if unknown or not running."""
+    fields = _stat(pid)
     try:
         return int(fields[19])
     except (IndexError, ValueError):
@@ -137,7 +140,7 @@ def _running_on_this_host(holder: Holder) -> bool:
     """Whether the process `holder` names still runs (the holder is on this host)."""
     if holder.boot_id and _boot_id() and holder.boot_id != _boot_id():
         return False  # rebooted since
-    if not _pid_running(holder.pid):
+    if not _pid_running(holder.pid) or _stat(holder.pid)[:1] == ["Z"]:  # a zombie has ended, not yet reaped
         return False
     now = _start_time(holder.pid)
     # The pid was reused by another process when its start time differs.

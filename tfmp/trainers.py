@@ -354,14 +354,16 @@ class MixedPrecisionTrainer(keras.Model):
         raise NotImplementedError
 
     def summary_route(self, key: str) -> tuple[str, str]:
-        """Where an epoch log goes in TensorBoard: `(sub-run, tag)`.
+        """Where a log goes in TensorBoard: `(sub-run, name)`.
 
-        Keras's layout: `val_x` goes to `validation/epoch_x`, anything else
-        to `train/epoch_x`.
+        `tfmp.callbacks.Summaries` prefixes the name with `batch_` or
+        `epoch_`, as Keras's TensorBoard callback does. Keras's layout:
+        `val_x` goes to `validation/epoch_x`, anything else to
+        `train/batch_x` and `train/epoch_x`.
         """
         if key.startswith("val_"):
-            return "validation", f"epoch_{key[4:]}"
-        return "train", f"epoch_{key}"
+            return "validation", key[4:]
+        return "train", key
 
 
 class ClassifierTrainer(MixedPrecisionTrainer):
@@ -709,9 +711,10 @@ class GANTrainer(MixedPrecisionTrainer):
         return logs
 
     def summary_route(self, key: str) -> tuple[str, str]:
-        """The seed's layout: `generator/loss` and `discriminator/loss` overlay.
+        """The seed's layout: the generator's and discriminator's curves overlay.
 
-        `g_x` goes to `generator/x`, `d_x` to `discriminator/x`; other keys
+        `g_x` goes to `generator/x`, `d_x` to `discriminator/x` (tags
+        `batch_x` and `epoch_x`, see `tfmp.callbacks.Summaries`); other keys
         (throughput) to the run's root. Validation keys get a
         `_validation` sub-run of their own.
         """

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
@@ -85,7 +86,7 @@ ON_NONFINITE = ("skip", "stop")
 _RESUMABLE = frozenset({
     "epochs", "steps_per_epoch", "data_dir", "logdir", "run_name", "log_every", "warmup_steps", "diagnose_every",
     "profile_steps", "strategy", "xla", "tf32", "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume",
-    "on_nonfinite", "deterministic", "num_samples", "validation_batch_size",
+    "on_nonfinite", "deterministic", "num_samples", "validation_batch_size", "console",
     "precision", "loss_scale",  # compared once resolved
 })
 
@@ -97,8 +98,11 @@ class TrainConfig:
     Attributes:
         precision: `float32`, `mixed_float16`, `mixed_bfloat16`, `auto`, or an
             alias (`fp32`, `fp16`, `bf16`).
-        loss_scale: `"dynamic"`, `"none"` or a fixed positive scale; used
-            only under `mixed_float16`.
+        loss_scale: `"auto"` (the default: not set), `"dynamic"`, `"none"`
+            (or None) or a fixed positive scale; used only under
+            `mixed_float16`, where `"auto"` means `"dynamic"`. A scale set
+            explicitly (anything but `"auto"`, `"none"` or None) under another
+            precision is ignored with a one-line note.
         xla: `"auto"` (on with a GPU, off on CPU), `"true"` or `"false"`.
         tf32: Allow TensorFloat-32 for float32 math on Ampere+ GPUs.
         epochs: Passes over the training data.
@@ -110,7 +114,9 @@ class TrainConfig:
         run_name: The run's directory under `logdir`; by default a timestamp
             plus the precision and loss-scale settings.
         seed: Seed of weights, noise, shuffling and the data split.
-        log_every: Print the step line every this many steps.
+        log_every: Print the step line every this many steps of an epoch,
+            and write the per-step TensorBoard scalars (`batch_` tags) every
+            this many global steps (`tfmp.callbacks.Summaries`).
         warmup_steps: Leading steps left out of the mean throughput.
         diagnose_every: Every this many steps, log the float16 underflow and
             overflow fractions of the gradients of a fixed probe batch to
@@ -145,13 +151,18 @@ class TrainConfig:
         deterministic: Turn on TensorFlow's op determinism for the run
             (`tf.config.experimental.enable_op_determinism`, restored after),
             so that a resumed run repeats the uninterrupted one bit for bit.
+        console: `tfmp.callbacks.CONSOLE_MODES`: `"progress"` shows a Keras
+            progress bar per epoch (on `sys.stdout`), `"lines"` the seed's
+            step line every `log_every` steps; `"auto"` is `"progress"` when
+            `print_fn` is `print` and `sys.stdout` is a terminal, `"lines"`
+            otherwise (pipes, files, captured output).
     """
 
     datasets: ClassVar[tuple[str, ...]] = data_lib.DATASETS
     image_shape: ClassVar[tuple[int, int, int]] = (28, 28, 1)
 
     precision: str = "auto"
-    loss_scale: str | float = "dynamic"
+    loss_scale: str | float | None = "auto"
     xla: str | bool = "auto"
     tf32: bool = True
     epochs: int = 4
@@ -174,6 +185,7 @@ class TrainConfig:
     resume: bool = False
     on_nonfinite: str = "skip"
     deterministic: bool = False
+    console: str = "auto"
 
     def validate(self) -> None:
         """Raises `ConfigError` naming the first impossible setting.
@@ -182,7 +194,7 @@ class TrainConfig:
         """
         try:
             precision_lib.canonical_precision(self.precision)
-            loss_scale_lib.parse_loss_scale(self.loss_scale)
+            _parse_loss_scale(self.loss_scale)
             precision_lib.resolve_jit_compile(self.xla, has_gpu=False)
         except ValueError as e:
             raise ConfigError(str(e)) from None
@@ -222,6 +234,10 @@ class TrainConfig:
                 )
         _check_int("checkpoint_every", self.checkpoint_every, minimum=0)
         _check_int("keep_checkpoints", self.keep_checkpoints, minimum=1)
+        if self.console not in callbacks_lib.CONSOLE_MODES:
+            raise ConfigError(
+                f"Unknown console. Valid: {', '.join(callbacks_lib.CONSOLE_MODES)}. Received: console={self.console!r}"
+            )
         if self.on_nonfinite not in ON_NONFINITE:
             raise ConfigError(
                 f"Unknown on_nonfinite. Valid: {', '.join(ON_NONFINITE)}. Received: on_nonfinite={self.on_nonfinite!r}"
@@ -240,6 +256,25 @@ class TrainConfig:
     def cpu_bfloat16_float32_layers(self) -> str:
         """The model's float32_layers advice for bfloat16 on a CPU (what `"auto"` applies); "" for none."""
         return ""
+
+
+LOSS_SCALE_AUTO = "auto"
+
+
+def _parse_loss_scale(loss_scale: str | float | None) -> str | float:
+    """A config's loss scale normalised (`tfmp.loss_scale.parse_loss_scale`); `"auto"` (not set) is dynamic.
+
+    `"auto"` rather than None marks "not set": `parse_loss_scale` reads None
+    as `"none"`, and library users passing None keep that meaning.
+    """
+    if isinstance(loss_scale, str) and loss_scale.strip().lower() == LOSS_SCALE_AUTO:
+        return "dynamic"
+    return loss_scale_lib.parse_loss_scale(loss_scale)
+
+
+def _loss_scale_is_set(loss_scale: str | float | None) -> bool:
+    """Whether the user chose a loss scale (not `"auto"`)."""
+    return not (isinstance(loss_scale, str) and loss_scale.strip().lower() == LOSS_SCALE_AUTO)
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -551,14 +586,16 @@ def _prepare(
         )
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
     precision = precision_lib.canonical_precision(config.precision)
-    loss_scale = loss_scale_lib.parse_loss_scale(config.loss_scale)
+    loss_scale = _parse_loss_scale(config.loss_scale)
     # Not across hosts: their measurements could differ, and every worker must run one policy.
     if precision == "auto" and config.strategy != "multi_worker":
         precision = _measured_precision(
             config, build_job, split, jit_compile, loss_scale, print_fn, autotune.detect_hardware(), _time_steps)
     precision = precision_lib.resolve_precision(precision)
     if precision != "mixed_float16":
-        if loss_scale != "none" and precision_lib.canonical_precision(config.precision) != "auto":
+        # Only a scale the user set: the default ("auto") says nothing to ignore.
+        if (loss_scale != "none" and _loss_scale_is_set(config.loss_scale)
+                and precision_lib.canonical_precision(config.precision) != "auto"):
             print_fn(f"note: loss_scale={loss_scale} is ignored under {precision}; only float16 needs loss scaling.")
         loss_scale = "none"
     if config.on_nonfinite == "stop" and loss_scale == "dynamic":
@@ -759,7 +796,9 @@ def _train(
             print_fn=print_fn)
         timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
         console = callbacks_lib.ConsoleLogger(
-            timer, trainer.console_fields, trainer.loss_scale_prefixes, config.log_every, setting.run_dir, print_fn
+            timer, trainer.console_fields, trainer.loss_scale_prefixes, config.log_every, setting.run_dir, print_fn,
+            # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
+            progress=callbacks_lib.console_mode(config.console, sys.stdout if print_fn is print else None) == "progress",
         )
         hparams = {
             "precision": precision,
@@ -774,7 +813,6 @@ def _train(
             "replicas": strategy.num_replicas_in_sync,
             **job.hparams,
         }
-        summaries = callbacks_lib.EpochSummaries(run_dir, trainer.summary_route, hparams)
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
         extra = [distribute.AverageReplicaStatistics(), *job.callbacks]
         if config.diagnose_every:
@@ -792,6 +830,8 @@ def _train(
             if warnings:
                 print_fn(warnings)
         position = _restore(config, setting, trainer, checkpoint, print_fn)
+        # At the global step, so that a resumed run continues its per-step curves.
+        summaries = callbacks_lib.Summaries(run_dir, trainer.summary_route, hparams, config.log_every, position, timer)
         nonfinite = []
         if config.on_nonfinite == "stop":
             nonfinite.append(callbacks_lib.NonFiniteStop(lambda index: _batch_at(job, index), position))
