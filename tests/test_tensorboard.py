@@ -373,7 +373,12 @@ def test_hparams_experiment_lists_the_precision(tensorboard):
     assert {("generator", "epoch_loss"), ("discriminator", "epoch_loss")} <= metric_tags, experiment
 
 
+# ~30 s on 2 busy cores; its fast twin is tests/test_callbacks.py's
+# test_summaries_write_batch_scalars_at_the_global_step_without_warmup (a restored step of 4).
+@pytest.mark.slow
 def test_a_resumed_run_continues_its_per_step_curves_at_the_global_step(tmp_path):
+    import dataclasses
+
     import keras
 
     from tfmp import training
@@ -385,7 +390,7 @@ def test_a_resumed_run_continues_its_per_step_curves_at_the_global_step(tmp_path
         generator_widths=(4, 4, 4), discriminator_widths=(4, 4, 4),
     )
     training.train_gan(config, print_fn=lambda s: None)
-    training.train_gan(training.dataclasses.replace(config, epochs=2, resume=True), print_fn=lambda s: None)
+    training.train_gan(dataclasses.replace(config, epochs=2, resume=True), print_fn=lambda s: None)
     assert keras.config.dtype_policy().name == policy
     scalars = _event_scalars(os.path.join(tmp_path, "resumed", "generator"))
     # The second run restored step 2 and goes on at 3, 4 (not 1, 2 again).
