@@ -23,8 +23,8 @@ from models.small_cnn import build_small_cnn
 from tfmp import benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "step_ms", "ratio_to_float32",
-        "ratio_to_hand_written", "peak_host_mb", "peak_gpu_mb"]
+KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per_sec_min", "images_per_sec_max",
+        "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb", "peak_gpu_mb"]
 BATCH = 8
 
 
@@ -49,7 +49,7 @@ def tiny_config(**changes):
 def records():
     # The tiny classifier only: the GAN's tracing is slow, and its image
     # count is checked on the real GAN by the end-to-end script test.
-    return benchmark.compare(tiny_config(models=("tiny",)), tiny_specs())
+    return benchmark.compare(tiny_config(models=("tiny",), repeats=3), tiny_specs())
 
 
 def test_records_have_exactly_the_json_keys_and_types(records):
@@ -59,9 +59,17 @@ def test_records_have_exactly_the_json_keys_and_types(records):
         assert list(row) == KEYS
         assert isinstance(row["model"], str) and isinstance(row["precision"], str)
         assert row["xla"] is False and row["batch_size"] == BATCH
-        for key in ("images_per_sec", "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb"):
+        for key in ("images_per_sec", "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb",
+                    "images_per_sec_min", "images_per_sec_max"):
             assert isinstance(row[key], float) and row[key] > 0, (key, row[key])
         assert row["peak_gpu_mb"] is None  # no GPU here
+
+
+def test_the_spread_is_the_slowest_and_fastest_of_the_repeats_around_their_median(records):
+    for record in records:
+        # 3 repeats: the median is one of them, so it lies between the extremes, which differ on a real clock.
+        assert record.images_per_sec_min <= record.images_per_sec <= record.images_per_sec_max
+        assert record.images_per_sec_min < record.images_per_sec_max
 
 
 def test_ratio_to_float32_is_the_division_of_the_measured_throughputs(records):
@@ -308,11 +316,18 @@ def test_plot_states_the_reference_device_method_and_hand_written_ratio(tmp_path
     monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), savefig(self, *a, **k))[1])
     records = [_record("gan", "float32", 1000.0), _record("gan", "mixed_bfloat16", 290.0)]
     records[1].ratio_to_float32 = 0.29
+    records[1].images_per_sec_min, records[1].images_per_sec_max = 251.0, 301.0
     config = benchmark.BenchmarkConfig(steps=7, repeats=3, warmup_steps=2)
     benchmark.plot(records, str(tmp_path / "bench.png"), config, device="CPU (test)")
     (figure,) = figures
     title = figure._suptitle.get_text()
     assert "CPU (test)" in title and "median of 3 repeats x 7 steps (2 warm-up)" in title
-    assert "float32's" in figure._supxlabel.get_text() and "hand-written" in figure._supxlabel.get_text()
+    footnote = figure._supxlabel.get_text()
+    assert "float32's" in footnote and "hand-written" in footnote and "slowest to fastest round" in footnote
     labels = [t.get_text() for ax in figure.axes for t in ax.texts]
-    assert labels == ["1000\n0.97x hand-written", "290\n0.29x float32\n0.97x hand-written"]
+    assert labels == ["1000\n0.97x hand-written", "290\n0.29x float32\n0.97x hand-written\n(251-301)"]
+    # The whisker: one error bar, on the record that has a spread, from its slowest to its fastest round.
+    bars = [c for c in figure.axes[0].containers if getattr(c, "errorbar", None) is not None]
+    (whisker,) = [c.errorbar for c in bars if c.errorbar.lines[2]]
+    segments = whisker.lines[2][0].get_segments()
+    assert [tuple(segment[:, 1]) for segment in segments] == [(251.0, 301.0)]

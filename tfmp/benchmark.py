@@ -680,6 +680,9 @@ class Record:
         xla: Whether the step was compiled with XLA (`jit_compile`).
         batch_size: Examples per batch.
         images_per_sec: The tfmp trainer's throughput, median over repeats.
+        images_per_sec_min: The slowest repeat's throughput (the spread's
+            low end).
+        images_per_sec_max: The fastest repeat's throughput.
         step_ms: Milliseconds per step at that throughput.
         ratio_to_float32: `images_per_sec` over that of the float32 row of the
             same model, XLA setting and batch size in the same run; None
@@ -701,10 +704,16 @@ class Record:
     ratio_to_hand_written: float
     peak_host_mb: float
     peak_gpu_mb: float | None
+    images_per_sec_min: float | None = None
+    images_per_sec_max: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict, one key per attribute."""
-        return dataclasses.asdict(self)
+        """The record as a JSON-ready dict, one key per attribute (the spread after the median)."""
+        row = dataclasses.asdict(self)
+        keys = [k for k in row if not k.startswith("images_per_sec_")]
+        at = keys.index("images_per_sec") + 1
+        keys[at:at] = ["images_per_sec_min", "images_per_sec_max"]
+        return {k: row[k] for k in keys}
 
 
 @dataclasses.dataclass
@@ -954,12 +963,12 @@ def _kept(float32_layers: int) -> str:
 
 def _measure_compare_row(
     spec: ModelSpec, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
-) -> tuple[float, float, int, int]:
+) -> tuple[list[float], float, int, int]:
     """Times one row.
 
     Returns:
-        (trainer img/s, hand-written img/s, images per step, layers kept in
-        float32).
+        (trainer img/s per repeat, hand-written img/s (median), images per
+        step, layers kept in float32).
 
     Everything the row builds is local, so it can be freed once this returns.
     """
@@ -970,7 +979,7 @@ def _measure_compare_row(
         trainer = _trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
         hand = _hand_written_driver(workload, dataset, config.warmup_steps)
         _interleave([trainer, hand], config.steps, config.repeats)
-    return (trainer.median_images_per_sec, hand.median_images_per_sec, workload.images_per_step,
+    return (trainer.images_per_sec, hand.median_images_per_sec, workload.images_per_step,
             len(workload.float32_layers))
 
 
@@ -1003,9 +1012,10 @@ def compare(
         start = time.perf_counter()
         gc.collect()  # free the previous row before measuring this one's memory
         with HostPeakMemory() as host, _GpuPeakMemory() as gpu:
-            images_per_sec, hand_images_per_sec, images_per_step, kept = _measure_compare_row(
+            repeats, hand_images_per_sec, images_per_step, kept = _measure_compare_row(
                 spec, precision, xla, batch_size, config
             )
+        images_per_sec = statistics.median(repeats)
         rows.append(Record(
             model=spec.name,
             precision=precision,
@@ -1017,6 +1027,8 @@ def compare(
             ratio_to_hand_written=images_per_sec / hand_images_per_sec,
             peak_host_mb=host.peak_mb,
             peak_gpu_mb=gpu.peak_mb,
+            images_per_sec_min=min(repeats),
+            images_per_sec_max=max(repeats),
         ))
         if progress is not None:
             progress(
@@ -1168,9 +1180,9 @@ def plot(
     bars per (XLA, batch size) and one bar per precision, labelled with its
     images/s, its ratio to float32 (`1.41x float32`) and its ratio to the
     hand-written step (`0.98x hand-written`). The title names the device and
-    the method (median of `repeats` rounds of `steps` steps); a footnote says
-    what the ratios are. The spread over the rounds is not in `Record`, so
-    it is not drawn.
+    the method (median of `repeats` rounds of `steps` steps); each bar has a
+    whisker from its slowest to its fastest round (records without the
+    spread get none); a footnote says what the ratios and whiskers are.
 
     Args:
         records: `compare` records.
@@ -1216,13 +1228,19 @@ def plot(
                     continue
                 r = match[0]
                 x = i + (j - (len(precisions) - 1) / 2) * width
-                ax.bar(x, r.images_per_sec, width, color=colors[precision],
-                       label=precision if i == 0 else None)
+                spread = None
+                if r.images_per_sec_min is not None and r.images_per_sec_max is not None:
+                    spread = [[r.images_per_sec - r.images_per_sec_min], [r.images_per_sec_max - r.images_per_sec]]
+                ax.bar(x, r.images_per_sec, width, color=colors[precision], yerr=spread, capsize=2,
+                       error_kw={"elinewidth": 0.8}, label=precision if i == 0 else None)
+                top = r.images_per_sec if r.images_per_sec_max is None else r.images_per_sec_max
                 label = f"{r.images_per_sec:.0f}"
                 if r.ratio_to_float32 is not None and precision != "float32":
                     label += f"\n{r.ratio_to_float32:.2f}x float32"
                 label += f"\n{r.ratio_to_hand_written:.2f}x hand-written"
-                ax.annotate(label, (x, r.images_per_sec), ha="center", va="bottom", fontsize=6)
+                if spread is not None:
+                    label += f"\n({r.images_per_sec_min:.0f}-{r.images_per_sec_max:.0f})"
+                ax.annotate(label, (x, top), ha="center", va="bottom", fontsize=6)
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels([f"xla={str(x).lower()}\nbatch {b}" for x, b in groups])
@@ -1234,7 +1252,8 @@ def plot(
               if config is not None else "steps and repeats not given")
     figure.suptitle(f"tfmp trainer throughput by precision\n{device}; {method}", fontsize=10)
     figure.supxlabel(  # supxlabel, unlike a free text, gets room from the constrained layout
-        "bar labels: images/s; Nx float32 = images/s / float32's (same model, XLA, batch);\n"
+        "bar labels: images/s (median; whisker and (a-b): slowest to fastest round); "
+        "Nx float32 = images/s / float32's (same model, XLA, batch);\n"
         "Nx hand-written = tfmp trainer / a hand-written tf.function step (same model, precision, XLA, batch)",
         fontsize=7,
     )
