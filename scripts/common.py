@@ -25,6 +25,32 @@ from tfmp import rundir
 from tfmp import training
 
 
+def define_classifier_flags(
+    defaults: training.ClassifierConfig, exclude: tuple[str, ...] = ()
+) -> dict[str, flags.FlagHolder]:
+    """The training flags plus the classifier's own (MobileNetV2 and its optimizer); returns their holders.
+
+    Args:
+        defaults: The classifier config whose values become the defaults.
+        exclude: Training flags a script sets itself and must not offer.
+    """
+    return {
+        **define_training_flags(defaults, exclude=exclude),
+        "alpha": flags.DEFINE_float("alpha", defaults.alpha, "MobileNetV2 width multiplier."),
+        "learning_rate": flags.DEFINE_float(
+            "learning_rate", defaults.learning_rate, "Adam (peak, with --lr_schedule=cosine) learning rate."),
+        "lr_schedule": flags.DEFINE_enum(
+            "lr_schedule", defaults.lr_schedule, list(training.LR_SCHEDULES),
+            "cosine: decay the learning rate to zero over the run; constant: keep it."),
+        "from_logits": flags.DEFINE_bool(
+            "from_logits", defaults.from_logits,
+            "Output float32 logits with a from-logits loss instead of a softmax."),
+        "batch_norm_momentum": flags.DEFINE_float(
+            "batch_norm_momentum", defaults.batch_norm_momentum,
+            "BatchNorm moving-statistics momentum (Keras's MobileNetV2: 0.999, too slow for small data)."),
+    }
+
+
 def define_training_flags(
     defaults: training.TrainConfig, exclude: tuple[str, ...] = ()
 ) -> dict[str, flags.FlagHolder]:

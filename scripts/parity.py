@@ -30,18 +30,7 @@ _CLASSIFIER = _DEFAULTS.classifier
 # Set per run by the benchmark, or meaningless for a sweep of fresh runs.
 _EXCLUDED = ("precision", "seed", "run_name", "strategy", "resume", "checkpoint_dir", "checkpoint_every",
              "keep_checkpoints", "on_nonfinite", "profile_steps", "diagnose_every")
-_FLAGS = {
-    **common.define_training_flags(_CLASSIFIER, exclude=_EXCLUDED),
-    "alpha": flags.DEFINE_float("alpha", _CLASSIFIER.alpha, "MobileNetV2 width multiplier."),
-    "learning_rate": flags.DEFINE_float("learning_rate", _CLASSIFIER.learning_rate, "Adam (peak) learning rate."),
-    "lr_schedule": flags.DEFINE_enum(
-        "lr_schedule", _CLASSIFIER.lr_schedule, list(training.LR_SCHEDULES),
-        "cosine: decay the learning rate to zero over the run; constant: keep it."),
-    "from_logits": flags.DEFINE_bool(
-        "from_logits", _CLASSIFIER.from_logits, "Output float32 logits with a from-logits loss instead of a softmax."),
-    "batch_norm_momentum": flags.DEFINE_float(
-        "batch_norm_momentum", _CLASSIFIER.batch_norm_momentum, "BatchNorm moving-statistics momentum."),
-}
+_FLAGS = common.define_classifier_flags(_CLASSIFIER, exclude=_EXCLUDED)
 _SEEDS = flags.DEFINE_list("seeds", [str(s) for s in _DEFAULTS.seeds], "Seeds; every precision runs each one.")
 _PRECISIONS = flags.DEFINE_list(
     "precisions", list(_DEFAULTS.precisions),

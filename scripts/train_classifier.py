@@ -8,7 +8,6 @@ Defaults: CIFAR-10, batch 128, Adam(1e-3), a float32 softmax.
 """
 
 from absl import app
-from absl import flags
 
 from tfmp import training
 
@@ -18,19 +17,7 @@ except ImportError:  # pragma: no cover
     import common
 
 _DEFAULTS = training.ClassifierConfig()
-_FLAGS = {
-    **common.define_training_flags(_DEFAULTS),
-    "alpha": flags.DEFINE_float("alpha", _DEFAULTS.alpha, "MobileNetV2 width multiplier."),
-    "learning_rate": flags.DEFINE_float("learning_rate", _DEFAULTS.learning_rate, "Adam learning rate."),
-    "lr_schedule": flags.DEFINE_enum(
-        "lr_schedule", _DEFAULTS.lr_schedule, list(training.LR_SCHEDULES),
-        "cosine: decay the learning rate to zero over the run; constant: keep it."),
-    "from_logits": flags.DEFINE_bool(
-        "from_logits", _DEFAULTS.from_logits, "Output float32 logits with a from-logits loss instead of a softmax."),
-    "batch_norm_momentum": flags.DEFINE_float(
-        "batch_norm_momentum", _DEFAULTS.batch_norm_momentum,
-        "BatchNorm moving-statistics momentum (Keras's MobileNetV2: 0.999, too slow for small data)."),
-}
+_FLAGS = common.define_classifier_flags(_DEFAULTS)
 main = common.make_main(training.ClassifierConfig, training.train_classifier, _FLAGS)
 
 

@@ -73,14 +73,20 @@ def test_console_logger_prints_the_seed_line_and_a_summary():
     assert "tensorboard --logdir logs" in summary
 
 
-def test_console_logger_without_loss_scaling_says_none():
+def _one_step_console(logs):
+    """A one-optimizer console logger after one 0.5 s step with `logs`; returns it and its printed lines."""
     lines = []
     timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0)
     console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),), print_fn=lines.append)
     console.set_params({"epochs": 1, "steps": 1})
     console.on_epoch_begin(0)
     timer.step_times.append(0.5)
-    console.on_train_batch_end(0, {"loss": 1.0})
+    console.on_train_batch_end(0, logs)
+    return console, lines
+
+
+def test_console_logger_without_loss_scaling_says_none():
+    _, lines = _one_step_console({"loss": 1.0})
     assert "loss_scale: none" in lines[0]
 
 
@@ -365,13 +371,7 @@ def test_image_grid_separates_tiles_with_gaps_of_a_constant_value():
 
 
 def test_console_summary_keeps_one_bare_count_for_one_optimizer():
-    lines = []
-    timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0)
-    console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),), print_fn=lines.append)
-    console.set_params({"epochs": 1, "steps": 1})
-    console.on_epoch_begin(0)
-    timer.step_times.append(0.5)
-    console.on_train_batch_end(0, {"loss": 1.0, "skipped_steps": 2})
+    console, lines = _one_step_console({"loss": 1.0, "skipped_steps": 2})
     console.on_epoch_end(0, {"loss": 1.0, "skipped_steps": 2})
     console.on_train_end()
     assert "  skipped steps: 2; final Loss 1.0000" in lines

@@ -25,7 +25,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import keras
 import tensorflow as tf
@@ -143,8 +143,8 @@ def all_finite(grads: Iterable[Any]) -> tf.Tensor:
     return tf.reduce_all(tf.stack(checks))
 
 
-def _divide_gradients(grads: Sequence[Any], scale: tf.Tensor, keep: Sequence[bool] = ()) -> list[Any]:
-    """Divides gradients by `scale`, as Keras 3's `apply` unscales them.
+def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], keep: Sequence[bool] = ()) -> list[Any]:
+    """Applies `fn` to each gradient's values.
 
     `None` entries pass through, `tf.IndexedSlices` keep their indices, and
     entries whose `keep` flag is set (gradients of variables with
@@ -157,10 +157,15 @@ def _divide_gradients(grads: Sequence[Any], scale: tf.Tensor, keep: Sequence[boo
         if g is None or kept:
             out.append(g)
         elif isinstance(g, tf.IndexedSlices):
-            out.append(tf.IndexedSlices(_divide(g.values, scale), g.indices, g.dense_shape))
+            out.append(tf.IndexedSlices(fn(g.values), g.indices, g.dense_shape))
         else:
-            out.append(_divide(tf.convert_to_tensor(g), scale))
+            out.append(fn(tf.convert_to_tensor(g)))
     return out
+
+
+def _divide_gradients(grads: Sequence[Any], scale: tf.Tensor, keep: Sequence[bool] = ()) -> list[Any]:
+    """Divides gradients by `scale`, as Keras 3's `apply` unscales them (see `_map_gradients`)."""
+    return _map_gradients(grads, lambda x: _divide(x, scale), keep)
 
 
 def _divide(x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
@@ -178,15 +183,7 @@ def _multiply_gradients(grads: Sequence[Any], factor: tf.Tensor) -> list[Any]:
     dividing; for a power-of-two scale the two are the same bits, for any
     other scale only the product matches tf.keras 2 bit for bit.
     """
-    out = []
-    for g in grads:
-        if g is None:
-            out.append(None)
-        elif isinstance(g, tf.IndexedSlices):
-            out.append(tf.IndexedSlices(_multiply(g.values, factor), g.indices, g.dense_shape))
-        else:
-            out.append(_multiply(tf.convert_to_tensor(g), factor))
-    return out
+    return _map_gradients(grads, lambda x: _multiply(x, factor))
 
 
 def _multiply(x: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
