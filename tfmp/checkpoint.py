@@ -55,6 +55,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import tensorflow as tf
 
+from tfmp import _compat
+
 __all__ = ["CheckpointError", "Found", "RunCheckpoint", "op_determinism"]
 
 _STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
@@ -328,13 +330,11 @@ def op_determinism(enabled: bool = True) -> Iterator[None]:
     public off switch; this uses TensorFlow's own internal one to restore the
     previous setting, so a library call does not leave it behind.
     """
-    from tensorflow.python.framework import config as tf_config  # no public getter/disable
-
-    before = tf_config.is_op_determinism_enabled()
+    before = _compat.is_op_determinism_enabled()
     if enabled and not before:
-        tf_config.enable_op_determinism()
+        tf.config.experimental.enable_op_determinism()
     try:
         yield
     finally:
         if enabled and not before:
-            tf_config.disable_op_determinism()
+            _compat.disable_op_determinism()

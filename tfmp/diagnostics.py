@@ -32,6 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfmp import _compat
 from tfmp import trainers as trainers_lib
 from tfmp.precision import float32_copy
 from tfmp.precision import layer_paths
@@ -215,7 +216,7 @@ def _boundary_layers(
     nested_out: dict[int, bool] = {}
     data = {id(t) for t in model.inputs} if inputs_are_data else set()
     for layer in layers:
-        for node in layer._inbound_nodes:
+        for node in _compat.inbound_nodes(layer):
             inputs = node.input_tensors
             if inputs and all(id(t) in data for t in inputs):
                 fed_by_input.add(id(layer))
@@ -224,7 +225,7 @@ def _boundary_layers(
                     data.update(id(t) for t in node.output_tensors)
     targets = {id(t) for t in model.outputs} if outputs_are_outputs else set()
     for layer in reversed(layers):
-        for node in layer._inbound_nodes:
+        for node in _compat.inbound_nodes(layer):
             if any(id(t) in targets for t in node.output_tensors):
                 feeds_output.add(id(layer))
                 nested_out[id(layer)] = True

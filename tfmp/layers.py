@@ -28,7 +28,8 @@ import random
 
 import keras
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util  # as tf.keras 2's BatchNormalization
+
+from tfmp import _compat
 
 __all__ = ["CPU_HALF_CHANNEL_MULTIPLE", "FusedBatchNormalization", "fuse_batch_norms"]
 
@@ -44,7 +45,7 @@ _MIN_FUSED_EPSILON = 1.001e-5
 
 def _in_xla() -> bool:
     """Whether the call is being traced for XLA (`tf.function(jit_compile=True)`)."""
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    return _compat.tracing_for_xla()
 
 
 @functools.lru_cache(maxsize=None)

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 import keras
 import tensorflow as tf
 
+from tfmp import _compat
 from tfmp import precision as precision_lib
 
 __all__ = [
@@ -525,7 +526,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self._last_flow: str | None = None
         self._create_state_variables()
 
-    @keras.src.utils.tracking.no_automatic_dependency_tracking
+    @_compat.no_automatic_dependency_tracking
     def _create_state_variables(self) -> None:
         # Created at construction, not in build(): scale_loss() may run (and be
         # traced into a tf.function) before the first apply() builds the
@@ -755,8 +756,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
-        variables = trainable_variables if trainable_variables is not None else self._trainable_variables
-        overwrite = [self._overwrite_variable_with_gradient(v) for v in variables]
+        variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
+        overwrite = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
         calls = self._step_calls(pop=True)
         flow = self._flow(calls, grads)
         self._report(flow)
@@ -768,9 +769,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 originals.get(id(g), g) if keep and g is not None else g
                 for g, keep in zip(grads, overwrite)
             ]
-        self._tf_apply(grads, trainable_variables, unscale=_FLOWS[flow].unscale, keep=overwrite)
+        self._apply_if_finite(grads, trainable_variables, unscale=_FLOWS[flow].unscale, keep=overwrite)
 
-    def _tf_apply(self, grads, trainable_variables=None, unscale=True, keep=()):
+    def _apply_if_finite(self, grads, trainable_variables=None, unscale=True, keep=()):
         if tf.distribute.in_cross_replica_context():
             raise ValueError("apply() must be called in a replica context.")
         finite = all_finite(grads)
@@ -785,7 +786,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             )
             finite = tf.equal(bad, 0.0)
 
-        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+        if _compat.strategy_supports_no_merge_call():
             tf.cond(
                 finite,
                 lambda: self._apply_inner(grads, trainable_variables, unscale, keep),

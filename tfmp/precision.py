@@ -28,6 +28,8 @@ from typing import Iterator, Sequence
 import keras
 import tensorflow as tf
 
+from tfmp import _compat
+
 __all__ = [
     "FLOAT32_LAYERS_AUTO",
     "FLOAT32_LAYERS_NONE",
@@ -271,7 +273,7 @@ def layer_paths(model: keras.Model) -> list[tuple[str, keras.layers.Layer]]:
     found = []
 
     def walk(layer: keras.layers.Layer, prefix: str) -> None:
-        for sub in layer._flatten_layers(include_self=False, recursive=False):
+        for sub in _compat.child_layers(layer):
             path = f"{prefix}/{sub.name}"
             if not isinstance(sub, keras.Model):
                 found.append((path, sub))

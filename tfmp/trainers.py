@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 import keras
 import tensorflow as tf
 
+from tfmp import _compat
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
 
@@ -163,7 +164,7 @@ class Objective:
     loss_fn: Callable[[], tf.Tensor]
 
 
-class MixedPrecisionTrainer(keras.Model):
+class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
     """The logic the trainers share: the loss-scaled update and its logs.
 
     Subclasses write `train_step` as model math and call `optimize` once per
@@ -256,56 +257,6 @@ class MixedPrecisionTrainer(keras.Model):
                     seen.add(id(weight))
                     state.append(weight)
         return state
-
-    def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
-        # Keras 3.15, for a model made under a strategy, averages the first
-        # batch over the replicas (to build with its shapes) before checking
-        # whether anything is left to build. That fails under
-        # MultiWorkerMirroredStrategy (a PerReplica "cannot be converted to a
-        # Tensor") and for a first batch that does not split evenly (a
-        # validation set of 359 images on 2 replicas: "Inputs to operation
-        # AddN must have the same size"), and costs every validation pass a
-        # cross-replica reduce of a whole batch. One replica's share has the
-        # shapes the average has.
-        strategy = self._distribute_strategy
-        if strategy is None:
-            super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-            return
-        built = (
-            all(layer.built for layer in self._flatten_layers())
-            and getattr(getattr(self, "_compile_metrics", None), "built", True)
-            and getattr(getattr(self, "_compile_loss", None), "built", True)
-            and getattr(getattr(self, "optimizer", None), "built", True)
-        )
-        if built:
-            return
-        if iterator is not None:
-            for _, _, batches in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda x: strategy.experimental_local_results(x)[0]
-                    if isinstance(x, tf.distribute.DistributedValues) else x,
-                    next(batches),
-                )
-                break
-        with strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
-
-    def _make_function(self, step_function: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        # Across workers, Keras 3.15 averages each step's logs with
-        # strategy.reduce(MEAN, axis=0), which fails for the scalar logs every
-        # step returns ("Invalid reduction dimension 0 for input with 0
-        # dimensions", tensorflow/tensorflow#72388). Shaped (1,), they reduce
-        # to the scalar mean over all replicas.
-        resolver = getattr(self.distribute_strategy, "cluster_resolver", None)
-        if resolver is not None and resolver.cluster_spec().as_dict():
-            step = step_function
-
-            def step_function(data: Any) -> Any:
-                return tf.nest.map_structure(
-                    lambda v: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v, step(data)
-                )
-
-        return super()._make_function(step_function)
 
     @staticmethod
     def loss_scale_logs(optimizer: keras.optimizers.Optimizer, prefix: str = "") -> dict[str, tf.Tensor]:

@@ -1,0 +1,244 @@
+"""Every private Keras and TensorFlow API tfmp relies on, in one place.
+
+tfmp works around Keras 3 and TensorFlow where their public API has no
+answer: Keras 3.15's model build and step function under a multi-worker
+strategy, TensorFlow's op-determinism switch, XLA tracing detection. Each use
+is wrapped here with the version it was checked against, why it is needed
+and the public alternative, if any; the rest of tfmp imports these wrappers
+and touches no private name itself.
+
+`PRIVATE_APIS` lists what this module reaches into, and `check()` raises an
+`ImportError` naming each one the installed Keras or TensorFlow no longer
+has (`tests/test_compat.py` runs it). `setup.cfg` pins `keras>=3.15,<3.16`
+for the same reason: a new Keras minor is a reason to re-check this file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import keras
+import tensorflow as tf
+from keras.src.utils import tracking as _keras_tracking  # Keras 3.15
+from tensorflow.python.framework import config as _tf_config  # TF 2.21
+from tensorflow.python.ops import control_flow_util as _control_flow_util  # TF 2.21
+
+__all__ = [
+    "PRIVATE_APIS",
+    "ModelWorkarounds",
+    "check",
+    "child_layers",
+    "disable_op_determinism",
+    "inbound_nodes",
+    "is_op_determinism_enabled",
+    "model_strategy",
+    "no_automatic_dependency_tracking",
+    "optimizer_variables",
+    "strategy_supports_no_merge_call",
+    "tracing_for_xla",
+]
+
+CHECKED_WITH = "Keras 3.15.1, TensorFlow 2.21.0"
+
+
+class PrivateAPI(NamedTuple):
+    """One private name tfmp uses: where it lives, and why."""
+
+    owner: str
+    name: str
+    why: str
+
+
+PRIVATE_APIS = (
+    PrivateAPI("keras.Model", "_maybe_symbolic_build",
+               "overridden: build from one replica's batch under a strategy (ModelWorkarounds)"),
+    PrivateAPI("keras.Model", "_symbolic_build", "called by the override above"),
+    PrivateAPI("keras.Model", "_make_function",
+               "overridden: shape scalar step logs (1,) across workers (ModelWorkarounds)"),
+    PrivateAPI("keras.Model", "_flatten_layers", "child layers in creation order (child_layers)"),
+    PrivateAPI("keras.Model", "_distribute_strategy", "the strategy a model was made under, or None"),
+    PrivateAPI("keras.layers.Layer", "_inbound_nodes", "a functional layer's graph edges (inbound_nodes)"),
+    PrivateAPI("keras.optimizers.LossScaleOptimizer", "_trainable_variables", "the built optimizer's variables"),
+    PrivateAPI("keras.src.utils.tracking", "no_automatic_dependency_tracking",
+               "optimizer state variables created outside build()"),
+    PrivateAPI("tensorflow.python.framework.config", "disable_op_determinism",
+               "restore op determinism after a run (no public off switch)"),
+    PrivateAPI("tensorflow.python.framework.config", "is_op_determinism_enabled",
+               "read the op-determinism setting (no public getter)"),
+    PrivateAPI("tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext",
+               "whether a layer is traced for XLA (tracing_for_xla)"),
+    PrivateAPI("tf.__internal__.distribute", "strategy_supports_no_merge_call",
+               "whether a loss-scaled apply may skip merge_call"),
+)
+
+
+def _owners() -> dict[str, Any]:
+    return {
+        "keras.Model": keras.Model,
+        "keras.layers.Layer": keras.layers.Layer,
+        "keras.optimizers.LossScaleOptimizer": keras.optimizers.LossScaleOptimizer,
+        "keras.src.utils.tracking": _keras_tracking,
+        "tensorflow.python.framework.config": _tf_config,
+        "tensorflow.python.ops.control_flow_util": _control_flow_util,
+        "tf.__internal__.distribute": tf.__internal__.distribute,
+    }
+
+
+# Attributes set in __init__ rather than on the class: checked on a fresh instance.
+_INSTANCE_ATTRIBUTES = {("keras.Model", "_distribute_strategy"), ("keras.layers.Layer", "_inbound_nodes"),
+                        ("keras.optimizers.LossScaleOptimizer", "_trainable_variables")}
+
+
+def check() -> None:
+    """Raises `ImportError` naming every private API in `PRIVATE_APIS` that is gone.
+
+    Raises:
+        ImportError: listing each missing `owner.name` and what tfmp used it
+            for, with the installed and the checked versions.
+    """
+    owners = _owners()
+    instances = {
+        "keras.Model": keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]),
+        "keras.layers.Layer": keras.layers.Dense(1),
+        "keras.optimizers.LossScaleOptimizer": keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()),
+    }
+    missing = []
+    for api in PRIVATE_APIS:
+        if (api.owner, api.name) in _INSTANCE_ATTRIBUTES:
+            where = instances[api.owner]
+            if isinstance(where, keras.optimizers.Optimizer):
+                where.build([keras.Variable(0.0)])
+        else:
+            where = owners[api.owner]
+        if not hasattr(where, api.name):
+            missing.append(f"{api.owner}.{api.name} ({api.why})")
+    if missing:
+        raise ImportError(
+            f"tfmp relies on private APIs that Keras {keras.__version__} / TensorFlow {tf.__version__} no longer "
+            f"have (checked with {CHECKED_WITH}): " + "; ".join(missing)
+            + ". Install keras>=3.15,<3.16 (tfmp's pin), or update tfmp/_compat.py."
+        )
+
+
+# -- Keras models -----------------------------------------------------------------------------
+
+
+def child_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """The layers directly inside `layer` (or a model), in creation order.
+
+    Public alternative: `model.layers` for models only; a plain layer's
+    sub-layers have no public list.
+    """
+    return list(layer._flatten_layers(include_self=False, recursive=False))
+
+
+def inbound_nodes(layer: keras.layers.Layer) -> list[Any]:
+    """The functional-graph nodes that call `layer` (each has `input_tensors`, `output_tensors`).
+
+    No public alternative in Keras 3.
+    """
+    return list(layer._inbound_nodes)
+
+
+def model_strategy(model: keras.Model) -> tf.distribute.Strategy | None:
+    """The strategy `model` was created under, or None.
+
+    `model.distribute_strategy` (public) falls back to the current default
+    strategy, so it cannot say whether the model was made under one.
+    """
+    return model._distribute_strategy
+
+
+class ModelWorkarounds:
+    """Overrides of two private `keras.Model` hooks, for Keras 3.15 under a strategy.
+
+    Mix in before `keras.Model`: `class Trainer(_compat.ModelWorkarounds, keras.Model)`.
+    """
+
+    def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
+        # Keras 3.15, for a model made under a strategy, averages the first
+        # batch over the replicas (to build with its shapes) before checking
+        # whether anything is left to build. That fails under
+        # MultiWorkerMirroredStrategy (a PerReplica "cannot be converted to a
+        # Tensor") and for a first batch that does not split evenly (a
+        # validation set of 359 images on 2 replicas: "Inputs to operation
+        # AddN must have the same size"), and costs every validation pass a
+        # cross-replica reduce of a whole batch. One replica's share has the
+        # shapes the average has.
+        strategy = model_strategy(self)
+        if strategy is None:
+            super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+            return
+        built = (
+            all(layer.built for layer in self._flatten_layers())
+            and getattr(getattr(self, "_compile_metrics", None), "built", True)
+            and getattr(getattr(self, "_compile_loss", None), "built", True)
+            and getattr(getattr(self, "optimizer", None), "built", True)
+        )
+        if built:
+            return
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda x: strategy.experimental_local_results(x)[0]
+                    if isinstance(x, tf.distribute.DistributedValues) else x,
+                    next(batches),
+                )
+                break
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+    def _make_function(self, step_function: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        # Across workers, Keras 3.15 averages each step's logs with
+        # strategy.reduce(MEAN, axis=0), which fails for the scalar logs every
+        # step returns ("Invalid reduction dimension 0 for input with 0
+        # dimensions", tensorflow/tensorflow#72388). Shaped (1,), they reduce
+        # to the scalar mean over all replicas.
+        resolver = getattr(self.distribute_strategy, "cluster_resolver", None)
+        if resolver is not None and resolver.cluster_spec().as_dict():
+            step = step_function
+
+            def step_function(data: Any) -> Any:
+                return tf.nest.map_structure(
+                    lambda v: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v, step(data)
+                )
+
+        return super()._make_function(step_function)
+
+
+# -- Keras optimizers -------------------------------------------------------------------------
+
+
+def optimizer_variables(optimizer: keras.optimizers.Optimizer) -> list[keras.Variable]:
+    """The trainable variables a built optimizer was built for (no public accessor in Keras 3)."""
+    return optimizer._trainable_variables
+
+
+# A decorator: variables created inside are not tracked as attributes (Keras's own optimizers use it in build()).
+no_automatic_dependency_tracking = _keras_tracking.no_automatic_dependency_tracking
+
+
+def strategy_supports_no_merge_call() -> bool:
+    """Whether the current strategy runs an optimizer's update without `merge_call` (as Keras 3's LSO asks)."""
+    return tf.__internal__.distribute.strategy_supports_no_merge_call()
+
+
+# -- TensorFlow -------------------------------------------------------------------------------
+
+
+def tracing_for_xla() -> bool:
+    """Whether the current trace is being compiled by XLA (`tf.function(jit_compile=True)`).
+
+    tf.keras 2's BatchNormalization asked the same; TensorFlow has no public call.
+    """
+    return _control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def is_op_determinism_enabled() -> bool:
+    """Whether `tf.config.experimental.enable_op_determinism` is on (no public getter)."""
+    return _tf_config.is_op_determinism_enabled()
+
+
+def disable_op_determinism() -> None:
+    """Turns op determinism off again (no public off switch)."""
+    _tf_config.disable_op_determinism()
