@@ -110,25 +110,29 @@ def _differences(saved: Any, current: Any, key: str = "") -> list[str]:
     return [f"{key}: checkpoint {json.dumps(saved, sort_keys=True)}, this run {json.dumps(current, sort_keys=True)}"]
 
 
+def _checkpoint_files(directory: str) -> dict[int, list[str]]:
+    """The `ckpt-N` files in `directory` by checkpoint number N (sorted names), listed in a state file or not."""
+    try:
+        names = sorted(os.listdir(directory or "."))
+    except OSError:
+        return {}
+    files: dict[int, list[str]] = {}
+    for name in names:
+        if m := _CHECKPOINT_FILE.match(name):
+            files.setdefault(int(m.group(1)), []).append(os.path.join(directory, name))
+    return files
+
+
 def _on_disk(directory: str) -> list[str]:
     """The checkpoints whose files are in `directory`, listed or not, oldest (lowest number) first."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    numbers = {int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, names) if m}
-    return [os.path.join(directory, f"ckpt-{n}") for n in sorted(numbers)]
+    return [os.path.join(directory, f"ckpt-{n}") for n in sorted(_checkpoint_files(directory))]
 
 
 def _files_of(prefix: str) -> list[str]:
     """The files of the checkpoint `prefix` (`<dir>/ckpt-N`) that exist."""
     directory, name = os.path.split(prefix)
-    try:
-        names = os.listdir(directory or ".")
-    except OSError:
-        return []
-    return [os.path.join(directory, f) for f in sorted(names)
-            if (m := _CHECKPOINT_FILE.match(f)) and f"ckpt-{m.group(1)}" == name]
+    number = name.removeprefix("ckpt-")
+    return _checkpoint_files(directory).get(int(number), []) if number.isdigit() else []
 
 
 def _set_aside(files: list[str]) -> list[str]:

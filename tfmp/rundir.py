@@ -138,7 +138,8 @@ def _parse(text: str) -> Holder | None:
 
 def _running_on_this_host(holder: Holder) -> bool:
     """Whether the process `holder` names still runs (the holder is on this host)."""
-    if holder.boot_id and _boot_id() and holder.boot_id != _boot_id():
+    boot_id = _boot_id()
+    if holder.boot_id and boot_id and holder.boot_id != boot_id:
         return False  # rebooted since
     if not _pid_running(holder.pid) or _stat(holder.pid)[:1] == ["Z"]:  # a zombie has ended, not yet reaped
         return False

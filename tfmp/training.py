@@ -261,20 +261,18 @@ class TrainConfig:
 LOSS_SCALE_AUTO = "auto"
 
 
+def _loss_scale_is_set(loss_scale: str | float | None) -> bool:
+    """Whether the user chose a loss scale (not `"auto"`)."""
+    return not (isinstance(loss_scale, str) and loss_scale.strip().lower() == LOSS_SCALE_AUTO)
+
+
 def _parse_loss_scale(loss_scale: str | float | None) -> str | float:
     """A config's loss scale normalised (`tfmp.loss_scale.parse_loss_scale`); `"auto"` (not set) is dynamic.
 
     `"auto"` rather than None marks "not set": `parse_loss_scale` reads None
     as `"none"`, and library users passing None keep that meaning.
     """
-    if isinstance(loss_scale, str) and loss_scale.strip().lower() == LOSS_SCALE_AUTO:
-        return "dynamic"
-    return loss_scale_lib.parse_loss_scale(loss_scale)
-
-
-def _loss_scale_is_set(loss_scale: str | float | None) -> bool:
-    """Whether the user chose a loss scale (not `"auto"`)."""
-    return not (isinstance(loss_scale, str) and loss_scale.strip().lower() == LOSS_SCALE_AUTO)
+    return loss_scale_lib.parse_loss_scale(loss_scale) if _loss_scale_is_set(loss_scale) else "dynamic"
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
