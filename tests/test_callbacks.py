@@ -9,15 +9,20 @@ import tensorflow as tf
 from tfmp import callbacks
 
 
+def _summary_values(directory):
+    """`(event, value)` for every summary value in the event files of `directory`, file by file."""
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("events"):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+                for value in event.summary.value:
+                    yield event, value
+
+
 def _read_scalars(directory):
     values = {}
-    for name in sorted(os.listdir(directory)):
-        if not name.startswith("events"):
-            continue
-        for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
-            for value in event.summary.value:
-                if value.metadata.plugin_data.plugin_name == "scalars":
-                    values.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
+    for event, value in _summary_values(directory):
+        if value.metadata.plugin_data.plugin_name == "scalars":
+            values.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
     return values
 
 
@@ -100,11 +105,7 @@ def test_epoch_summaries_route_scalars_and_record_hparams(tmp_path):
     assert _read_scalars(tmp_path / "generator") == {"epoch_loss": [(0, 0.75), (1, 0.25)]}
     assert _read_scalars(tmp_path / "discriminator") == {"epoch_loss": [(0, 0.5), (1, 0.125)]}
     assert _read_scalars(tmp_path) == {"epoch_images_per_sec": [(0, 100.0), (1, 200.0)]}
-    plugins = set()
-    for name in os.listdir(tmp_path):
-        if name.startswith("events"):
-            for event in tf.compat.v1.train.summary_iterator(str(tmp_path / name)):
-                plugins.update(v.metadata.plugin_data.plugin_name for v in event.summary.value)
+    plugins = {value.metadata.plugin_data.plugin_name for _, value in _summary_values(tmp_path)}
     assert "hparams" in plugins
 
 
@@ -295,14 +296,8 @@ def test_checkpointing_saves_every_n_steps_and_stops_on_request(tmp_path):
 
 
 def _descriptions(directory):
-    found = {}
-    for name in sorted(os.listdir(directory)):
-        if name.startswith("events"):
-            for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
-                for value in event.summary.value:
-                    if value.metadata.summary_description:
-                        found[value.tag] = value.metadata.summary_description
-    return found
+    return {value.tag: value.metadata.summary_description
+            for _, value in _summary_values(directory) if value.metadata.summary_description}
 
 
 def test_summaries_write_batch_scalars_at_the_global_step_without_warmup(tmp_path):
