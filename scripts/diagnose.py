@@ -18,7 +18,7 @@ from absl import app
 from absl import flags
 
 import tfmp
-from models.gan import build_generator
+from tfmp.models.gan import build_generator
 from tfmp import diagnostics
 from tfmp import training
 

@@ -17,9 +17,9 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from models.gan import build_discriminator, build_generator
-from models.mobilenet_v2 import cpu_bfloat16_float32_layers
-from models.small_cnn import build_small_cnn
+from tfmp.models.gan import build_discriminator, build_generator
+from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
+from tfmp.models.small_cnn import build_small_cnn
 from tfmp import benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

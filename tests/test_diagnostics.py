@@ -10,7 +10,7 @@ import tensorflow as tf
 from keras import ops
 
 import tfmp
-from models.gan import build_discriminator, build_generator
+from tfmp.models.gan import build_discriminator, build_generator
 from tfmp import diagnostics
 from tfmp import trainers
 

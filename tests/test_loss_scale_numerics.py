@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from models.small_cnn import build_small_cnn
+from tfmp.models.small_cnn import build_small_cnn
 
 _TAPS = ("conv1", "pool1", "conv2", "pool2", "hidden", "logits")
 

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from models.gan import build_discriminator, build_generator
+from tfmp.models.gan import build_discriminator, build_generator
 from tfmp import trainers
 
 
@@ -387,7 +387,7 @@ def test_a_skipped_step_restores_each_replicas_statistics(tmp_path):
 
 
 def _mobilenet_trainer(precision, optimizer, run_eagerly):
-    from models.mobilenet_v2 import build_mobilenet_v2_classifier
+    from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier
 
     with tfmp.precision_scope(precision):
         network = build_mobilenet_v2_classifier((32, 32, 3), num_classes=3, alpha=0.35, batch_norm_momentum=0.9)

@@ -304,7 +304,7 @@ def test_bfloat16_on_cpu_keeps_the_depthwise_convolutions_in_float32_by_default(
                     "mobilenet_v2_classifier/mobilenetv2_0.35_32/block_6_depthwise, ...")
     backbone = result.trainer.network.layers[1]
     dtypes = {layer.name: layer.compute_dtype for layer in backbone.layers if type(layer).__name__ == "DepthwiseConv2D"}
-    # At 32x32: the stride-2 ones and those below 4x4 (models/mobilenet_v2.py).
+    # At 32x32: the stride-2 ones and those below 4x4 (tfmp/models/mobilenet_v2.py).
     assert {name for name, dtype in dtypes.items() if dtype == "float32"} == {
         f"block_{i}_depthwise" for i in (1, 3, *range(6, 17))}
     assert result.trainer.network.get_layer("logits").compute_dtype == "bfloat16"

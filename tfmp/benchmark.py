@@ -136,9 +136,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from models.gan import build_discriminator, build_generator
-from models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
-from models.resnet50 import MIN_INPUT_SIZE, build_resnet50_classifier
+from tfmp.models.gan import build_discriminator, build_generator
+from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
+from tfmp.models.resnet50 import MIN_INPUT_SIZE, build_resnet50_classifier
 from tfmp import data as data_lib
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
@@ -479,13 +479,13 @@ class GANSpec(ModelSpec):
 def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[str, ModelSpec]:
     """The benchmark's models, by name.
 
-    * `gan`: the seed GAN (`models.gan`), batch 512 by default;
-    * `mobilenet_v2`: `models.mobilenet_v2` at 32x32x3, 10 classes, alpha 1.0,
+    * `gan`: the seed GAN (`tfmp.models.gan`), batch 512 by default;
+    * `mobilenet_v2`: `tfmp.models.mobilenet_v2` at 32x32x3, 10 classes, alpha 1.0,
       BatchNorm momentum 0.9 (as `tfmp.training`), batch 128; under bfloat16
       on a CPU the depthwise convolutions of
-      `models.mobilenet_v2.cpu_bfloat16_float32_layers` in float32 (as
+      `tfmp.models.mobilenet_v2.cpu_bfloat16_float32_layers` in float32 (as
       `tfmp.training`);
-    * `resnet50`: `models.resnet50` at `resnet_input_size` squared, 10
+    * `resnet50`: `tfmp.models.resnet50` at `resnet_input_size` squared, 10
       classes, batch 32.
     """
     size = resnet_input_size

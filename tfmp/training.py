@@ -38,8 +38,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from models.gan import build_discriminator, build_generator
-from models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
+from tfmp.models.gan import build_discriminator, build_generator
+from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from tfmp import autotune
 from tfmp import callbacks as callbacks_lib
 from tfmp import checkpoint as checkpoint_lib

@@ -15,8 +15,8 @@ Prints the markdown table, then each row's throughput against the
 import functools
 import sys
 
-from models.gan import build_generator
-from models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
+from tfmp.models.gan import build_generator
+from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from tfmp import benchmark
 
 

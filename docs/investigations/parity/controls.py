@@ -7,7 +7,7 @@ Arguments: the JSON-lines file to append to, `keras` (Keras's BatchNormalization
 """
 import dataclasses, functools, json, os, re, sys, time
 from tfmp import training
-import models.mobilenet_v2 as mb
+import tfmp.models.mobilenet_v2 as mb
 
 out, bn, precisions, seeds = sys.argv[1], sys.argv[2], sys.argv[3].split(","), [int(s) for s in sys.argv[4].split(",")]
 if bn == "keras":

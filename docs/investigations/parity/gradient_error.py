@@ -23,7 +23,7 @@ import numpy as np
 import keras
 import tensorflow as tf
 
-from models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
+from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from tfmp import data as data_lib
 from tfmp import precision as precision_lib
 

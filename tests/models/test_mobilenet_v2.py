@@ -1,10 +1,10 @@
-"""Tests for models/mobilenet_v2.py."""
+"""Tests for tfmp/models/mobilenet_v2.py."""
 
 import keras
 import pytest
 
 import tfmp
-from models.mobilenet_v2 import build_mobilenet_v2_classifier
+from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier
 
 
 @pytest.mark.parametrize("precision, compute", [("float32", "float32"), ("bf16", "bfloat16"), ("fp16", "float16")])
@@ -64,7 +64,7 @@ def test_batch_norms_are_fused_with_the_keras_layers_weights_and_names():
 
 @pytest.mark.parametrize("side", [32, 128])
 def test_the_cpu_bfloat16_advice_names_the_depthwise_convolutions_onednn_lacks(side):
-    from models.mobilenet_v2 import cpu_bfloat16_float32_layers
+    from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
 
     with tfmp.precision_scope("bf16"):
         model = build_mobilenet_v2_classifier((side, side, 3), alpha=0.35)

@@ -1,10 +1,10 @@
-"""Tests for models/gan.py: the seed's architecture, layer for layer."""
+"""Tests for tfmp/models/gan.py: the seed's architecture, layer for layer."""
 
 import keras
 import pytest
 
 import tfmp
-from models.gan import build_discriminator, build_generator
+from tfmp.models.gan import build_discriminator, build_generator
 
 
 def _summary(model):

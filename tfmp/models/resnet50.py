@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import keras
 
-from models.heads import classifier_on_backbone
+from tfmp.models.heads import classifier_on_backbone
 from tfmp.layers import fuse_batch_norms
 
 __all__ = ["MIN_INPUT_SIZE", "build_resnet50_classifier"]

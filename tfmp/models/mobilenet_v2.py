@@ -18,7 +18,7 @@ import math
 
 import keras
 
-from models.heads import classifier_on_backbone
+from tfmp.models.heads import classifier_on_backbone
 from tfmp.layers import fuse_batch_norms
 
 __all__ = ["build_mobilenet_v2_classifier", "cpu_bfloat16_float32_layers"]

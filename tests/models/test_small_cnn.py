@@ -1,9 +1,9 @@
-"""Tests for models/small_cnn.py."""
+"""Tests for tfmp/models/small_cnn.py."""
 
 import pytest
 
 import tfmp
-from models.small_cnn import build_small_cnn
+from tfmp.models.small_cnn import build_small_cnn
 
 
 @pytest.mark.parametrize("precision, compute", [("float32", "float32"), ("bf16", "bfloat16"), ("fp16", "float16")])

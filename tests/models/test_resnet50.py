@@ -1,11 +1,11 @@
-"""Tests for models/resnet50.py."""
+"""Tests for tfmp/models/resnet50.py."""
 
 import keras
 import numpy as np
 import pytest
 
 import tfmp
-from models.resnet50 import build_resnet50_classifier
+from tfmp.models.resnet50 import build_resnet50_classifier
 
 
 @pytest.mark.parametrize("precision, compute", [("float32", "float32"), ("bf16", "bfloat16"), ("fp16", "float16")])

@@ -1,1 +1,0 @@
-"""Keras model definitions used by tfmp's scripts, tests and benchmarks."""
