@@ -380,11 +380,11 @@ def test_a_run_directory_held_by_another_run_is_refused_naming_the_holder(tmp_pa
 _BLOCKED_START = """
 import runpy, sys, time
 sys.path.insert(0, {scripts!r})
-from tfmp import training
+from tfmp import tasks
 def blocked_build(*args, **kwargs):
     print("building the model", flush=True)
     time.sleep(600)
-training._gan_job = blocked_build
+tasks.GANTask.build = blocked_build
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """

@@ -135,13 +135,6 @@ def test_a_stock_keras_loss_scale_optimizer_is_refused_in_the_step():
         trainer.fit(x, y, batch_size=8, epochs=1, verbose=0)
 
 
-def test_classifier_summary_route_is_keras_layout():
-    trainer = trainers.ClassifierTrainer(_linear_classifier())
-    assert trainer.summary_route("loss") == ("train", "loss")
-    assert trainer.summary_route("val_accuracy") == ("validation", "accuracy")
-    assert trainer.summary_route("loss_scale") == ("train", "loss_scale")
-
-
 # --- the GAN step ---------------------------------------------------------------
 
 
@@ -199,15 +192,6 @@ def test_gan_evaluate_and_predict():
     assert set(results) == {"g_loss", "d_loss"}
     images = gan.predict(np.zeros((3, 8), np.float32), verbose=0)
     assert images.shape == (3, 28, 28, 1) and images.dtype == np.float32
-
-
-def test_gan_summary_route_is_the_seed_layout():
-    gan = _tiny_gan()
-    assert gan.summary_route("g_loss") == ("generator", "loss")
-    assert gan.summary_route("d_loss") == ("discriminator", "loss")
-    assert gan.summary_route("d_loss_scale") == ("discriminator", "loss_scale")
-    assert gan.summary_route("images_per_sec") == ("", "images_per_sec")
-    assert gan.summary_route("val_g_loss") == ("generator_validation", "loss")
 
 
 def test_gan_rejects_bad_label_settings():

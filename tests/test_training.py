@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfmp import autotune
+from tfmp import runner
 from tfmp import training
 
 # Tiny but real: the embedded digits, a few steps, narrow models.
@@ -147,7 +148,7 @@ def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tm
 
 
 # `auto` measures on the device it sees. The tests inject the device (`autotune.detect_hardware`) and, but
-# for one real tiny probe, the timing (`training._time_steps`), so every branch runs the same on any machine.
+# for one real tiny probe, the timing (`runner._time_steps`), so every branch runs the same on any machine.
 H100 = autotune.GPU("NVIDIA H100 80GB HBM3", (9, 0))
 
 
@@ -158,7 +159,7 @@ def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
     """
     monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(autotune, "detect_hardware", lambda: hardware)
-    real, probed = training._time_steps, []
+    real, probed = runner._time_steps, []
 
     def time_steps(trainer, probe):
         policy = next(iter(trainer.networks.values())).dtype_policy.name
@@ -166,7 +167,7 @@ def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
         probed.append((policy, scales, tf.config.experimental.tensor_float_32_execution_enabled()))
         return real(trainer, probe) if figures is None else figures[policy]
 
-    monkeypatch.setattr(training, "_time_steps", time_steps)
+    monkeypatch.setattr(runner, "_time_steps", time_steps)
     return probed
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "GANTrainer",
     "MixedPrecisionTrainer",
     "Objective",
+    "SEED_GAN",
+    "SeedGANTraining",
     "computes_in_float16",
     "discriminator_labels",
     "prepare_optimizer",
@@ -168,10 +170,10 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
     """The logic the trainers share: the loss-scaled update and its logs.
 
     Subclasses write `train_step` as model math and call `optimize` once per
-    optimizer. Class attributes tell the callbacks how to present the logs:
+    optimizer. Class attributes describe the logs it returns (how a run
+    presents them is `tfmp.tasks`'s business):
 
     Attributes:
-        console_fields: `(label, log key)` pairs printed on each console line.
         loss_scale_prefixes: One log-key prefix per optimizer; the logs hold
             `<prefix>loss_scale` and `<prefix>skipped_steps` for each
             loss-scaled optimizer.
@@ -179,7 +181,6 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
             counts real and fake images, as its seed does).
     """
 
-    console_fields: tuple[tuple[str, str], ...] = (("Loss", "loss"),)
     loss_scale_prefixes: tuple[str, ...] = ("",)
     images_per_example: int = 1
 
@@ -304,18 +305,6 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         """
         raise NotImplementedError
 
-    def summary_route(self, key: str) -> tuple[str, str]:
-        """Where a log goes in TensorBoard: `(sub-run, name)`.
-
-        `tfmp.callbacks.Summaries` prefixes the name with `batch_` or
-        `epoch_`, as Keras's TensorBoard callback does. Keras's layout:
-        `val_x` goes to `validation/epoch_x`, anything else to
-        `train/batch_x` and `train/epoch_x`.
-        """
-        if key.startswith("val_"):
-            return "validation", key[4:]
-        return "train", key
-
 
 class ClassifierTrainer(MixedPrecisionTrainer):
     """Trains a classifier with the loss-scaled custom step.
@@ -337,8 +326,6 @@ class ClassifierTrainer(MixedPrecisionTrainer):
         network: The classifier to train.
         **kwargs: Passed to `keras.Model` (e.g. `name`).
     """
-
-    console_fields = (("Loss", "loss"), ("Accuracy", "accuracy"))
 
     def __init__(self, network: keras.Model, **kwargs: Any):
         kwargs.setdefault("name", f"{network.name}_trainer")
@@ -420,6 +407,39 @@ class ClassifierTrainer(MixedPrecisionTrainer):
         return logs
 
 
+@dataclasses.dataclass(frozen=True)
+class SeedGANTraining:
+    """How the seed GAN trains (seed 000), defined once.
+
+    `GANTrainer`'s defaults, `tfmp.config.GANConfig`'s, and through it the
+    training runs, the benchmark and the diagnosis all read these values.
+    (The architecture's own defaults are in `tfmp.models.gan`.)
+
+    Attributes:
+        generator_learning_rate: The generator's Adam rate.
+        discriminator_learning_rate: The discriminator's RMSprop rate.
+        label_softening: See `discriminator_labels`.
+        label_swap_fraction: See `discriminator_labels`.
+    """
+
+    generator_learning_rate: float = 1e-3
+    discriminator_learning_rate: float = 1e-4
+    label_softening: float = 0.01
+    label_swap_fraction: float = 0.1
+
+    def generator_optimizer(self, learning_rate: float | None = None) -> keras.optimizers.Optimizer:
+        """A fresh `Adam`, the seed generator's optimizer (at `learning_rate` if given)."""
+        return keras.optimizers.Adam(self.generator_learning_rate if learning_rate is None else learning_rate)
+
+    def discriminator_optimizer(self, learning_rate: float | None = None) -> keras.optimizers.Optimizer:
+        """A fresh `RMSprop`, the seed discriminator's optimizer (at `learning_rate` if given)."""
+        return keras.optimizers.RMSprop(
+            self.discriminator_learning_rate if learning_rate is None else learning_rate)
+
+
+SEED_GAN = SeedGANTraining()
+
+
 def discriminator_labels(
     batch_size: int | tf.Tensor, softening: float, swap_fraction: float,
     offset: int | tf.Tensor = 0, global_batch_size: int | tf.Tensor | None = None,
@@ -470,13 +490,12 @@ class GANTrainer(MixedPrecisionTrainer):
     Args:
         generator: Maps `(batch, latent_dim)` noise to images.
         discriminator: Maps images to `(batch, 1)` float32 logits.
-        label_softening: See `discriminator_labels` (the seed: 0.01).
-        label_swap_fraction: See `discriminator_labels` (the seed: 0.1).
+        label_softening: See `discriminator_labels` (the seed's: `SEED_GAN`).
+        label_swap_fraction: See `discriminator_labels` (the seed's: `SEED_GAN`).
         seed: Seed of the noise generator.
         **kwargs: Passed to `keras.Model`.
     """
 
-    console_fields = (("G Loss", "g_loss"), ("D Loss", "d_loss"))
     loss_scale_prefixes = ("g_", "d_")
     images_per_example = 2
 
@@ -484,8 +503,8 @@ class GANTrainer(MixedPrecisionTrainer):
         self,
         generator: keras.Model,
         discriminator: keras.Model,
-        label_softening: float = 0.01,
-        label_swap_fraction: float = 0.1,
+        label_softening: float = SEED_GAN.label_softening,
+        label_swap_fraction: float = SEED_GAN.label_swap_fraction,
         seed: int | None = None,
         **kwargs: Any,
     ):
@@ -529,8 +548,8 @@ class GANTrainer(MixedPrecisionTrainer):
         """Configures training.
 
         Args:
-            generator_optimizer: Defaults to the seed's `Adam(1e-3)`.
-            discriminator_optimizer: Defaults to the seed's `RMSprop(1e-4)`.
+            generator_optimizer: Defaults to the seed's (`SEED_GAN.generator_optimizer()`).
+            discriminator_optimizer: Defaults to the seed's (`SEED_GAN.discriminator_optimizer()`).
             loss_scale: `"dynamic"`, `"none"` or a fixed scale, applied to
                 each optimizer separately when its model computes in float16.
             skip_nonfinite: Skip (and count) steps with a non-finite gradient
@@ -540,10 +559,11 @@ class GANTrainer(MixedPrecisionTrainer):
         kwargs["auto_scale_loss"] = False
         super().compile(optimizer=None, **kwargs)
         self.generator_optimizer = prepare_optimizer(
-            generator_optimizer or keras.optimizers.Adam(1e-3), self.generator, loss_scale, skip_nonfinite
+            generator_optimizer or SEED_GAN.generator_optimizer(), self.generator, loss_scale, skip_nonfinite
         )
         self.discriminator_optimizer = prepare_optimizer(
-            discriminator_optimizer or keras.optimizers.RMSprop(1e-4), self.discriminator, loss_scale, skip_nonfinite
+            discriminator_optimizer or SEED_GAN.discriminator_optimizer(), self.discriminator, loss_scale,
+            skip_nonfinite,
         )
         self.generator_optimizer.build(self.generator.trainable_variables)
         self.discriminator_optimizer.build(self.discriminator.trainable_variables)
@@ -660,19 +680,3 @@ class GANTrainer(MixedPrecisionTrainer):
         logs.update(self.loss_scale_logs(self.generator_optimizer, "g_"))
         logs.update(self.loss_scale_logs(self.discriminator_optimizer, "d_"))
         return logs
-
-    def summary_route(self, key: str) -> tuple[str, str]:
-        """The seed's layout: the generator's and discriminator's curves overlay.
-
-        `g_x` goes to `generator/x`, `d_x` to `discriminator/x` (tags
-        `batch_x` and `epoch_x`, see `tfmp.callbacks.Summaries`); other keys
-        (throughput) to the run's root. Validation keys get a
-        `_validation` sub-run of their own.
-        """
-        validation = key.startswith("val_")
-        if validation:
-            key = key[4:]
-        for prefix, run in (("g_", "generator"), ("d_", "discriminator")):
-            if key.startswith(prefix):
-                return (f"{run}_validation" if validation else run), key[len(prefix):]
-        return ("validation" if validation else ""), key
