@@ -17,10 +17,11 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from tfmp.models.gan import build_discriminator, build_generator
 from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
 from tfmp.models.small_cnn import build_small_cnn
 from tfmp import benchmark
+from tfmp import config as config_lib
+from tfmp import tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per_sec_min", "images_per_sec_max",
@@ -28,13 +29,17 @@ KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per
 BATCH = 8
 
 
+def tiny_classifier(**kwargs):
+    return tasks.ClassifierTask(
+        config_lib.ClassifierConfig(batch_size=BATCH), "tiny",
+        network=lambda shape, classes: build_small_cnn(shape, classes, width=4), image_shape=(8, 8, 3), **kwargs)
+
+
 def tiny_specs():
     return {
-        "tiny": benchmark.ClassifierSpec(
-            "tiny", lambda: build_small_cnn((8, 8, 3), width=4), (8, 8, 3), default_batch_size=BATCH),
-        "tiny_gan": benchmark.GANSpec(
-            "tiny_gan", lambda: build_generator(8, (8, 4, 2)), lambda: build_discriminator((2, 2, 2)),
-            default_batch_size=BATCH),
+        "tiny": tiny_classifier(),
+        "tiny_gan": tasks.GANTask(config_lib.GANConfig(batch_size=BATCH, latent_dim=8, generator_widths=(8, 4, 2),
+                                                       discriminator_widths=(2, 2, 2)), "tiny_gan"),
     }
 
 
@@ -111,12 +116,12 @@ def test_ratio_to_float32_is_null_without_a_float32_row_and_the_policy_is_restor
 
 
 def test_the_policy_is_restored_when_a_row_fails():
-    class Broken(benchmark.ClassifierSpec):
+    class Broken(tasks.ClassifierTask):
         def build(self, *args, **kwargs):
             assert keras.config.dtype_policy().name == "mixed_float16"
             raise RuntimeError("build failed")
 
-    specs = {"broken": Broken("broken", lambda: None, (8, 8, 3))}
+    specs = {"broken": Broken(config_lib.ClassifierConfig(), "broken")}
     with pytest.raises(RuntimeError, match="build failed"):
         benchmark.compare(tiny_config(models=("broken",), precisions=("mixed_float16",)), specs)
     assert keras.config.dtype_policy().name == "float32"
@@ -133,7 +138,7 @@ def test_hand_written_step_is_the_trainers_math(model, precision):
     for path in ("trainer", "hand_written"):
         with tfmp.precision_scope(precision):
             keras.utils.set_random_seed(0)
-            workload = spec.build(precision, BATCH, False, seed=0)
+            workload = benchmark.build_workload(spec, precision, False)
             initial = [v.numpy() for v in workload.trainer.trainable_variables]
             if path == "trainer":
                 data = tf.data.Dataset.from_tensors(workload.batch).repeat()
@@ -165,10 +170,10 @@ def test_input_pipeline_mode_compares_the_real_pipeline_with_synthetic_tensors()
 
 def test_the_pipelines_are_the_training_pipelines():
     specs = benchmark.default_specs()
-    gan = specs["gan"].pipeline("digits", 512, seed=0)
+    gan = benchmark.training_pipeline(specs["gan"].replace(dataset="digits", batch_size=512, seed=0))
     assert gan.epoch_batch_sizes == (512, 512)  # 1,438 training digits, last batch dropped
     assert gan.dataset.element_spec.shape.as_list() == [512, 28, 28, 1]
-    classifier = specs["mobilenet_v2"].pipeline("digits", 128, seed=0)
+    classifier = benchmark.training_pipeline(specs["mobilenet_v2"].replace(dataset="digits", batch_size=128, seed=0))
     assert classifier.epoch_batch_sizes == (128,) * 11 + (30,)
     images, labels = classifier.dataset.element_spec
     assert images.shape.as_list() == [None, 32, 32, 3] and labels.dtype == tf.int32
@@ -288,8 +293,7 @@ def test_a_bad_script_value_is_a_usage_error_before_any_work(tmp_path):
 
 def test_rows_apply_the_per_layer_precision_training_applies():
     # The tiny CNN advises conv2 in float32 for bfloat16 on a CPU, as MobileNetV2 advises its depthwise convs.
-    spec = benchmark.ClassifierSpec("tiny", lambda: build_small_cnn((8, 8, 3), width=4), (8, 8, 3),
-                                    default_batch_size=BATCH, cpu_bfloat16_float32_layers="conv2$")
+    spec = tiny_classifier(cpu_bfloat16_float32_layers="conv2$")
     lines = []
     benchmark.compare(tiny_config(models=("tiny",)), {"tiny": spec}, progress=lines.append)
     benchmark.compare(tiny_config(models=("tiny",), precisions=("bf16",), float32_layers="none"), {"tiny": spec},
@@ -298,7 +302,7 @@ def test_rows_apply_the_per_layer_precision_training_applies():
                 "tiny mixed_bfloat16 xla=false batch=8:"]
     assert [line.split(" img/s")[0].rsplit(" ", 1)[0] for line in lines] == expected
     with tfmp.precision_scope("bf16"):
-        workload = spec.build("mixed_bfloat16", BATCH, False, seed=0, hand_written=False, float32_layers="conv2$")
+        workload = benchmark.build_workload(spec, "mixed_bfloat16", False, hand_written=False)
     assert workload.float32_layers == ("small_cnn/conv2",)
     assert workload.trainer.network.get_layer("conv2").compute_dtype == "float32"
     advice = benchmark.default_specs()["mobilenet_v2"].cpu_bfloat16_float32_layers

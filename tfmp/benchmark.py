@@ -17,25 +17,24 @@ Two modes, each returning a list of dataclass records:
 Method
 ------
 
+* One code path with training: each model is a `tfmp.tasks.Task` (by
+  default the tasks of the default `GANConfig` and `ClassifierConfig`, and
+  `tfmp.tasks.resnet50_task`), and a row's trainer is `task.build(...)`,
+  the very call a training run makes, for the row's batch size and the
+  benchmark's seed, `float32_layers` and `tf32`. So the networks (with
+  `tfmp.layers.FusedBatchNormalization`), the optimizers and learning-rate
+  schedule (the classifier's cosine decay runs over the row's steps as one
+  epoch), the loss and metrics, non-finite step skipping under every
+  precision, the loss scale (dynamic under `mixed_float16`, none
+  otherwise) and the float32 layers (`"auto"`: the model's advice for
+  bfloat16 without a GPU, which for MobileNetV2 keeps the depthwise
+  convolutions in float32) are what training runs, not a copy kept in
+  sync.
 * Models are built under `tfmp.precision_scope(precision)` (the global
   dtype policy is restored afterwards, even on error) after
   `keras.utils.set_random_seed(seed)`, so every precision starts from the
   same weights. The whole row (building, tracing, timing) runs inside the
-  scope, as `tfmp.training` does.
-* Per-layer precision as `tfmp.training` applies it: `config.float32_layers`
-  (default `"auto"`: the spec's `cpu_bfloat16_float32_layers` under
-  mixed_bfloat16 without a GPU, which for MobileNetV2 keeps the depthwise
-  convolutions in float32; `"none"`; or a regex) is resolved by
-  `tfmp.precision.resolve_float32_layers` and applied with
-  `tfmp.precision.keep_float32` before anything is traced. The models'
-  BatchNorm layers are `tfmp.layers.FusedBatchNormalization`, as in training.
-* The trainer is compiled as `tfmp.training` compiles it: dynamic loss
-  scaling under `mixed_float16` (`loss_scale="none"` otherwise), non-finite
-  steps skipped under every precision (`skip_nonfinite=True`: a fixed scale
-  of 1 otherwise), `jit_compile=xla`; the classifier with
-  `SparseCategoricalCrossentropy` and the `accuracy` metric.
-  Optimizers: the GAN's seed pair `Adam(1e-3)` / `RMSprop(1e-4)`, the
-  classifiers' `Adam(1e-3)` at a constant rate.
+  scope, as a training run does.
 * Data: one synthetic batch held in memory (uniform [0, 1] float32 images;
   int32 labels for classifiers), fed through
   `tf.data.Dataset.from_tensors(batch).repeat()`. The trainer and the
@@ -90,8 +89,9 @@ discriminator (real images and fakes from the updated generator, drawn
 outside the tape; the mean of its real and fake losses with the seed's
 softened and swapped labels, `tfmp.trainers.discriminator_labels`). Noise
 comes from a `keras.random.SeedGenerator`, as in the trainer. No metrics,
-no logs beyond the losses. Under `mixed_float16` each optimizer is a
-dynamic `tfmp.LossScaleOptimizer` and only `get_scaled_loss` /
+no logs beyond the losses. The optimizers are fresh copies of the
+task's (`task.optimizers`: the same kinds, rates and schedule). Under
+`mixed_float16` each optimizer is a dynamic `tfmp.LossScaleOptimizer` and only `get_scaled_loss` /
 `get_unscaled_gradients` / `apply_gradients` are used; otherwise the bare
 Keras optimizer. The optimizers are built eagerly before tracing. The
 hand-written step shares the network (its variables) with the trainer but
@@ -119,7 +119,6 @@ GPU.
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import gc
 import importlib
@@ -136,26 +135,24 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfmp.models.gan import build_discriminator, build_generator
-from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
-from tfmp.models.resnet50 import MIN_INPUT_SIZE, build_resnet50_classifier
+from tfmp import config as config_lib
 from tfmp import data as data_lib
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
+from tfmp import tasks
 from tfmp import trainers
+from tfmp.models.resnet50 import MIN_INPUT_SIZE
 
 __all__ = [
     "BenchmarkConfig",
-    "ClassifierSpec",
-    "GANSpec",
     "HostPeakMemory",
     "MODELS",
     "MODES",
-    "ModelSpec",
     "PRECISIONS",
     "PipelineRecord",
     "Record",
     "Workload",
+    "build_workload",
     "compare",
     "default_specs",
     "input_pipeline",
@@ -166,6 +163,7 @@ __all__ = [
     "parse_xla",
     "plot",
     "require_matplotlib",
+    "training_pipeline",
     "write_json",
 ]
 
@@ -187,7 +185,8 @@ class Workload:
     """A compiled trainer, the matching hand-written step, and their data.
 
     Attributes:
-        trainer: The compiled `tfmp.trainers` model (not yet traced).
+        trainer: The compiled `tfmp.trainers` model (not yet traced), built by
+            the model's `tfmp.tasks.Task` exactly as training builds it.
         hand_written_step: `tf.function(jit_compile=xla)` taking one batch and
             running one update of the same network (see the module
             docstring); None when not built.
@@ -247,15 +246,6 @@ def epoch_batch_sizes(num_examples: int, batch_size: int, drop_remainder: bool) 
     return sizes
 
 
-def _keep_float32(networks: Sequence[keras.Model], pattern: str) -> tuple[str, ...]:
-    """`tfmp.precision.keep_float32` for a non-empty pattern; the paths kept."""
-    return tuple(precision_lib.keep_float32(networks, pattern)) if pattern else ()
-
-
-def _loss_scale_for(precision: str) -> str:
-    return "dynamic" if precision == "mixed_float16" else "none"
-
-
 def _hand_written_optimizer(
     optimizer: keras.optimizers.Optimizer, precision: str, variables: Sequence[keras.Variable]
 ) -> keras.optimizers.Optimizer:
@@ -283,227 +273,118 @@ def _hand_written_update(
     return loss
 
 
-class ModelSpec(abc.ABC):
-    """A benchmarked model: how to build its workload and its training pipeline.
+def _hand_written_classifier(task: tasks.ClassifierTask, network: keras.Model, precision: str, jit_compile: bool,
+                             steps: int):
+    variables = network.trainable_variables
+    (optimizer,) = task.optimizers(steps)  # the run's optimizer and schedule, a fresh copy
+    optimizer = _hand_written_optimizer(optimizer, precision, variables)
+    loss_fn = task.loss()
 
-    Subclass `ClassifierSpec` or `GANSpec` rather than this; pass specs to
-    `compare` / `input_pipeline` (e.g. a tiny model in tests).
+    @tf.function(jit_compile=jit_compile)
+    def step(batch):
+        x, y = batch
+        return _hand_written_update(optimizer, variables, lambda: loss_fn(y, network(x, training=True)))
 
-    Attributes:
-        name: The model's name in the records.
-        default_batch_size: Batch size used when the config gives none.
-        image_shape: `(height, width, channels)` of the images.
-        cpu_bfloat16_float32_layers: The model's `float32_layers` advice for
-            bfloat16 on a CPU (what `float32_layers="auto"` applies there).
-    """
-
-    name: str
-    default_batch_size: int
-    image_shape: tuple[int, int, int]
-    cpu_bfloat16_float32_layers: str = ""
-
-    @abc.abstractmethod
-    def build(
-        self, precision: str, batch_size: int, jit_compile: bool, seed: int, hand_written: bool = True,
-        float32_layers: str = "",
-    ) -> Workload:
-        """Builds the workload under the current dtype policy (which must be `precision`'s).
-
-        `float32_layers` is a resolved `tfmp.precision.keep_float32` pattern
-        ("" for none), applied to the networks before the trainer is compiled.
-        """
-
-    @abc.abstractmethod
-    def pipeline(self, dataset: str, batch_size: int, seed: int) -> Pipeline:
-        """The training pipeline on `dataset`, exactly as `tfmp.training` builds it, repeated."""
-
-    def _synthetic_images(self, batch_size: int, rng: np.random.Generator) -> tf.Tensor:
-        return tf.constant(rng.uniform(0.0, 1.0, (batch_size, *self.image_shape)).astype(np.float32))
+    return step, (optimizer,)
 
 
-@dataclasses.dataclass
-class ClassifierSpec(ModelSpec):
-    """A classifier trained by `tfmp.trainers.ClassifierTrainer`.
+def _hand_written_gan(task: tasks.GANTask, trainer: trainers.GANTrainer, precision: str, jit_compile: bool,
+                      steps: int):
+    generator, discriminator = trainer.generator, trainer.discriminator
+    g_vars, d_vars = generator.trainable_variables, discriminator.trainable_variables
+    g_opt, d_opt = task.optimizers(steps)
+    g_opt = _hand_written_optimizer(g_opt, precision, g_vars)
+    d_opt = _hand_written_optimizer(d_opt, precision, d_vars)
+    bce = keras.losses.BinaryCrossentropy(from_logits=True)
+    noise_seed = keras.random.SeedGenerator(task.config.seed)
+    latent_dim = int(generator.input_shape[-1])
+    softening, swap = task.config.label_softening, task.config.label_swap_fraction
 
-    Args:
-        name: The model's name in the records.
-        build_network: Builds the network under the current dtype policy; its
-            output must be float32 probabilities.
-        image_shape: Input shape.
-        num_classes: Classes of the synthetic labels.
-        default_batch_size: Batch size when the config gives none.
-        learning_rate: Adam's (constant) learning rate.
-        cpu_bfloat16_float32_layers: See `ModelSpec`.
-    """
+    def noise(batch_size):
+        return keras.random.uniform((batch_size, latent_dim), minval=-1.0, maxval=1.0, seed=noise_seed)
 
-    name: str
-    build_network: Callable[[], keras.Model]
-    image_shape: tuple[int, int, int]
-    num_classes: int = 10
-    default_batch_size: int = 128
-    learning_rate: float = 1e-3
-    cpu_bfloat16_float32_layers: str = ""
+    def logits(images):
+        return tf.cast(discriminator(images, training=True), tf.float32)
 
-    def build(
-        self, precision: str, batch_size: int, jit_compile: bool, seed: int, hand_written: bool = True,
-        float32_layers: str = "",
-    ) -> Workload:
-        network = self.build_network()
-        kept = _keep_float32([network], float32_layers)
-        trainer = trainers.ClassifierTrainer(network)
-        trainer.compile(
-            keras.optimizers.Adam(self.learning_rate),
-            loss=keras.losses.SparseCategoricalCrossentropy(),
-            metrics=["accuracy"],
-            loss_scale=_loss_scale_for(precision),
-            skip_nonfinite=True,  # as tfmp.training compiles it
-            jit_compile=jit_compile,
+    @tf.function(jit_compile=jit_compile)
+    def step(real):
+        batch_size = tf.shape(real)[0]
+        real_target = tf.fill((batch_size, 1), tf.constant(softening, tf.float32))
+        g_loss = _hand_written_update(
+            g_opt, g_vars, lambda: bce(real_target, logits(generator(noise(batch_size), training=True)))
         )
-        step, optimizers = None, ()
+        fake = generator(noise(batch_size), training=True)
+        real_labels, fake_labels = trainers.discriminator_labels(batch_size, softening, swap)
+        d_loss = _hand_written_update(
+            d_opt, d_vars, lambda: 0.5 * (bce(real_labels, logits(real)) + bce(fake_labels, logits(fake)))
+        )
+        return g_loss, d_loss
+
+    return step, (g_opt, d_opt)
+
+
+def build_workload(
+    task: tasks.Task, precision: str, jit_compile: bool, steps: int = 1, hand_written: bool = True,
+) -> Workload:
+    """Builds one row's workload from `task`, under the current dtype policy (which must be `precision`'s).
+
+    The trainer is `task.build(...)`: the networks, optimizers, learning-rate
+    schedule (over `steps`), loss, metrics, non-finite skipping and float32
+    layers exactly as a training run of `task.config` has them; the loss
+    scale is the config's (dynamic under `mixed_float16` by default, none
+    otherwise). The hand-written step (`hand_written`) updates the same
+    networks with fresh copies of the task's optimizers. The batch is
+    synthetic: uniform [0, 1] images of `task.image_shape`, int32 labels
+    for a classifier, seeded by `task.config.seed`.
+
+    Raises:
+        TypeError: for a task that is neither a GAN nor a classifier task.
+    """
+    if not isinstance(task, (tasks.GANTask, tasks.ClassifierTask)):
+        raise TypeError(f"No hand-written step for this task; use a GANTask or a ClassifierTask. Received: {task!r}")
+    loss_scale = config_lib.resolved_loss_scale(task.config.loss_scale) if precision == "mixed_float16" else "none"
+    built = task.build(precision, loss_scale, jit_compile, steps)
+    trainer, batch_size = built.trainer, task.config.batch_size
+    rng = np.random.default_rng(task.config.seed)
+    images = tf.constant(rng.uniform(0.0, 1.0, (batch_size, *task.image_shape)).astype(np.float32))
+    step, optimizers = None, ()
+    if isinstance(task, tasks.GANTask):
+        batch = images
         if hand_written:
-            step, optimizers = self._hand_written(network, precision, jit_compile)
-        rng = np.random.default_rng(seed)
-        labels = tf.constant(rng.integers(0, self.num_classes, batch_size).astype(np.int32))
-        batch = (self._synthetic_images(batch_size, rng), labels)
-        return Workload(trainer, step, optimizers, batch, batch_size * trainer.images_per_example, kept)
-
-    def _hand_written(self, network: keras.Model, precision: str, jit_compile: bool):
-        variables = network.trainable_variables
-        optimizer = _hand_written_optimizer(keras.optimizers.Adam(self.learning_rate), precision, variables)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy()
-
-        @tf.function(jit_compile=jit_compile)
-        def step(batch):
-            x, y = batch
-            return _hand_written_update(optimizer, variables, lambda: loss_fn(y, network(x, training=True)))
-
-        return step, (optimizer,)
-
-    def pipeline(self, dataset: str, batch_size: int, seed: int) -> Pipeline:
-        # As tfmp.training's classifier: labelled, shuffled, last batch kept.
-        split = data_lib.load_images(dataset, self.image_shape, seed=seed)
-        ds = data_lib.make_dataset(split.x_train, split.y_train, batch_size=batch_size, seed=seed)
-        return Pipeline(ds.repeat(), epoch_batch_sizes(len(split.x_train), batch_size, drop_remainder=False))
-
-
-@dataclasses.dataclass
-class GANSpec(ModelSpec):
-    """The seed's GAN, trained by `tfmp.trainers.GANTrainer`.
-
-    Args:
-        name: The model's name in the records.
-        build_generator: Builds the generator under the current dtype policy.
-        build_discriminator: Builds the discriminator likewise.
-        image_shape: The generator's output shape.
-        default_batch_size: Batch size when the config gives none.
-        generator_learning_rate: The generator's Adam rate (the seed's 1e-3).
-        discriminator_learning_rate: The discriminator's RMSprop rate (1e-4).
-        label_softening: As `tfmp.trainers.GANTrainer` (the seed's 0.01).
-        label_swap_fraction: As `tfmp.trainers.GANTrainer` (the seed's 0.1).
-        cpu_bfloat16_float32_layers: See `ModelSpec`.
-    """
-
-    name: str = "gan"
-    build_generator: Callable[[], keras.Model] = build_generator
-    build_discriminator: Callable[[], keras.Model] = build_discriminator
-    image_shape: tuple[int, int, int] = (28, 28, 1)
-    default_batch_size: int = 512
-    generator_learning_rate: float = 1e-3
-    discriminator_learning_rate: float = 1e-4
-    label_softening: float = 0.01
-    label_swap_fraction: float = 0.1
-    cpu_bfloat16_float32_layers: str = ""
-
-    def build(
-        self, precision: str, batch_size: int, jit_compile: bool, seed: int, hand_written: bool = True,
-        float32_layers: str = "",
-    ) -> Workload:
-        generator, discriminator = self.build_generator(), self.build_discriminator()
-        kept = _keep_float32([generator, discriminator], float32_layers)
-        trainer = trainers.GANTrainer(
-            generator, discriminator, self.label_softening, self.label_swap_fraction, seed=seed
-        )
-        trainer.compile(
-            keras.optimizers.Adam(self.generator_learning_rate),
-            keras.optimizers.RMSprop(self.discriminator_learning_rate),
-            loss_scale=_loss_scale_for(precision),
-            skip_nonfinite=True,  # as tfmp.training compiles it
-            jit_compile=jit_compile,
-        )
-        step, optimizers = None, ()
+            step, optimizers = _hand_written_gan(task, trainer, precision, jit_compile, steps)
+    else:
+        batch = (images, tf.constant(rng.integers(0, task.num_classes, batch_size).astype(np.int32)))
         if hand_written:
-            step, optimizers = self._hand_written(generator, discriminator, precision, jit_compile, seed)
-        batch = self._synthetic_images(batch_size, np.random.default_rng(seed))
-        return Workload(trainer, step, optimizers, batch, batch_size * trainer.images_per_example, kept)
-
-    def _hand_written(self, generator, discriminator, precision, jit_compile, seed):
-        g_vars, d_vars = generator.trainable_variables, discriminator.trainable_variables
-        g_opt = _hand_written_optimizer(keras.optimizers.Adam(self.generator_learning_rate), precision, g_vars)
-        d_opt = _hand_written_optimizer(
-            keras.optimizers.RMSprop(self.discriminator_learning_rate), precision, d_vars
-        )
-        bce = keras.losses.BinaryCrossentropy(from_logits=True)
-        noise_seed = keras.random.SeedGenerator(seed)
-        latent_dim = int(generator.input_shape[-1])
-        softening, swap = self.label_softening, self.label_swap_fraction
-
-        def noise(batch_size):
-            return keras.random.uniform((batch_size, latent_dim), minval=-1.0, maxval=1.0, seed=noise_seed)
-
-        def logits(images):
-            return tf.cast(discriminator(images, training=True), tf.float32)
-
-        @tf.function(jit_compile=jit_compile)
-        def step(real):
-            batch_size = tf.shape(real)[0]
-            real_target = tf.fill((batch_size, 1), tf.constant(softening, tf.float32))
-            g_loss = _hand_written_update(
-                g_opt, g_vars, lambda: bce(real_target, logits(generator(noise(batch_size), training=True)))
-            )
-            fake = generator(noise(batch_size), training=True)
-            real_labels, fake_labels = trainers.discriminator_labels(batch_size, softening, swap)
-            d_loss = _hand_written_update(
-                d_opt, d_vars, lambda: 0.5 * (bce(real_labels, logits(real)) + bce(fake_labels, logits(fake)))
-            )
-            return g_loss, d_loss
-
-        return step, (g_opt, d_opt)
-
-    def pipeline(self, dataset: str, batch_size: int, seed: int) -> Pipeline:
-        # As tfmp.training's GAN: images only, shuffled, incomplete batches dropped.
-        split = data_lib.load_images(dataset, self.image_shape, seed=seed)
-        ds = data_lib.make_dataset(split.x_train, batch_size=batch_size, drop_remainder=True, seed=seed)
-        return Pipeline(ds.repeat(), epoch_batch_sizes(len(split.x_train), batch_size, drop_remainder=True))
+            (network,) = trainer.networks.values()
+            step, optimizers = _hand_written_classifier(task, network, precision, jit_compile, steps)
+    return Workload(trainer, step, optimizers, batch, batch_size * trainer.images_per_example, built.float32_layers)
 
 
-def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[str, ModelSpec]:
-    """The benchmark's models, by name.
+def training_pipeline(task: tasks.Task) -> Pipeline:
+    """The task's training pipeline on its config's dataset, exactly as a training run builds it, repeated."""
+    split = task.load_data()
+    return Pipeline(task.train_data(split).repeat(),
+                    epoch_batch_sizes(len(split.x_train), task.config.batch_size, task.drop_remainder))
 
-    * `gan`: the seed GAN (`tfmp.models.gan`), batch 512 by default;
-    * `mobilenet_v2`: `tfmp.models.mobilenet_v2` at 32x32x3, 10 classes, alpha 1.0,
-      BatchNorm momentum 0.9 (as `tfmp.training`), batch 128; under bfloat16
-      on a CPU the depthwise convolutions of
-      `tfmp.models.mobilenet_v2.cpu_bfloat16_float32_layers` in float32 (as
-      `tfmp.training`);
-    * `resnet50`: `tfmp.models.resnet50` at `resnet_input_size` squared, 10
-      classes, batch 32.
+
+def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[str, tasks.Task]:
+    """The benchmark's models, by name: the tasks training runs, at the benchmark's default batch sizes.
+
+    * `gan`: the seed GAN (`tfmp.tasks.GANTask` of the default
+      `GANConfig`), batch 512 by default;
+    * `mobilenet_v2`: the default `ClassifierConfig`'s MobileNetV2 at
+      32x32x3, 10 classes, alpha 1.0, BatchNorm momentum 0.9, cosine
+      learning rate, batch 128; under bfloat16 on a CPU the depthwise
+      convolutions of `tfmp.models.mobilenet_v2.cpu_bfloat16_float32_layers`
+      in float32 (as training);
+    * `resnet50`: `tfmp.tasks.resnet50_task` at `resnet_input_size`
+      squared, 10 classes, batch 32.
     """
-    size = resnet_input_size
+    classifier = config_lib.ClassifierConfig()
     return {
-        "gan": GANSpec(),
-        "mobilenet_v2": ClassifierSpec(
-            "mobilenet_v2",
-            lambda: build_mobilenet_v2_classifier((32, 32, 3), num_classes=10, batch_norm_momentum=0.9),
-            (32, 32, 3),
-            default_batch_size=128,
-            cpu_bfloat16_float32_layers=cpu_bfloat16_float32_layers((32, 32, 3)),
-        ),
-        "resnet50": ClassifierSpec(
-            "resnet50",
-            lambda: build_resnet50_classifier((size, size, 3), num_classes=10),
-            (size, size, 3),
-            default_batch_size=32,
-        ),
+        "gan": tasks.GANTask(config_lib.GANConfig(batch_size=512)),
+        "mobilenet_v2": tasks.ClassifierTask(dataclasses.replace(classifier, batch_size=128)),
+        "resnet50": tasks.resnet50_task(dataclasses.replace(classifier, batch_size=32), resnet_input_size),
     }
 
 
@@ -930,31 +811,42 @@ def _hand_written_driver(workload: Workload, dataset: tf.data.Dataset, warmup_st
     return driver
 
 
-def _check_specs(config: BenchmarkConfig, specs: Mapping[str, ModelSpec] | None) -> Mapping[str, ModelSpec]:
+def _check_specs(config: BenchmarkConfig, specs: Mapping[str, tasks.Task] | None) -> Mapping[str, tasks.Task]:
     specs = default_specs(config.resnet_input_size) if specs is None else specs
     config.validate(valid_models=specs)
     return specs
 
 
-def _rows(config: BenchmarkConfig, specs: Mapping[str, ModelSpec]):
+def _rows(config: BenchmarkConfig, specs: Mapping[str, tasks.Task]):
     """(spec, batch, xla, precision) in run order: precisions of a group adjacent."""
     for name in parse_models(config.models, specs):
         spec = specs[name]
-        for batch_size in parse_batch_sizes(config.batch_sizes) or (spec.default_batch_size,):
+        for batch_size in parse_batch_sizes(config.batch_sizes) or (spec.config.batch_size,):
             for xla in _dedupe(config.xla):
                 for precision in parse_precisions(config.precisions):
                     yield spec, batch_size, xla, precision
 
 
-def _label(spec: ModelSpec, precision: str, xla: bool, batch_size: int) -> str:
+def _label(spec: tasks.Task, precision: str, xla: bool, batch_size: int) -> str:
     return f"{spec.name} {precision} xla={str(xla).lower()} batch={batch_size}"
 
 
-def _build(spec: ModelSpec, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig,
+def _row_task(spec: tasks.Task, batch_size: int, config: BenchmarkConfig, **changes: Any) -> tasks.Task:
+    """The model's task as one row runs it: the row's batch size and the benchmark's seed, float32 layers and TF32.
+
+    One epoch as long as the row's steps, so that a learning-rate schedule
+    runs over the measurement as it runs over a training run.
+    """
+    steps = config.warmup_steps + config.steps * config.repeats
+    return spec.replace(batch_size=batch_size, seed=config.seed, float32_layers=config.float32_layers,
+                        tf32=config.tf32, epochs=1, steps_per_epoch=steps, **changes)
+
+
+def _build(spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig,
            hand_written: bool = True) -> Workload:
-    """The row's workload, with the per-layer precision training would apply."""
-    pattern = precision_lib.resolve_float32_layers(config.float32_layers, precision, spec.cpu_bfloat16_float32_layers)
-    return spec.build(precision, batch_size, xla, config.seed, hand_written=hand_written, float32_layers=pattern)
+    """The row's workload, built by the model's task as training builds it."""
+    task = _row_task(spec, batch_size, config)
+    return build_workload(task, precision, xla, task.config.steps_per_epoch, hand_written=hand_written)
 
 
 def _kept(float32_layers: int) -> str:
@@ -962,7 +854,7 @@ def _kept(float32_layers: int) -> str:
 
 
 def _measure_compare_row(
-    spec: ModelSpec, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
+    spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
 ) -> tuple[list[float], float, int, int]:
     """Times one row.
 
@@ -985,7 +877,7 @@ def _measure_compare_row(
 
 def compare(
     config: BenchmarkConfig,
-    specs: Mapping[str, ModelSpec] | None = None,
+    specs: Mapping[str, tasks.Task] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Record]:
     """Measures the tfmp trainer against float32 and a hand-written step.
@@ -995,7 +887,7 @@ def compare(
 
     Args:
         config: What to measure; validated first.
-        specs: The models by name; `default_specs(config.resnet_input_size)`
+        specs: The models' `tfmp.tasks.Task`s by name; `default_specs(config.resnet_input_size)`
             when None.
         progress: Called with one line per finished row (e.g. print to
             stderr); silent when None.
@@ -1044,7 +936,7 @@ def compare(
 
 
 def _measure_pipeline_row(
-    spec: ModelSpec, precision: str, xla: bool, batch_size: int, pipeline: Pipeline, config: BenchmarkConfig
+    spec: tasks.Task, precision: str, xla: bool, batch_size: int, pipeline: Pipeline, config: BenchmarkConfig
 ) -> tuple[float, float]:
     """Times one row; returns (pipeline img/s, synthetic img/s)."""
     with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
@@ -1061,13 +953,13 @@ def _measure_pipeline_row(
 
 def input_pipeline(
     config: BenchmarkConfig,
-    specs: Mapping[str, ModelSpec] | None = None,
+    specs: Mapping[str, tasks.Task] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[PipelineRecord]:
     """Measures the trainer fed by the real pipeline against in-memory tensors.
 
     For each (model, batch size, XLA, precision): one trainer, compiled as in
-    `compare`, is fed alternately by `spec.pipeline(config.dataset, ...)`
+    `compare`, is fed alternately by `training_pipeline` on `config.dataset`
     (`tfmp.data.load_images` + `tfmp.data.make_dataset`, exactly the
     pipeline `tfmp.training` builds, with `.repeat()`) and by
     `tf.data.Dataset.from_tensors(batch).repeat()` of the same shape and
@@ -1078,7 +970,7 @@ def input_pipeline(
 
     Args:
         config: What to measure; `config.dataset` is the real data.
-        specs: The models by name; `default_specs(...)` when None.
+        specs: The models' `tfmp.tasks.Task`s by name; `default_specs(...)` when None.
         progress: Called with one line per finished row; silent when None.
 
     Returns:
@@ -1097,7 +989,7 @@ def input_pipeline(
         start = time.perf_counter()
         key = (spec.name, batch_size)
         if key not in pipelines:
-            pipelines[key] = spec.pipeline(dataset, batch_size, config.seed)
+            pipelines[key] = training_pipeline(_row_task(spec, batch_size, config, dataset=dataset))
         gc.collect()
         real, synthetic = _measure_pipeline_row(spec, precision, xla, batch_size, pipelines[key], config)
         record = PipelineRecord(

@@ -42,6 +42,8 @@ import numpy as np
 
 from tfmp import benchmark
 from tfmp import precision as precision_lib
+from tfmp import runner
+from tfmp import tasks
 from tfmp import training
 
 __all__ = [
@@ -181,8 +183,9 @@ class PairedStart:
 def paired_start(config: training.ClassifierConfig, precision: str) -> PairedStart:
     """The initial weights and batch order of `train_classifier(config)` at `precision`.
 
-    Nothing is trained. The network and the training pipeline are built as
-    `tfmp.training.train_classifier` builds them: the global seeds set from
+    Nothing is trained. The network and the training pipeline are built by
+    the `tfmp.tasks.ClassifierTask` that `tfmp.training.train_classifier`
+    runs, as it builds them: the global seeds set from
     `config.seed` (`keras.utils.set_random_seed`), then the model built under
     the precision's policy, with the run's float32 layers.
 
@@ -193,18 +196,16 @@ def paired_start(config: training.ClassifierConfig, precision: str) -> PairedSta
     Returns:
         A `PairedStart`; compare two with `np.array_equal` / `digest()`.
     """
-    config = dataclasses.replace(config, precision=precision, run_name="paired_start")
-    setting = training._prepare(config, training._classifier_job, lambda line: None)
-    steps = training._batches(len(setting.split.x_train), config.batch_size, drop_remainder=False)
-    steps = min(steps, config.steps_per_epoch or steps)
+    task = tasks.ClassifierTask(dataclasses.replace(config, precision=precision, run_name="paired_start"))
+    setting = runner.resolve(task, lambda line: None)
+    steps = task.steps_per_epoch(len(setting.split.x_train))
     keras.utils.set_random_seed(config.seed)  # as train_classifier does, right before building
     with precision_lib.precision_scope(setting.precision):
-        job = training._classifier_job(config, setting.split, setting.loss_scale, False, os.devnull, steps)
-        training._keep_float32(config, job.trainer, lambda line: None, setting.precision)
-    (network,) = job.trainer.networks.values()
+        built = task.build(setting.precision, setting.loss_scale, False, steps, setting.split)
+    (network,) = built.trainer.networks.values()
     weights = [np.array(w.numpy()) for w in network.weights]
     batches = []
-    for x, y in training._stream(job, 0).take(config.epochs * steps):
+    for x, y in task.stream(setting.split).take(config.epochs * steps):
         h = hashlib.sha256(np.asarray(x).tobytes())
         h.update(np.asarray(y).tobytes())
         batches.append(h.hexdigest())

@@ -91,6 +91,7 @@ class Task(abc.ABC):
 
     Args:
         config: The run's settings.
+        name: The model's name, if not the class's.
 
     Attributes:
         name: The model's name (benchmark rows, messages).
@@ -102,8 +103,10 @@ class Task(abc.ABC):
     drop_remainder: bool = False
     console_fields: tuple[tuple[str, str], ...] = (("Loss", "loss"),)
 
-    def __init__(self, config: TrainConfig):
+    def __init__(self, config: TrainConfig, name: str | None = None):
         self.config = config
+        if name is not None:
+            self.name = name
 
     def replace(self, **changes: Any) -> "Task":
         """This task with `dataclasses.replace(config, **changes)` as its config."""
@@ -334,8 +337,7 @@ class ClassifierTask(Task):
         image_shape: tuple[int, int, int] | None = None, cpu_bfloat16_float32_layers: str | None = None,
         num_classes: int = 10,
     ):
-        super().__init__(config)
-        self.name = name
+        super().__init__(config, name)
         self._network = network
         self._image_shape = image_shape
         self._advice = cpu_bfloat16_float32_layers
