@@ -961,7 +961,7 @@ def input_pipeline(
     For each (model, batch size, XLA, precision): one trainer, compiled as in
     `compare`, is fed alternately by `training_pipeline` on `config.dataset`
     (`tfmp.data.load_images` + `tfmp.data.make_dataset`, exactly the
-    pipeline `tfmp.training` builds, with `.repeat()`) and by
+    pipeline a training run's task builds, with `.repeat()`) and by
     `tf.data.Dataset.from_tensors(batch).repeat()` of the same shape and
     dtypes, through the same `train_function`, interleaved over `repeats`.
     The pipeline's warm-up covers at least one epoch, so a partial last batch

@@ -10,6 +10,12 @@ the default per-layer advice (depthwise convolutions in float32 under
 bfloat16 on CPU), which is what `tfmp.training` and the benchmark run now.
 Prints the markdown table, then each row's throughput against the
 `*_keras_bn` float32 row of its model.
+
+Historical: written against the benchmark's model specs (`GANSpec`,
+`ClassifierSpec`), which issue 15 replaced by `tfmp.tasks` (the benchmark now
+builds from the same Task as training, and a Task has no hook for an
+unfused-BatchNorm generator). To repeat it, check out commit 0e036a8 and run
+it there.
 """
 
 import functools
