@@ -319,9 +319,12 @@ def test_bad_checkpoint_settings_are_refused(change, message, tmp_path):
 def test_an_unwritable_checkpoint_dir_is_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
+    # validate() is pure: the run finds it when it creates its directories, before any training.
     with pytest.raises(training.ConfigError) as error:
-        dataclasses.replace(TINY_GAN, logdir=str(tmp_path), checkpoint_dir=str(blocker / "ckpt")).validate()
+        training.train_gan(dataclasses.replace(TINY_GAN, logdir=str(tmp_path / "logs"), run_name="run",
+                                               checkpoint_dir=str(blocker / "ckpt")), print_fn=lambda line: None)
     assert f"checkpoint_dir='{blocker}/ckpt'" in str(error.value)
+    assert sorted(os.listdir(tmp_path)) == ["file"]  # the run directory it had made is gone again
 
 
 def test_stop_on_nonfinite_is_refused_with_dynamic_loss_scaling(tmp_path):

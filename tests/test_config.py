@@ -7,14 +7,8 @@ import pytest
 
 from tfmp import config as config_lib
 
-TINY_GAN = config_lib.GANConfig(
-    dataset="digits", batch_size=32, epochs=2, steps_per_epoch=2, warmup_steps=1, num_samples=4,
-    generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), log_every=1,
-)
-TINY_CLASSIFIER = config_lib.ClassifierConfig(
-    dataset="digits", batch_size=16, epochs=1, steps_per_epoch=2, warmup_steps=1, alpha=0.35,
-    validation_batch_size=128,
-)
+TINY_GAN = config_lib.GANConfig(dataset="digits", batch_size=32)
+TINY_CLASSIFIER = config_lib.ClassifierConfig(dataset="digits", batch_size=16)
 
 
 @pytest.mark.parametrize(

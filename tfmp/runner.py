@@ -441,32 +441,6 @@ class Runner:
             checkpoint = checkpoint_lib.RunCheckpoint(
                 dirs.checkpoint_dir, trainer, _signature(config, setting, trainer), config.keep_checkpoints,
                 dirs.run_checkpoints, print_fn=print_fn)
-            timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
-            console = callbacks_lib.ConsoleLogger(
-                timer, task.console_fields, trainer.loss_scale_prefixes, config.log_every, setting.run_dir, print_fn,
-                # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
-                progress=callbacks_lib.console_mode(config.console, sys.stdout if print_fn is print else None)
-                == "progress",
-            )
-            hparams = {
-                "precision": precision,
-                "loss_scale": str(loss_scale),
-                "xla": jit_compile,
-                "tf32": config.tf32,
-                "batch_size": config.batch_size,
-                "dataset": config.dataset,
-                "epochs": config.epochs,
-                "seed": config.seed,
-                "strategy": config.strategy,
-                "replicas": strategy.num_replicas_in_sync,
-                **task.hparams(),
-            }
-            # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
-            extra = [distribute.AverageReplicaStatistics(), *task.callbacks(trainer, run_dir)]
-            if config.diagnose_every:
-                extra.append(callbacks_lib.GradientDiagnostics(task.probe(split), config.diagnose_every, run_dir))
-            if config.profile_steps:
-                extra.append(callbacks_lib.ProfileSteps(*config.profile_steps, run_dir, print_fn))
             print_fn(
                 f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
                 f"tf32={config.tf32} dataset={config.dataset} batch_size={config.batch_size} "
@@ -478,15 +452,21 @@ class Runner:
                 if warnings:
                     print_fn(warnings)
             position = self._restore(checkpoint)
+            timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
+            console = callbacks_lib.ConsoleLogger(
+                timer, task.console_fields, trainer.loss_scale_prefixes, config.log_every, setting.run_dir, print_fn,
+                # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
+                progress=callbacks_lib.console_mode(config.console, sys.stdout if print_fn is print else None)
+                == "progress",
+            )
             # At the global step, so that a resumed run continues its per-step curves.
-            summaries = callbacks_lib.Summaries(run_dir, task.summary_route, hparams, config.log_every, position, timer)
-            nonfinite = []
-            if config.on_nonfinite == "stop":
-                nonfinite.append(callbacks_lib.NonFiniteStop(lambda index: task.batch_at(split, index), position))
+            summaries = callbacks_lib.Summaries(
+                run_dir, task.summary_route, self._hparams(setting, strategy), config.log_every, position, timer)
+            others = self._callbacks(trainer, split, run_dir, position)
             dirs.training_started = True  # from here on SIGINT/SIGTERM finish the step and checkpoint
             with preemption.PreemptionGuard() as guard:
                 saver = callbacks_lib.Checkpointing(checkpoint, position, config.checkpoint_every, guard, print_fn)
-                self._fit(trainer, split, steps, position, [timer, console, summaries, *extra, *nonfinite, saver])
+                self._fit(trainer, split, steps, position, [timer, console, summaries, *others, saver])
         return RunResult(
             logs=console.final_logs,
             images_per_sec=timer.mean_images_per_sec,
@@ -498,6 +478,39 @@ class Runner:
             jit_compile=jit_compile,
             trainer=trainer,
         )
+
+    def _hparams(self, setting: Setting, strategy: tf.distribute.Strategy) -> dict[str, Any]:
+        """The run's hyperparameters for TensorBoard's HParams: the run's settings, then the task's."""
+        config = self.config
+        return {
+            "precision": setting.precision,
+            "loss_scale": str(setting.loss_scale),
+            "xla": setting.jit_compile,
+            "tf32": config.tf32,
+            "batch_size": config.batch_size,
+            "dataset": config.dataset,
+            "epochs": config.epochs,
+            "seed": config.seed,
+            "strategy": config.strategy,
+            "replicas": strategy.num_replicas_in_sync,
+            **self.task.hparams(),
+        }
+
+    def _callbacks(
+        self, trainer: trainers.MixedPrecisionTrainer, split: data_lib.Split, run_dir: str, position: int
+    ) -> list[keras.callbacks.Callback]:
+        """The callbacks between the summaries and the checkpointing: replica statistics, the task's own,
+        gradient diagnostics and profiling when asked, the non-finite stop."""
+        config, task = self.config, self.task
+        # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
+        callbacks = [distribute.AverageReplicaStatistics(), *task.callbacks(trainer, run_dir)]
+        if config.diagnose_every:
+            callbacks.append(callbacks_lib.GradientDiagnostics(task.probe(split), config.diagnose_every, run_dir))
+        if config.profile_steps:
+            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, run_dir, self.print_fn))
+        if config.on_nonfinite == "stop":
+            callbacks.append(callbacks_lib.NonFiniteStop(lambda index: task.batch_at(split, index), position))
+        return callbacks
 
     def _restore(self, checkpoint: checkpoint_lib.RunCheckpoint) -> int:
         """Restores the newest readable checkpoint when resuming; returns the steps already done.
