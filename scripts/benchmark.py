@@ -7,17 +7,22 @@
 
 Prints a markdown table (one row per model, precision, XLA setting and batch
 size) to stdout and one progress line per row to stderr. The method is in
-`tfmp/benchmark.py`.
+`tfmp/benchmark.py`, the table, JSON and PNG come from `tfmp/reporting.py`.
+The comma-separated flags are parsed here (`parse_models`, ...) into the
+tuples `benchmark.BenchmarkConfig` holds.
 """
 
 import os
 import sys
+from typing import Any, Iterable
 
 from absl import app
 from absl import flags
 
 from tfmp import benchmark
 from tfmp import data as data_lib
+from tfmp import precision as precision_lib
+from tfmp import reporting
 
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common
@@ -61,16 +66,94 @@ _PLOT_OUT = flags.DEFINE_string(
     "plot_out", None, 'Write a PNG bar chart here (--mode=compare; needs pip install "tfmp[plot]").')
 
 
+def _split(values: str | Iterable[str]) -> list[str]:
+    if isinstance(values, str):
+        values = values.split(",")
+    return [v.strip() for v in values if v.strip()]
+
+
+def _dedupe(values: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(dict.fromkeys(values))
+
+
+def parse_models(values: str | Iterable[str], valid: Iterable[str] = benchmark.MODELS) -> tuple[str, ...]:
+    """Parses model names (a comma-separated string or a list) with `benchmark.canonical_models`.
+
+    Raises:
+        ValueError: for an empty list or an unknown name, naming it and the
+            valid ones.
+    """
+    valid = tuple(valid)
+    names = _split(values)
+    if not names:
+        raise ValueError(f"No model given. Valid: {', '.join(valid)}. Received: models={values!r}")
+    return benchmark.canonical_models(names, valid)
+
+
+def parse_precisions(values: str | Iterable[str]) -> tuple[str, ...]:
+    """Parses precisions with `benchmark.canonical_precisions`, accepting the aliases `fp32`, `bf16`, `fp16`.
+
+    `auto` is refused: a benchmark names what it measures.
+
+    Raises:
+        ValueError: for an empty list or an unknown name, naming it.
+    """
+    names = _split(values)
+    if not names:
+        valid = f"{', '.join(benchmark.PRECISIONS)} (or fp32, bf16, fp16)"
+        raise ValueError(f"No precision given. Valid: {valid}. Received: precisions={values!r}")
+    return benchmark.canonical_precisions(names)
+
+
+def parse_xla(values: str | Iterable[str | bool]) -> tuple[bool, ...]:
+    """Parses XLA settings (`true`, `false`, `auto`: on with a GPU) into bools.
+
+    Raises:
+        ValueError: for an empty list or an unknown setting, naming it.
+    """
+    items = values.split(",") if isinstance(values, str) else list(values)
+    items = [v.strip() if isinstance(v, str) else v for v in items]
+    items = [v for v in items if v != ""]
+    if not items:
+        raise ValueError(f"No XLA setting given. Valid: false, true, auto. Received: xla={values!r}")
+    out = []
+    for item in items:
+        try:
+            out.append(precision_lib.resolve_jit_compile(item))
+        except ValueError:
+            raise ValueError(f"Unknown XLA setting. Valid: false, true, auto. Received: xla={item!r}") from None
+    return _dedupe(out)
+
+
+def parse_batch_sizes(values: str | Iterable[str | int]) -> tuple[int, ...]:
+    """Parses batch sizes; an empty list means each model's default.
+
+    Raises:
+        ValueError: for a value that is not an integer >= 1, naming it.
+    """
+    items = _split(values) if isinstance(values, str) else list(values)
+    out = []
+    for item in items:
+        try:
+            size = int(item) if not isinstance(item, bool) else None
+        except (TypeError, ValueError):
+            size = None
+        if size is None or size < 1 or str(item).strip() not in (str(size), f"+{size}"):
+            raise ValueError(f"Batch sizes must be integers >= 1. Received: batch_size={item!r}")
+        out.append(size)
+    return _dedupe(out)
+
+
 def _config() -> benchmark.BenchmarkConfig:
     """The config from the flags; a bad value is a usage error naming it."""
     models = _MODELS.value or list(
         benchmark.MODELS if _MODE.value == "compare" else benchmark.PIPELINE_MODELS)
     try:
         config = benchmark.BenchmarkConfig(
-            models=benchmark.parse_models(models),
-            precisions=benchmark.parse_precisions(_PRECISIONS.value),
-            xla=benchmark.parse_xla(_XLA.value),
-            batch_sizes=benchmark.parse_batch_sizes(_BATCH_SIZES.value),
+            models=parse_models(models),
+            precisions=parse_precisions(_PRECISIONS.value),
+            xla=parse_xla(_XLA.value),
+            batch_sizes=parse_batch_sizes(_BATCH_SIZES.value),
             resnet_input_size=_RESNET_INPUT_SIZE.value,
             warmup_steps=_WARMUP_STEPS.value,
             steps=_STEPS.value,
@@ -103,7 +186,7 @@ def main(argv):
         if _MODE.value != "compare":
             raise app.UsageError(f"--plot_out is only for --mode=compare. Received: --mode={_MODE.value}")
         try:  # checked now, not after the measurements
-            benchmark.require_matplotlib()
+            reporting.require_matplotlib()
         except ImportError as e:
             sys.exit(f"error: {e}")
 
@@ -115,12 +198,12 @@ def main(argv):
         records = measure(config, progress=progress)
     except data_lib.DatasetNotFoundError as e:
         sys.exit(f"error: {e}")
-    print(benchmark.markdown_table(records))
+    print(reporting.markdown_table(records))
     if _JSON_OUT.value:
-        benchmark.write_json(records, _JSON_OUT.value)
+        reporting.write_json(records, _JSON_OUT.value)
         progress(f"wrote {_JSON_OUT.value}")
     if _PLOT_OUT.value:
-        benchmark.plot(records, _PLOT_OUT.value, config)
+        reporting.plot(records, _PLOT_OUT.value, config)
         progress(f"wrote {_PLOT_OUT.value}")
 
 

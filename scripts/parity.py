@@ -18,6 +18,7 @@ from absl import app
 from absl import flags
 
 from tfmp import parity
+from tfmp import reporting
 from tfmp import training
 
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
@@ -66,7 +67,7 @@ def main(argv):
     print()
     print(parity.parity_table(records))
     if _JSON_OUT.value:
-        parity.write_json(records, _JSON_OUT.value)
+        reporting.write_json(records, _JSON_OUT.value)
         print(f"\nrecords: {_JSON_OUT.value}")
 
 

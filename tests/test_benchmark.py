@@ -1,15 +1,14 @@
-"""Tests for tfmp/benchmark.py and scripts/benchmark.py.
+"""Tests for tfmp/benchmark.py.
 
 The record, ratio and JSON logic runs on tiny models (a small CNN on 8x8
-images and a GAN with widths of 2 to 8), so nothing big is traced; one
-subprocess runs the real script end to end on the seed GAN at batch 8.
+images and a GAN with widths of 2 to 8), so nothing big is traced. The
+script's flags and its end-to-end run are tested in
+tests/test_benchmark_script.py, the table, JSON and plot in
+tests/test_reporting.py, the memory figures in tests/test_memory.py.
 No test asserts a speed: timings on a shared CPU are noise.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -21,9 +20,9 @@ from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
 from tfmp.models.small_cnn import build_small_cnn
 from tfmp import benchmark
 from tfmp import config as config_lib
+from tfmp import reporting
 from tfmp import tasks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per_sec_min", "images_per_sec_max",
         "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb", "peak_gpu_mb"]
 BATCH = 8
@@ -86,20 +85,6 @@ def test_ratio_to_float32_is_the_division_of_the_measured_throughputs(records):
 def test_a_classifier_step_counts_batch_images(records):
     for record in records:
         assert record.images_per_sec * record.step_ms / 1000 == pytest.approx(BATCH, rel=1e-9)
-
-
-def test_markdown_table_has_a_header_and_one_row_per_record(records):
-    lines = benchmark.markdown_table(records).splitlines()
-    assert [cell.strip() for cell in lines[0].strip("|").split("|")] == KEYS
-    assert len(lines) == 2 + len(records)
-    assert lines[3].startswith("| tiny | mixed_bfloat16 | false | 8 | ")
-    assert lines[3].endswith(" | n/a |")
-
-
-def test_json_file_holds_the_records(records, tmp_path):
-    path = tmp_path / "bench.json"
-    benchmark.write_json(records, str(path))
-    assert json.loads(path.read_text()) == [r.to_json() for r in records]
 
 
 def test_ratio_to_float32_is_null_without_a_float32_row_and_the_policy_is_restored():
@@ -165,7 +150,7 @@ def test_input_pipeline_mode_compares_the_real_pipeline_with_synthetic_tensors()
     assert (row["model"], row["dataset"], row["precision"], row["batch_size"]) == (
         "tiny", "digits", "mixed_bfloat16", 128)
     assert row["ratio"] == row["pipeline_images_per_sec"] / row["synthetic_images_per_sec"]
-    assert benchmark.markdown_table(rows).count("\n") == 2
+    assert reporting.markdown_table(rows).count("\n") == 2
 
 
 def test_the_pipelines_are_the_training_pipelines():
@@ -187,40 +172,6 @@ def test_epoch_batch_sizes():
         benchmark.epoch_batch_sizes(10, 16, drop_remainder=True)
 
 
-def test_host_peak_memory_sees_an_allocation_made_inside_the_block():
-    with benchmark.HostPeakMemory() as before:
-        pass
-    with benchmark.HostPeakMemory() as memory:
-        block = np.ones(256 * 2**20, np.uint8)  # touched, so resident
-        del block
-    assert memory.method == "VmHWM"  # Linux: the kernel's high-water mark, reset on entry
-    assert memory.peak_mb - before.peak_mb > 200
-
-
-@pytest.mark.parametrize(
-    "parse, value, message",
-    [
-        (benchmark.parse_models, "gan,vgg", "model='vgg'"),
-        (benchmark.parse_models, "", "models=''"),
-        (benchmark.parse_precisions, "fp32,fp8", "precision='fp8'"),
-        (benchmark.parse_precisions, "auto", "precision='auto'"),
-        (benchmark.parse_xla, "false,maybe", "xla='maybe'"),
-        (benchmark.parse_batch_sizes, "8,0", "batch_size='0'"),
-        (benchmark.parse_batch_sizes, "8,1.5", "batch_size='1.5'"),
-    ],
-)
-def test_bad_values_name_the_value(parse, value, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
-        parse(value)
-
-
-def test_parsing_accepts_aliases_and_keeps_order():
-    assert benchmark.parse_precisions("bf16, fp32,FP16,bf16") == ("mixed_bfloat16", "float32", "mixed_float16")
-    assert benchmark.parse_xla("true,false,true") == (True, False)
-    assert benchmark.parse_batch_sizes("32,8") == (32, 8) and benchmark.parse_batch_sizes("") == ()
-    assert benchmark.parse_models("resnet50,GAN") == ("resnet50", "gan")
-
-
 @pytest.mark.parametrize(
     "changes, message",
     [
@@ -237,58 +188,29 @@ def test_config_errors_name_the_value_before_any_work(changes, message):
         benchmark.compare(tiny_config(**changes), tiny_specs())
 
 
-def _record(model, precision, images_per_sec):
-    return benchmark.Record(model, precision, False, 8, images_per_sec, 8000 / images_per_sec,
-                            None if precision != "float32" else 1.0, 0.97, 900.0, None)
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"models": ()}, "models=()"),
+        ({"models": "tiny"}, "models='tiny'"),
+        ({"precisions": ("float32", "fp8")}, "precision='fp8'"),
+        ({"precisions": ("auto",)}, "precision='auto'"),
+        ({"precisions": "fp16"}, "precisions='fp16'"),
+        ({"xla": ()}, "xla=()"),
+        ({"batch_sizes": (8, 0)}, "batch_size=0"),
+        ({"batch_sizes": ("8",)}, "batch_size='8'"),
+    ],
+)
+def test_config_tuples_are_checked_as_given_not_parsed(changes, message):
+    # The config holds tuples; comma-separated text is the script's to parse (tests/test_benchmark_script.py).
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        tiny_config(**changes).validate(valid_models=("tiny", "tiny_gan"))
 
 
-def test_plot_writes_a_png(tmp_path):
-    pytest.importorskip("matplotlib")
-    records = [_record("gan", "float32", 970.0), _record("gan", "mixed_bfloat16", 1365.0),
-               _record("resnet50", "float32", 90.0)]
-    path = benchmark.plot(records, str(tmp_path / "bench.png"))
-    with open(path, "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    assert os.path.getsize(path) > 10_000
-
-
-def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
-    with pytest.raises(ImportError, match=r'pip install "tfmp\[plot\]"'):
-        benchmark.plot([_record("gan", "float32", 970.0)], str(tmp_path / "bench.png"))
-
-
-def _script(*flags):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "benchmark.py"), *flags],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-
-
-def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
-    out = tmp_path / "bench.json"
-    proc = _script("--models=gan", "--precisions=fp32", "--xla=false", "--batch_sizes=8", "--warmup_steps=1",
-                   "--steps=2", "--repeats=1", f"--json_out={out}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(out.read_text())
-    assert len(rows) == 1 and list(rows[0]) == KEYS
-    row = rows[0]
-    assert (row["model"], row["precision"], row["xla"], row["batch_size"]) == ("gan", "float32", False, 8)
-    assert row["ratio_to_float32"] == 1.0 and row["peak_gpu_mb"] is None
-    assert row["images_per_sec"] * row["step_ms"] / 1000 == pytest.approx(16)  # 2 x batch
-    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
-    assert len(table) == 3 and table[2].startswith("| gan | float32 | false | 8 | ")
-
-
-def test_a_bad_script_value_is_a_usage_error_before_any_work(tmp_path):
-    # One subprocess (TensorFlow's import dominates); the parsers' messages
-    # for every flag are tested in process above.
-    out = tmp_path / "bench.json"
-    proc = _script("--models=gan", "--precisions=fp32,fp8", f"--json_out={out}")
-    assert proc.returncode != 0
-    assert "Unknown precision. Valid: float32, mixed_bfloat16, mixed_float16" in proc.stderr
-    assert "Received: precision='fp8'" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not out.exists()
+def test_config_names_are_canonicalised_in_order_once():
+    assert benchmark.canonical_precisions(("bf16", "fp32", "FP16", "mixed_bfloat16")) == (
+        "mixed_bfloat16", "float32", "mixed_float16")
+    assert benchmark.canonical_models(("resnet50", "GAN", "gan")) == ("resnet50", "gan")
 
 
 def test_rows_apply_the_per_layer_precision_training_applies():
@@ -309,29 +231,3 @@ def test_rows_apply_the_per_layer_precision_training_applies():
     assert advice == cpu_bfloat16_float32_layers((32, 32, 3)) and "block_1_depthwise" in advice
     with pytest.raises(ValueError, match=r"Received: '\('"):
         tiny_config(models=("tiny",), float32_layers="(").validate(valid_models=("tiny",))
-
-
-def test_plot_states_the_reference_device_method_and_hand_written_ratio(tmp_path, monkeypatch):
-    pytest.importorskip("matplotlib")
-    from matplotlib.figure import Figure
-
-    figures = []
-    savefig = Figure.savefig
-    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), savefig(self, *a, **k))[1])
-    records = [_record("gan", "float32", 1000.0), _record("gan", "mixed_bfloat16", 290.0)]
-    records[1].ratio_to_float32 = 0.29
-    records[1].images_per_sec_min, records[1].images_per_sec_max = 251.0, 301.0
-    config = benchmark.BenchmarkConfig(steps=7, repeats=3, warmup_steps=2)
-    benchmark.plot(records, str(tmp_path / "bench.png"), config, device="CPU (test)")
-    (figure,) = figures
-    title = figure._suptitle.get_text()
-    assert "CPU (test)" in title and "median of 3 repeats x 7 steps (2 warm-up)" in title
-    footnote = figure._supxlabel.get_text()
-    assert "float32's" in footnote and "hand-written" in footnote and "slowest to fastest round" in footnote
-    labels = [t.get_text() for ax in figure.axes for t in ax.texts]
-    assert labels == ["1000\n0.97x hand-written", "290\n0.29x float32\n0.97x hand-written\n(251-301)"]
-    # The whisker: one error bar, on the record that has a spread, from its slowest to its fastest round.
-    bars = [c for c in figure.axes[0].containers if getattr(c, "errorbar", None) is not None]
-    (whisker,) = [c.errorbar for c in bars if c.errorbar.lines[2]]
-    segments = whisker.lines[2][0].get_segments()
-    assert [tuple(segment[:, 1]) for segment in segments] == [(251.0, 301.0)]

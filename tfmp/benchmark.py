@@ -12,7 +12,8 @@ Two modes, each returning a list of dataclass records:
   uses against the trainer fed by in-memory tensors of the same shape. See
   `PipelineRecord`.
 
-`markdown_table`, `write_json` and `plot` present the records.
+`tfmp.reporting` presents the records (`markdown_table`, `write_json`,
+`plot`).
 
 Method
 ------
@@ -100,34 +101,23 @@ has its own optimizers, so each path keeps its own loss scale.
 Memory
 ------
 
-`peak_host_mb` is the peak resident set size of this process between the
-start of the row (before its models are built) and its end, read from
-`/proc/self/status` (`VmHWM`) after resetting the high-water mark through
-`/proc/self/clear_refs` at the start of the row (Linux >= 4.0). Where that
-reset is refused, a thread samples `VmRSS` every 5 ms instead (it can miss
-peaks shorter than that); without `/proc`, `resource.getrusage` gives the
-process's lifetime peak. It is the whole process: the Python interpreter
-and TensorFlow runtime, both paths of the row (the trainer and the
-hand-written step share the network but not their optimizer slots), and
-whatever earlier rows left resident (memory freed by Python is not always
-returned to the system). Compare rows within one run with that in mind; for
-an isolated figure run one configuration per process. `peak_gpu_mb` is
-`tf.config.experimental.get_memory_info("GPU:0")["peak"]` after
-`reset_memory_stats("GPU:0")` at the start of the row, or None without a
-GPU.
+`peak_host_mb` and `peak_gpu_mb` are `tfmp.memory.HostPeakMemory` and
+`tfmp.memory.GpuPeakMemory` over the row, from its start (before its models
+are built) to its end; `tfmp.memory` says how each is read. The host figure
+is the whole process: the Python interpreter and TensorFlow runtime, both
+paths of the row (the trainer and the hand-written step share the network
+but not their optimizer slots), and whatever earlier rows left resident
+(memory freed by Python is not always returned to the system). Compare rows
+within one run with that in mind; for an isolated figure run one
+configuration per process. `peak_gpu_mb` is None without a GPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import importlib
-import json
 import re
-import resource
 import statistics
-import sys
-import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -141,11 +131,11 @@ from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
 from tfmp import tasks
 from tfmp import trainers
+from tfmp.memory import GpuPeakMemory, HostPeakMemory
 from tfmp.models.resnet50 import MIN_INPUT_SIZE
 
 __all__ = [
     "BenchmarkConfig",
-    "HostPeakMemory",
     "MODELS",
     "MODES",
     "PRECISIONS",
@@ -153,18 +143,13 @@ __all__ = [
     "Record",
     "Workload",
     "build_workload",
+    "canonical_models",
+    "canonical_precisions",
     "compare",
     "default_specs",
+    "epoch_batch_sizes",
     "input_pipeline",
-    "markdown_table",
-    "parse_batch_sizes",
-    "parse_models",
-    "parse_precisions",
-    "parse_xla",
-    "plot",
-    "require_matplotlib",
     "training_pipeline",
-    "write_json",
 ]
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -172,9 +157,6 @@ MODELS = ("gan", "mobilenet_v2", "resnet50")
 PIPELINE_MODELS = ("gan", "mobilenet_v2")
 MODES = ("compare", "input_pipeline")
 DEFAULT_RESNET_INPUT_SIZE = 64
-PLOT_INSTALL_HINT = 'pip install "tfmp[plot]"'
-
-_MB = 2.0**20
 
 
 # -- workloads: what one row times ------------------------------------------
@@ -391,103 +373,83 @@ def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[st
 # -- settings ----------------------------------------------------------------
 
 
-def _split(values: str | Iterable[str]) -> list[str]:
-    if isinstance(values, str):
-        values = values.split(",")
-    return [v.strip() for v in values if v.strip()]
-
-
 def _dedupe(values: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def parse_models(values: str | Iterable[str], valid: Iterable[str] = MODELS) -> tuple[str, ...]:
-    """Parses model names (a comma-separated string or a list).
+def _canonical_names(
+    kind: str, values: Sequence[str], valid: str, canonical: Callable[[Any], str | None]
+) -> tuple[str, ...]:
+    """`values` through `canonical`, in order, each once; ValueError naming a bad value and `valid`."""
+    if isinstance(values, str):  # a config holds names, not the command line's comma-separated text
+        raise ValueError(f"{kind}s must be a tuple of names, not one string. Received: {kind}s={values!r}")
+    if not values:
+        raise ValueError(f"No {kind} given. Valid: {valid}. Received: {kind}s={values!r}")
+    names = []
+    for value in values:
+        name = canonical(value)
+        if name is None:
+            raise ValueError(f"Unknown {kind}. Valid: {valid}. Received: {kind}={value!r}")
+        names.append(name)
+    return _dedupe(names)
+
+
+def canonical_models(models: Sequence[str], valid: Iterable[str] = MODELS) -> tuple[str, ...]:
+    """The model names in lower case, in order, each once.
+
+    Args:
+        models: Names from `valid`, in any case.
+        valid: The known names (e.g. the keys of the specs).
 
     Raises:
-        ValueError: for an empty list or an unknown name, naming it and the
-            valid ones.
+        ValueError: for a string, an empty tuple or an unknown name, naming
+            it and the valid ones.
     """
     valid = tuple(valid)
-    names = _split(values)
-    if not names:
-        raise ValueError(f"No model given. Valid: {', '.join(valid)}. Received: models={values!r}")
-    for name in names:
-        if name.lower() not in valid:
-            raise ValueError(f"Unknown model. Valid: {', '.join(valid)}. Received: model={name!r}")
-    return _dedupe(name.lower() for name in names)
+
+    def canonical(name: Any) -> str | None:
+        return name.lower() if isinstance(name, str) and name.lower() in valid else None
+
+    return _canonical_names("model", models, ", ".join(valid), canonical)
 
 
-def parse_precisions(values: str | Iterable[str]) -> tuple[str, ...]:
-    """Parses precisions, accepting the aliases `fp32`, `bf16`, `fp16`.
+def canonical_precisions(precisions: Sequence[str]) -> tuple[str, ...]:
+    """The precisions' names from `PRECISIONS`, in order, each once; aliases (`fp32`, `bf16`, `fp16`) accepted.
 
     `auto` is refused: a benchmark names what it measures.
 
     Raises:
-        ValueError: for an empty list or an unknown name, naming it.
+        ValueError: for a string, an empty tuple or an unknown name, naming
+            it and the valid ones.
     """
-    valid = f"{', '.join(PRECISIONS)} (or fp32, bf16, fp16)"
-    names = _split(values)
-    if not names:
-        raise ValueError(f"No precision given. Valid: {valid}. Received: precisions={values!r}")
-    out = []
-    for name in names:
+
+    def canonical(name: Any) -> str | None:
         try:
-            canonical = precision_lib.canonical_precision(name)
-        except ValueError:
-            canonical = None
-        if canonical not in PRECISIONS:
-            raise ValueError(f"Unknown precision. Valid: {valid}. Received: precision={name!r}")
-        out.append(canonical)
-    return _dedupe(out)
-
-
-def parse_xla(values: str | Iterable[str | bool]) -> tuple[bool, ...]:
-    """Parses XLA settings (`true`, `false`, `auto`: on with a GPU) into bools.
-
-    Raises:
-        ValueError: for an empty list or an unknown setting, naming it.
-    """
-    items = values.split(",") if isinstance(values, str) else list(values)
-    items = [v.strip() if isinstance(v, str) else v for v in items]
-    items = [v for v in items if v != ""]
-    if not items:
-        raise ValueError(f"No XLA setting given. Valid: false, true, auto. Received: xla={values!r}")
-    out = []
-    for item in items:
-        try:
-            out.append(precision_lib.resolve_jit_compile(item))
-        except ValueError:
-            raise ValueError(f"Unknown XLA setting. Valid: false, true, auto. Received: xla={item!r}") from None
-    return _dedupe(out)
-
-
-def parse_batch_sizes(values: str | Iterable[str | int]) -> tuple[int, ...]:
-    """Parses batch sizes; an empty list means each model's default.
-
-    Raises:
-        ValueError: for a value that is not an integer >= 1, naming it.
-    """
-    items = _split(values) if isinstance(values, str) else list(values)
-    out = []
-    for item in items:
-        try:
-            size = int(item) if not isinstance(item, bool) else None
+            name = precision_lib.canonical_precision(name)
         except (TypeError, ValueError):
-            size = None
-        if size is None or size < 1 or str(item).strip() not in (str(size), f"+{size}"):
-            raise ValueError(f"Batch sizes must be integers >= 1. Received: batch_size={item!r}")
-        out.append(size)
-    return _dedupe(out)
+            return None
+        return name if name in PRECISIONS else None
+
+    return _canonical_names("precision", precisions, f"{', '.join(PRECISIONS)} (or fp32, bf16, fp16)", canonical)
+
+
+def _check_integer(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}. Received: {name}={value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkConfig:
     """What to measure, and how long.
 
+    The sequences are tuples of values, not comma-separated text (the
+    script parses that).
+
     Attributes:
-        models: Model names (keys of the specs; by default `MODELS`).
-        precisions: Precisions, from `PRECISIONS`.
+        models: Model names (keys of the specs; by default `MODELS`), in any
+            case.
+        precisions: Precisions, from `PRECISIONS` or their aliases (`fp32`,
+            `bf16`, `fp16`).
         xla: `jit_compile` values to measure.
         batch_sizes: Batch sizes for every model; empty: each model's default
             (`gan` 512, `mobilenet_v2` 128, `resnet50` 32).
@@ -522,20 +484,15 @@ class BenchmarkConfig:
 
     def validate(self, valid_models: Iterable[str] = MODELS) -> None:
         """Raises ValueError, naming the value, for an impossible setting."""
-        parse_models(self.models, valid_models)
-        parse_precisions(self.precisions)
+        canonical_models(self.models, valid_models)
+        canonical_precisions(self.precisions)
         if not self.xla or not all(isinstance(x, bool) for x in self.xla):
             raise ValueError(f"xla must be a non-empty tuple of bools. Received: xla={self.xla!r}")
-        parse_batch_sizes(self.batch_sizes)
-        size = self.resnet_input_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < MIN_INPUT_SIZE:
-            raise ValueError(
-                f"resnet_input_size must be an integer >= {MIN_INPUT_SIZE}. Received: resnet_input_size={size!r}"
-            )
-        for name, minimum in (("warmup_steps", 1), ("steps", 1), ("repeats", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}. Received: {name}={value!r}")
+        for batch_size in self.batch_sizes:
+            _check_integer("batch_size", batch_size, 1)
+        _check_integer("resnet_input_size", self.resnet_input_size, MIN_INPUT_SIZE)
+        for name in ("warmup_steps", "steps", "repeats"):
+            _check_integer(name, getattr(self, name), 1)
         if not isinstance(self.dataset, str) or self.dataset.lower() not in data_lib.DATASETS:
             raise ValueError(
                 f"Unknown dataset. Valid: {', '.join(data_lib.DATASETS)}. Received: dataset={self.dataset!r}"
@@ -628,96 +585,6 @@ class PipelineRecord:
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict, one key per attribute."""
         return dataclasses.asdict(self)
-
-
-# -- memory --------------------------------------------------------------------
-
-
-def _status_kb(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-class HostPeakMemory:
-    """Measures the peak resident memory of this process over a block.
-
-    ```python
-    with HostPeakMemory() as memory:
-        run()
-    memory.peak_mb
-    ```
-
-    Methods, in order of preference (`method` says which was used):
-    `"VmHWM"`: the kernel's high-water mark, reset on entry through
-    `/proc/self/clear_refs`; `"sampled VmRSS"`: a thread reading `VmRSS`
-    every `interval` seconds; `"ru_maxrss"`: the lifetime peak from
-    `resource.getrusage` (cannot be reset, so it may predate the block).
-
-    Args:
-        interval: Sampling period of the fallback thread, in seconds.
-    """
-
-    def __init__(self, interval: float = 0.005):
-        self.interval = interval
-        self.method = ""
-        self.peak_mb = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._sampled_kb = 0
-
-    def __enter__(self) -> "HostPeakMemory":
-        if _status_kb("VmHWM") is not None:
-            try:
-                with open("/proc/self/clear_refs", "w") as f:
-                    f.write("5")  # resets VmHWM to the current RSS
-                self.method = "VmHWM"
-                return self
-            except OSError:
-                pass
-            self.method = "sampled VmRSS"
-            self._sampled_kb = _status_kb("VmRSS") or 0
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-            return self
-        self.method = "ru_maxrss"
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._sampled_kb = max(self._sampled_kb, _status_kb("VmRSS") or 0)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.method == "VmHWM":
-            self.peak_mb = (_status_kb("VmHWM") or 0) / 1024
-        elif self.method == "sampled VmRSS":
-            self._stop.set()
-            self._thread.join()
-            self._sampled_kb = max(self._sampled_kb, _status_kb("VmRSS") or 0)
-            self.peak_mb = self._sampled_kb / 1024
-        else:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            self.peak_mb = peak / _MB if sys.platform == "darwin" else peak / 1024  # bytes on macOS
-
-
-class _GpuPeakMemory:
-    """Peak memory of GPU:0 over a block; `peak_mb` is None without a GPU."""
-
-    def __enter__(self) -> "_GpuPeakMemory":
-        self.has_gpu = bool(tf.config.list_logical_devices("GPU"))
-        self.peak_mb = None
-        if self.has_gpu:
-            tf.config.experimental.reset_memory_stats("GPU:0")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.has_gpu:
-            self.peak_mb = tf.config.experimental.get_memory_info("GPU:0")["peak"] / _MB
 
 
 # -- timing --------------------------------------------------------------------
@@ -819,11 +686,11 @@ def _check_specs(config: BenchmarkConfig, specs: Mapping[str, tasks.Task] | None
 
 def _rows(config: BenchmarkConfig, specs: Mapping[str, tasks.Task]):
     """(spec, batch, xla, precision) in run order: precisions of a group adjacent."""
-    for name in parse_models(config.models, specs):
+    for name in canonical_models(config.models, specs):
         spec = specs[name]
-        for batch_size in parse_batch_sizes(config.batch_sizes) or (spec.config.batch_size,):
+        for batch_size in _dedupe(config.batch_sizes) or (spec.config.batch_size,):
             for xla in _dedupe(config.xla):
-                for precision in parse_precisions(config.precisions):
+                for precision in canonical_precisions(config.precisions):
                     yield spec, batch_size, xla, precision
 
 
@@ -903,7 +770,7 @@ def compare(
     for spec, batch_size, xla, precision in _rows(config, specs):
         start = time.perf_counter()
         gc.collect()  # free the previous row before measuring this one's memory
-        with HostPeakMemory() as host, _GpuPeakMemory() as gpu:
+        with HostPeakMemory() as host, GpuPeakMemory() as gpu:
             repeats, hand_images_per_sec, images_per_step, kept = _measure_compare_row(
                 spec, precision, xla, batch_size, config
             )
@@ -1009,145 +876,3 @@ def input_pipeline(
                 f"synthetic {synthetic:.1f} img/s, ratio {record.ratio:.3f}, {time.perf_counter() - start:.0f} s"
             )
     return records
-
-
-# -- presentation ----------------------------------------------------------------
-
-
-def _format(key: str, value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:.3f}" if key.startswith("ratio") else f"{value:.1f}"
-    return str(value)
-
-
-def markdown_table(records: Sequence[Record | PipelineRecord]) -> str:
-    """A markdown table with one column per JSON key and one row per record.
-
-    Ratios print with three decimals, other floats with one, None as `n/a`.
-
-    Raises:
-        ValueError: for an empty list or records of different kinds.
-    """
-    if not records:
-        raise ValueError(f"markdown_table needs at least one record. Received: records={records!r}")
-    kinds = {type(r) for r in records}
-    if len(kinds) > 1:
-        raise ValueError(f"markdown_table needs records of one kind. Received: {sorted(k.__name__ for k in kinds)}")
-    keys = list(records[0].to_json())
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    for record in records:
-        row = record.to_json()
-        lines.append("| " + " | ".join(_format(k, row[k]) for k in keys) + " |")
-    return "\n".join(lines)
-
-
-def write_json(records: Sequence[Record | PipelineRecord], path: str) -> None:
-    """Writes the records as a JSON list of their `to_json()` dicts."""
-    with open(path, "w") as f:
-        json.dump([r.to_json() for r in records], f, indent=2)
-        f.write("\n")
-
-
-def require_matplotlib() -> None:
-    """Raises ImportError naming the fix when the optional matplotlib is missing."""
-    try:
-        importlib.import_module("matplotlib")
-    except ImportError as e:
-        raise ImportError(
-            f"Plotting needs matplotlib, an optional dependency of tfmp: {PLOT_INSTALL_HINT} "
-            f"(or pip install matplotlib). ({e})"
-        ) from None
-
-
-def plot(
-    records: Sequence[Record], path: str, config: BenchmarkConfig | None = None, device: str | None = None,
-) -> str:
-    """Writes a PNG bar chart of the trainer's images/s per model and precision.
-
-    One panel per model (their scales differ); within a panel one group of
-    bars per (XLA, batch size) and one bar per precision, labelled with its
-    images/s, its ratio to float32 (`1.41x float32`) and its ratio to the
-    hand-written step (`0.98x hand-written`). The title names the device and
-    the method (median of `repeats` rounds of `steps` steps); each bar has a
-    whisker from its slowest to its fastest round (records without the
-    spread get none); a footnote says what the ratios and whiskers are.
-
-    Args:
-        records: `compare` records.
-        path: The PNG file to write.
-        config: The `BenchmarkConfig` the records were measured with, for
-            the steps and repeats; None leaves them out.
-        device: The device the records were measured on; None names the
-            one this process sees (its GPUs, or the CPU).
-
-    Returns:
-        `path`.
-
-    Raises:
-        ImportError: without matplotlib, naming `pip install "tfmp[plot]"`.
-        ValueError: for no records, or records that are not `Record`s.
-    """
-    require_matplotlib()
-    import platform
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    if not records or not all(isinstance(r, Record) for r in records):
-        raise ValueError(f"plot needs compare() records. Received: records={records!r}")
-    if device is None:
-        gpus = tf.config.list_physical_devices("GPU")
-        names = sorted({tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus})
-        device = f"{len(gpus)} x {' + '.join(names)}" if gpus else f"CPU ({platform.processor() or platform.machine()})"
-    models = list(dict.fromkeys(r.model for r in records))
-    precisions = [p for p in PRECISIONS if any(r.precision == p for r in records)]
-    colors = {"float32": "#4c72b0", "mixed_bfloat16": "#55a868", "mixed_float16": "#c44e52"}
-    figure = Figure(figsize=(4.5 * len(models) + 1, 5), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(1, len(models), squeeze=False)[0]
-    width = 0.8 / len(precisions)
-    for ax, model in zip(axes, models):
-        rows = [r for r in records if r.model == model]
-        groups = list(dict.fromkeys((r.xla, r.batch_size) for r in rows))
-        for j, precision in enumerate(precisions):
-            for i, group in enumerate(groups):
-                match = [r for r in rows if (r.xla, r.batch_size) == group and r.precision == precision]
-                if not match:
-                    continue
-                r = match[0]
-                x = i + (j - (len(precisions) - 1) / 2) * width
-                spread = None
-                if r.images_per_sec_min is not None and r.images_per_sec_max is not None:
-                    spread = [[r.images_per_sec - r.images_per_sec_min], [r.images_per_sec_max - r.images_per_sec]]
-                ax.bar(x, r.images_per_sec, width, color=colors[precision], yerr=spread, capsize=2,
-                       error_kw={"elinewidth": 0.8}, label=precision if i == 0 else None)
-                top = r.images_per_sec if r.images_per_sec_max is None else r.images_per_sec_max
-                label = f"{r.images_per_sec:.0f}"
-                if r.ratio_to_float32 is not None and precision != "float32":
-                    label += f"\n{r.ratio_to_float32:.2f}x float32"
-                label += f"\n{r.ratio_to_hand_written:.2f}x hand-written"
-                if spread is not None:
-                    label += f"\n({r.images_per_sec_min:.0f}-{r.images_per_sec_max:.0f})"
-                ax.annotate(label, (x, top), ha="center", va="bottom", fontsize=6)
-        ax.set_xlim(-0.6, len(groups) - 0.4)
-        ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels([f"xla={str(x).lower()}\nbatch {b}" for x, b in groups])
-        ax.set_title(model)
-        ax.set_ylabel("images/s (tfmp trainer)")
-        ax.margins(y=0.3)
-        ax.legend(fontsize=8)
-    method = (f"median of {config.repeats} repeats x {config.steps} steps ({config.warmup_steps} warm-up)"
-              if config is not None else "steps and repeats not given")
-    figure.suptitle(f"tfmp trainer throughput by precision\n{device}; {method}", fontsize=10)
-    figure.supxlabel(  # supxlabel, unlike a free text, gets room from the constrained layout
-        "bar labels: images/s (median; whisker and (a-b): slowest to fastest round); "
-        "Nx float32 = images/s / float32's (same model, XLA, batch);\n"
-        "Nx hand-written = tfmp trainer / a hand-written tf.function step (same model, precision, XLA, batch)",
-        fontsize=7,
-    )
-    figure.savefig(path, format="png", dpi=120)
-    return path

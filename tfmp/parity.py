@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import json
 import math
 import os
 import statistics
@@ -57,7 +56,6 @@ __all__ = [
     "paired_start",
     "parity_table",
     "run_parity",
-    "write_json",
 ]
 
 REFERENCE = "float32"
@@ -124,7 +122,7 @@ class ParityConfig:
     def canonical_precisions(self) -> tuple[str, ...]:
         """The precisions' canonical names, float32 first; `ConfigError` for an unknown one or a repeat."""
         try:
-            names = benchmark.parse_precisions(self.precisions)
+            names = benchmark.canonical_precisions(self.precisions)
         except ValueError as e:
             raise training.ConfigError(str(e)) from None
         if len(names) != len(self.precisions):
@@ -368,10 +366,3 @@ def parity_table(records: Sequence[ParityRecord]) -> str:
             f"{_points(gap.min)}..{_points(gap.max)} |"
         )
     return "\n".join(lines)
-
-
-def write_json(records: Sequence[ParityRecord], path: str) -> None:
-    """Writes the records as a JSON list of objects."""
-    with open(path, "w") as f:
-        json.dump([record.to_json() for record in records], f, indent=2)
-        f.write("\n")

@@ -24,6 +24,7 @@ import sys
 from tfmp.models.gan import build_generator
 from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from tfmp import benchmark
+from tfmp import reporting
 
 
 def _mbv2(fused: bool):
@@ -44,7 +45,7 @@ def main(steps: int = 2, repeats: int = 9) -> None:
     config = benchmark.BenchmarkConfig(
         models=tuple(specs), precisions=("float32", "mixed_bfloat16"), xla=(False,), steps=steps, repeats=repeats)
     records = benchmark.compare(config, specs, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    print(benchmark.markdown_table(records))
+    print(reporting.markdown_table(records))
     baseline = {r.model.split("_keras_bn")[0]: r.images_per_sec for r in records
                 if r.model.endswith("_keras_bn") and r.precision == "float32"}
     print("\n| model | precision | img/s | vs Keras-BN float32 |\n|---|---|---|---|")
