@@ -231,3 +231,32 @@ def test_rows_apply_the_per_layer_precision_training_applies():
     assert advice == cpu_bfloat16_float32_layers((32, 32, 3)) and "block_1_depthwise" in advice
     with pytest.raises(ValueError, match=r"Received: '\('"):
         tiny_config(models=("tiny",), float32_layers="(").validate(valid_models=("tiny",))
+
+
+def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
+    # One code path: each row's trainer is Task.build's, with the row's precision, the config's loss scale
+    # (dynamic under float16) and the row's batch size, seed and schedule length.
+    built = []
+    build = tasks.ClassifierTask.build
+
+    def recording_build(self, precision, loss_scale, jit_compile, steps_per_epoch=1, split=None):
+        result = build(self, precision, loss_scale, jit_compile, steps_per_epoch, split)
+        built.append((self.name, self.config.batch_size, self.config.seed, precision, loss_scale, steps_per_epoch,
+                      result.trainer))
+        return result
+
+    monkeypatch.setattr(tasks.ClassifierTask, "build", recording_build)
+    timed = []
+    monkeypatch.setattr(benchmark, "_trainer_driver",
+                        lambda workload, *args, **kwargs: timed.append(workload.trainer) or _FakeDriver())
+    monkeypatch.setattr(benchmark, "_hand_written_driver", lambda *args, **kwargs: _FakeDriver())
+    monkeypatch.setattr(benchmark, "_interleave", lambda drivers, steps, repeats: None)
+    benchmark.compare(tiny_config(models=("tiny",), precisions=("fp16",), seed=3), tiny_specs())
+    steps = 1 + 2 * 1  # warm-up + steps x repeats of tiny_config
+    assert [row[:-1] for row in built] == [("tiny", BATCH, 3, "mixed_float16", "dynamic", steps)]
+    assert timed == [built[0][-1]]
+
+
+class _FakeDriver:
+    images_per_sec = [1.0]
+    median_images_per_sec = 1.0
