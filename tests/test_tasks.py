@@ -67,7 +67,8 @@ def test_a_classifier_task_compiles_what_its_config_says():
     schedule = optimizer.inner_optimizer.learning_rate
     # The cosine schedule decays over the whole run: epochs x steps per epoch.
     assert task.config.epochs * steps == 3 * -(-len(split.x_train) // 16)
-    assert int(optimizer.inner_optimizer._learning_rate.decay_steps) == 3 * steps
+    schedule_config = optimizer.inner_optimizer.get_config()["learning_rate"]
+    assert schedule_config["class_name"] == "CosineDecay" and schedule_config["config"]["decay_steps"] == 3 * steps
     assert float(schedule) == pytest.approx(1e-3)
     assert trainer.network.output_shape == (None, 10) and trainer.network.layers[-1].dtype_policy.name == "float32"
     assert built.float32_layers == () and built.float32_pattern == ""
