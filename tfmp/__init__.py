@@ -13,7 +13,8 @@ The public names most users need:
   `tf.keras.mixed_precision` (`Policy`, `set_global_policy`,
   `global_policy`, `LossScaleOptimizer`).
 
-Whole runs (data, model, callbacks, TensorBoard) are in `tfmp.training`.
+Whole runs (data, model, callbacks, TensorBoard) are in `tfmp.training`, built from
+`tfmp.config` (settings), `tfmp.tasks` (one Task per model) and `tfmp.runner` (one run).
 """
 
 from tfmp import mixed_precision, trainers
