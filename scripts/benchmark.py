@@ -165,7 +165,7 @@ def _config() -> benchmark.BenchmarkConfig:
         )
         config.validate()
     except ValueError as e:
-        raise app.UsageError(str(e)) from None
+        raise app.UsageError(common.to_flags(str(e))) from None
     return config
 
 
@@ -197,7 +197,7 @@ def main(argv):
     try:
         records = measure(config, progress=progress)
     except data_lib.DatasetNotFoundError as e:
-        sys.exit(f"error: {e}")
+        sys.exit(f"error: {common.to_flags(str(e))}")
     print(reporting.markdown_table(records))
     if _JSON_OUT.value:
         reporting.write_json(records, _JSON_OUT.value)

@@ -1,12 +1,15 @@
 """Flags shared by the training scripts, with defaults taken from the configs.
 
 The defaults live once, in the `tfmp.training` config dataclasses; this module
-only turns them into absl flags and back.
+only turns them into absl flags and back, and the library's messages, which
+name settings as the configs do (`run_name`, `resume=True`), into flag names
+(`--run_name`, `--resume`): see `to_flags`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import signal
 import sys
 from typing import Any, Callable
@@ -201,26 +204,93 @@ def make_main(
     return main
 
 
-def run(train_fn: Callable[[Any], Any], config: Any) -> Any:
-    """Runs `train_fn(config)`, turning the expected failures into clean exits.
+# The library's names for what the scripts offer another way.
+_LIBRARY_TO_SCRIPTS = {"tfmp.training.diagnose_run": "scripts/diagnose.py (tfmp-diagnose)"}
+_TRAINING_CONFIGS = (training.ClassifierConfig, training.GANConfig)
+
+
+def to_flags(message: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
+    """A library message in this script's terms: setting names become flag names.
+
+    tfmp's messages name a setting as its config field, in one of two forms,
+    and only those are rewritten:
+
+    * `name=value`: `Received: run_name='x'` -> `Received: --run_name='x'`,
+      `dataset='digits'` -> `--dataset='digits'`; a boolean flag's
+      `resume=True` -> `--resume` (`=False` -> `--noresume`);
+    * a bare name with an underscore, which no English word has:
+      `another run_name or checkpoint_dir` -> `another --run_name or
+      --checkpoint_dir`.
+
+    A one-word name without `=` is prose and stays ("the dataset", "resume
+    needs", "epochs"), as do names inside paths and dotted names
+    (`config.batch_size`). Only the fields of the `tfmp.training` configs that
+    are flags of this script (defined in `flag_values`) count: a setting the
+    script does not offer as a flag keeps the library's name. Library names
+    of what the scripts offer as their own commands (`tfmp.training.diagnose_run`)
+    become those commands.
+
+    Args:
+        message: A library message (an error, a warning line).
+        flag_values: The flags defined; default absl's global `FLAGS`.
+
+    Returns:
+        The message with flag names.
+    """
+    for library, script in _LIBRARY_TO_SCRIPTS.items():
+        message = message.replace(library, script)
+    fields = {field.name for config in _TRAINING_CONFIGS for field in dataclasses.fields(config)}
+    names = sorted((name for name in fields if name in flag_values), key=len, reverse=True)
+    if not names:
+        return message
+    # Not inside a word, a path, a dotted name or a flag already; then `=value`, if any.
+    pattern = re.compile(r"(?<![\w./-])(" + "|".join(map(re.escape, names))
+                         + r")(?![\w/-]|\.\w)(=(?:(True|False)(?!\w))?)?")
+
+    def flag(match: re.Match) -> str:
+        name, equals, boolean = match.groups()
+        if equals is None and "_" not in name:
+            return match.group(0)  # a one-word name in prose: an English word
+        if boolean is not None and flag_values[name].boolean:
+            return f"--{name}" if boolean == "True" else f"--no{name}"
+        return f"--{name}{equals or ''}"
+
+    return pattern.sub(flag, message)
+
+
+def print_line(line: str) -> None:
+    """Prints a line a run writes to the console; its warnings in flag terms (`to_flags`).
+
+    Only warnings: the run's description, step lines and notes are records
+    of the run (`precision=float32 ...`), printed as the library words them.
+    """
+    print(to_flags(line) if line.startswith("warning:") else line, flush=True)
+
+
+def run(train_fn: Callable[..., Any], config: Any) -> Any:
+    """Runs `train_fn(config, print_fn=print_line)`, turning the expected failures into clean exits.
 
     Bad settings become usage errors; missing or corrupt data, an unusable
     checkpoint or a failed checkpoint write, a run directory another run
     holds, or a stop on a non-finite step exit with status 1 and the message;
     a preemption (SIGTERM/SIGINT, checkpoint written) exits with 128 + the
     signal number, as a process killed by it would, and so does Ctrl-C
-    during start-up (130, one line).
+    during start-up (130, one line). Every message names the flags where
+    the library names settings (`to_flags`).
     """
     try:
-        return train_fn(config)
+        if getattr(config, "console", None) == "auto":
+            # What the library decides for print (a progress bar on a terminal); it cannot tell for print_line.
+            config = dataclasses.replace(config, console=callbacks.console_mode("auto", sys.stdout))
+        return train_fn(config, print_fn=print_line)
     except training.ConfigError as e:
-        raise app.UsageError(str(e)) from None
+        raise app.UsageError(to_flags(str(e))) from None
     except (data_lib.DatasetNotFoundError, data_lib.CorruptDatasetError, checkpoint.CheckpointError,
             rundir.RunDirInUseError, callbacks.NonFiniteStepError) as e:
-        sys.exit(f"error: {e}")
+        sys.exit(f"error: {to_flags(str(e))}")
     except preemption.Preempted as e:
-        print(str(e), file=sys.stderr, flush=True)
+        print(to_flags(str(e)), file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:
-        print(str(e) or "interrupted by SIGINT (Ctrl-C)", file=sys.stderr, flush=True)
+        print(to_flags(str(e)) or "interrupted by SIGINT (Ctrl-C)", file=sys.stderr, flush=True)
         sys.exit(128 + signal.SIGINT)

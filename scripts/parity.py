@@ -63,7 +63,7 @@ def main(argv):
         precisions=tuple(_PRECISIONS.value),
         run_name=_PARENT.value,
     )
-    records = common.run(lambda c: parity.run_parity(c, print_fn=lambda line: print(line, flush=True)), config)
+    records = common.run(parity.run_parity, config)
     print()
     print(parity.parity_table(records))
     if _JSON_OUT.value:

@@ -1,6 +1,7 @@
 """Tests for tfmp/checkpoint.py, and exact resume through tfmp.training."""
 
 import dataclasses
+import json
 import os
 import signal
 
@@ -28,27 +29,173 @@ def _train_one_step(trainer, seed=0):
     trainer.fit(x, y, batch_size=8, epochs=1, verbose=0)
 
 
+def _assert_library_terms(message):
+    """The library names settings as the config does (`run_name`); only the scripts say `--run_name`."""
+    assert "another run_name or checkpoint_dir" in message
+    assert "--" not in message and "scripts/" not in message
+
+
+def _variables(trainer):
+    return trainer.variables + [v for o in trainer.optimizers.values() for v in o.variables]
+
+
 def _values(trainer):
-    variables = trainer.variables + [v for o in trainer.optimizers.values() for v in o.variables]
-    return [v.numpy().copy() for v in variables]
+    return [v.numpy().copy() for v in _variables(trainer)]
+
+
+def _assert_same_values(saved, trainer):
+    variables = _variables(trainer)
+    assert len(saved) == len(variables)
+    for value, variable in zip(saved, variables):
+        np.testing.assert_array_equal(value, variable.numpy(), err_msg=variable.path)
+
+
+def _tiny_gan_trainer():
+    """A small GAN under mixed_float16 with dynamic loss scaling: noise seed, Dropout seeds, BatchNorm, counters."""
+    from tfmp.models.gan import build_discriminator, build_generator
+
+    with tfmp.precision_scope("mixed_float16"):
+        trainer = trainers.GANTrainer(build_generator(latent_dim=8, widths=(8, 8, 8)),
+                                      build_discriminator(widths=(8, 8, 8)))
+        trainer.compile(loss_scale="dynamic")
+    return trainer
+
+
+def _train_gan(trainer, steps=2, nan=False):
+    images = np.random.default_rng(0).uniform(size=(8 * steps, 28, 28, 1)).astype(np.float32)
+    if nan:
+        images[0, 0, 0, 0] = np.nan  # a skipped discriminator step: counted, the scale backs off
+    trainer.fit(images, batch_size=8, epochs=1, verbose=0, shuffle=False)
+
+
+def _keys(path):
+    return set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
+
+
+def _write_legacy(directory, trainer, step, signature):
+    """A checkpoint as tfmp 0.1.0 wrote it: positional variable lists, through a manager naming ckpt-<step>."""
+    legacy = tf.train.Checkpoint(
+        model=list(trainer.variables),
+        step=tf.Variable(step, dtype=tf.int64),
+        signature=tf.Variable(json.dumps(signature, sort_keys=True), dtype=tf.string),
+        **{f"optimizer_{name}": list(optimizer.variables) for name, optimizer in trainer.optimizers.items()},
+    )
+    return tf.train.CheckpointManager(legacy, directory, max_to_keep=3).save(checkpoint_number=step)
 
 
 # --- the library ---------------------------------------------------------------------
 
 
-def test_save_and_restore_bring_back_weights_slots_and_step(tmp_path):
-    trainer = _tiny_classifier_trainer()
+# How to build a trainer, train it before the save, and train it on (what the restore must undo).
+_KINDS = {
+    "classifier-float32": (_tiny_classifier_trainer, _train_one_step, lambda trainer: _train_one_step(trainer, seed=1)),
+    "gan-float16-dynamic": (_tiny_gan_trainer, lambda trainer: _train_gan(trainer, nan=True), _train_gan),
+}
+
+
+@pytest.mark.parametrize("kind", list(_KINDS))
+def test_save_and_restore_bring_back_weights_slots_and_step(kind, tmp_path):
+    make, train, train_on = _KINDS[kind]
+    trainer = make()
+    initial = _values(trainer)
     ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {"model": "a"}, keep=2)
-    _train_one_step(trainer)
-    ckpt.save(1)
+    train(trainer)
+    path = ckpt.save(1)
     saved = _values(trainer)
-    _train_one_step(trainer, seed=1)
+    train_on(trainer)
     assert any(not np.array_equal(a, b) for a, b in zip(saved, _values(trainer)))
     found = ckpt.latest()
     assert found.step == 1 and found.path.endswith("ckpt-1") and found.signature == {"model": "a"}
     assert ckpt.restore(found) == 1
     for a, b in zip(saved, _values(trainer)):
         np.testing.assert_array_equal(a, b)
+
+    # The keys are object paths, not positions in a list.
+    keys = _keys(path)
+    assert not any(key.startswith("model/") for key in keys)
+    assert any(key.startswith(f"optimizer_{name}/") for key in keys for name in trainer.optimizers)
+    # And a freshly built trainer gets every variable back, bit for bit.
+    fresh = make()
+    again = checkpoint.RunCheckpoint(str(tmp_path), fresh, {"model": "a"})
+    assert again.restore(again.latest()) == 1
+    _assert_same_values(saved, fresh)
+    if kind.startswith("gan"):
+        assert "trainer/generator/_operations/3/moving_mean/.ATTRIBUTES/VARIABLE_VALUE" in keys
+        assert "seed_generators/noise_seed/.ATTRIBUTES/VARIABLE_VALUE" in keys
+        assert sum(key.startswith("seed_generators/discriminator/") for key in keys) == 3  # its Dropouts
+        # What the GAN's round trip covers: noise and Dropout seeds moved on; the loss scale, its growth
+        # counter and the skipped step of the NaN batch are not their initial values.
+        changed = {v.path for v, a, b in zip(_variables(fresh), initial, saved) if not np.array_equal(a, b)}
+        assert sum("seed_generator_state" in path for path in changed) == 4, changed
+        scaler = fresh.discriminator_optimizer
+        assert int(scaler.skipped_steps) == 1 and float(scaler.loss_scale) == 2 ** 14  # one backoff from 2**15
+        assert int(fresh.generator_optimizer.step_counter) == 2  # two finite steps towards the next growth
+
+
+def test_a_checkpoint_in_the_0_1_0_layout_resumes_exactly_and_the_next_save_writes_objects(tmp_path):
+    trainer = _tiny_gan_trainer()
+    _train_gan(trainer, nan=True)
+    written = _write_legacy(str(tmp_path), trainer, 2, {"model": "gan"})
+    assert any(key.startswith("model/0/") for key in _keys(written))
+    saved = _values(trainer)
+
+    fresh = _tiny_gan_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), fresh, {"model": "gan"})
+    found = ckpt.latest()
+    assert found.path == written and found.step == 2 and found.signature == {"model": "gan"}
+    assert ckpt.restore(found) == 2
+    _assert_same_values(saved, fresh)
+
+    keys = _keys(ckpt.save(3))
+    assert any(key.startswith("trainer/") for key in keys) and not any(key.startswith("model/") for key in keys)
+    third = _tiny_gan_trainer()
+    again = checkpoint.RunCheckpoint(str(tmp_path), third, {"model": "gan"})
+    assert again.restore(again.latest()) == 3
+    _assert_same_values(saved, third)
+
+
+def test_a_checkpoint_in_the_0_1_0_layout_of_another_model_is_refused(tmp_path):
+    # Another shape: 3 classes against 5.
+    path = _write_legacy(str(tmp_path / "shape"), _tiny_classifier_trainer(units=3), 1, {})
+    other = checkpoint.RunCheckpoint(str(tmp_path / "shape"), _tiny_classifier_trainer(units=5), {})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        other.restore(other.latest())
+    assert path in str(error.value) and "another model" in str(error.value)
+    # Another number of variables: one more layer, whose kernel and bias the positional lists cannot place.
+    inputs = keras.Input((4,))
+    deeper = trainers.ClassifierTrainer(keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Dense(4)(inputs))))
+    with tfmp.precision_scope("float32"):
+        deeper.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", skip_nonfinite=True)
+    path = _write_legacy(str(tmp_path / "count"), _tiny_classifier_trainer(units=3), 1, {})
+    other = checkpoint.RunCheckpoint(str(tmp_path / "count"), deeper, {})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        other.restore(other.latest())
+    message = str(error.value)
+    assert path in message and "another model" in message
+    assert "its model list holds 2 variables, this trainer's 4" in message
+
+
+class _UnkeptWeight(keras.layers.Layer):
+    """Creates a weight without keeping it in an attribute: Keras lists it, tf.train.Checkpoint cannot reach it."""
+
+    def build(self, input_shape):
+        self.add_weight(shape=(2,), initializer="zeros", trainable=False, name="unkept")
+
+    def call(self, inputs):
+        return inputs
+
+
+def test_a_variable_the_checkpoint_cannot_reach_is_refused_naming_it(tmp_path):
+    inputs = keras.Input((4,))
+    trainer = trainers.ClassifierTrainer(keras.Model(inputs, keras.layers.Dense(3)(_UnkeptWeight()(inputs))))
+    trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy")
+    (unkept,) = [v for v in trainer.variables if v.name == "unkept"]
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        checkpoint.RunCheckpoint(str(tmp_path), trainer, {})
+    message = str(error.value)
+    assert f"1 of its variables are not reachable from its object graph" in message
+    assert f"{unkept.path} (shape (2,))" in message and "dense" not in message
+    assert not os.listdir(tmp_path)
 
 
 def test_latest_is_none_without_checkpoints(tmp_path):
@@ -77,6 +224,7 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_and_says_so(tmp_
     with pytest.raises(checkpoint.CheckpointError) as error:
         ckpt.latest()
     assert newest in str(error.value) and first in str(error.value)
+    _assert_library_terms(str(error.value))
 
 
 def test_a_checkpoint_of_another_model_is_refused_naming_the_file(tmp_path):
@@ -86,6 +234,7 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_file(tmp_path):
     with pytest.raises(checkpoint.CheckpointError) as error:
         other.restore(other.latest())
     assert path in str(error.value) and "another model" in str(error.value)
+    _assert_library_terms(str(error.value))
 
 
 def test_a_different_signature_is_refused_naming_each_difference(tmp_path):
@@ -97,6 +246,7 @@ def test_a_different_signature_is_refused_naming_each_difference(tmp_path):
     message = str(error.value)
     assert "ckpt-3" in message and 'precision: checkpoint "mixed_float16", this run "float32"' in message
     assert "seed" not in message
+    _assert_library_terms(message)
 
 
 def test_a_difference_names_the_nested_key_and_both_values_in_full(tmp_path):
@@ -248,7 +398,7 @@ def test_stop_and_resume_equals_the_uninterrupted_run(train, config, stop_line, 
     epoch, batch = (int(n) for n in stop_line.strip("()").split(", "))
     done = epoch * steps + batch + 1
     assert stopped.value.step == done and stopped.value.exit_code == 128 + signal.SIGTERM
-    assert stopped.value.checkpoint.endswith(f"ckpt-{done}") and "--resume" in str(stopped.value)
+    assert stopped.value.checkpoint.endswith(f"ckpt-{done}") and "resume=True" in str(stopped.value)
 
     lines = []
     resumed = train(dataclasses.replace(cut, resume=True), print_fn=lines.append)

@@ -342,6 +342,7 @@ def test_startup_warnings_and_diagnose(float16_gan, digits):
         bad = trainers.GANTrainer(build_generator(widths=(63, 31, 7)), build_discriminator())
     block = diagnostics.startup_warnings(bad, 4090)
     assert block.startswith("warning:") and "generator/conv_2: filters 31" in block and "use 4088" in block
+    assert "(details: tfmp.training.diagnose_run)" in block and "scripts/" not in block and "--" not in block
     lines = []
     diagnosis = diagnostics.diagnose(float16_gan, digits.x_train[:16], print_fn=lines.append)
     text = lines[0]

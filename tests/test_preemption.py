@@ -35,4 +35,6 @@ def test_preempted_says_where_the_checkpoint_is_and_how_to_resume():
     assert error.exit_code == 143 and error.step == 12
     message = str(error)
     assert "SIGTERM" in message and "step 12" in message and "/runs/a/checkpoints/ckpt-12" in message
-    assert "--resume" in message
+    # In the library's terms (the settings); the scripts translate them into their flags.
+    assert "resume=True" in message and "the same run_name" in message
+    assert "--" not in message and "scripts/" not in message

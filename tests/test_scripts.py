@@ -1,4 +1,5 @@
-"""The absl scripts, run as a user runs them: in a subprocess."""
+"""The absl scripts, run as a user runs them: in a subprocess; and scripts/common.py's translation of
+library messages into flag terms, in process."""
 
 import os
 import re
@@ -99,8 +100,8 @@ def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
         ("train_classifier.py", "--profile_steps=5,2", "end=2"),
         ("train_classifier.py", "--float32_layers=nosuchlayer", "Received: 'nosuchlayer'"),
         # An infinite rate would write inf/NaN into the weights at the first step (and exit 0).
-        ("train_classifier.py", "--learning_rate=inf", "learning_rate must be a finite number > 0. Received: "
-                                                       "learning_rate=inf"),
+        ("train_classifier.py", "--learning_rate=inf", "--learning_rate must be a finite number > 0. Received: "
+                                                       "--learning_rate=inf"),
         ("train_gan.py", "--generator_learning_rate=inf", "generator_learning_rate=inf"),
         ("train_gan.py", "--discriminator_learning_rate=nan", "discriminator_learning_rate=nan"),
     ],
@@ -118,7 +119,7 @@ def test_a_loss_scale_beyond_the_bound_is_a_usage_error_naming_the_range(tmp_pat
     proc = _run("train_gan.py", "--dataset=digits", "--precision=mixed_float16", "--loss_scale=1e40",
                 f"--logdir={tmp_path}")
     assert proc.returncode != 0
-    assert "(0, 16777216] (2**24)" in proc.stderr and "Received: loss_scale='1e40'" in proc.stderr
+    assert "(0, 16777216] (2**24)" in proc.stderr and "Received: --loss_scale='1e40'" in proc.stderr
     assert "Traceback" not in proc.stderr and not _event_files(tmp_path)
 
 
@@ -421,3 +422,94 @@ def test_a_corrupt_dataset_file_is_a_clean_error_naming_it(tmp_path):
     assert proc.returncode == 1
     assert f"error: Could not read {tmp_path / 'mnist.npz'}: it is corrupt or truncated" in proc.stderr
     assert "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "logs")
+
+
+# --- library messages in flag terms (scripts/common.py) --------------------------------
+
+
+def _flag_values(*names, booleans=()):
+    from absl import flags
+
+    flag_values = flags.FlagValues()
+    for name in names:
+        flags.DEFINE_string(name, None, "", flag_values=flag_values)
+    for name in booleans:
+        flags.DEFINE_bool(name, False, "", flag_values=flag_values)
+    return flag_values
+
+
+TRAINING_FLAGS = ("run_name", "checkpoint_dir", "dataset", "epochs", "seed", "batch_size", "xla", "loss_scale")
+
+
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        # A ConfigError: the prose names and the Received: part alike; a boolean flag as --name / --noname.
+        ("resume needs the run to continue: give its run_name (or its checkpoint_dir). "
+         "Received: resume=True, run_name=None, checkpoint_dir=None",
+         "resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
+         "Received: --resume, --run_name=None, --checkpoint_dir=None"),
+        ("run_name must stay inside logdir. Received: run_name='../x'",
+         "--run_name must stay inside logdir. Received: --run_name='../x'"),
+        ("use the embedded dataset \"digits\" instead (dataset='digits')",
+         "use the embedded dataset \"digits\" instead (--dataset='digits')"),
+        ("Received: deterministic=False, epochs=0, xla=True", "Received: --nodeterministic, --epochs=0, --xla=True"),
+        ("pitfalls found (details: tfmp.training.diagnose_run):",
+         "pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):"),
+        # Prose, paths, dotted names, flags already, names that are not this script's training flags: unchanged.
+        ("Pass resume to continue it; the dataset, seed and epochs must match; batch size 30",) * 2,
+        ("written to /logs/run_name/checkpoints/ckpt-3 and test_run_name0/x",) * 2,
+        ("config.batch_size: checkpoint 32, this run 64",) * 2,
+        ("another --run_name or --checkpoint_dir",) * 2,
+        ("json_out='x', learning_rate=inf, logdir='/tmp'",) * 2,
+    ],
+)
+def test_to_flags_rewrites_setting_names_and_leaves_prose_alone(message, expected):
+    from scripts import common
+
+    assert common.to_flags(message, _flag_values(*TRAINING_FLAGS, "json_out", booleans=("resume", "deterministic"))) \
+        == expected
+
+
+def test_to_flags_turns_real_library_messages_into_flag_terms():
+    import signal as signals
+
+    from scripts import common
+    from tfmp import data, preemption
+
+    flag_values = _flag_values("run_name", "dataset", booleans=("resume",))
+    stopped = str(preemption.Preempted(signals.SIGTERM, 12, "/runs/a/checkpoints/ckpt-12"))
+    assert common.to_flags(stopped, flag_values).endswith(
+        "ckpt-12. To resume, start the run again with --resume (and the same --run_name).")
+    assert "(--dataset='digits')" in common.to_flags(data._DIGITS_HINT, flag_values)
+    # A script without a --run_name flag keeps the setting's name.
+    assert "the same run_name" in common.to_flags(stopped, _flag_values(booleans=("resume",)))
+
+
+def test_run_prints_warnings_in_flag_terms_and_keeps_the_console_choice(capsys):
+    from scripts import common
+    from tfmp import training
+
+    received = []
+
+    def train(config, print_fn):
+        received.append((config.console, print_fn))
+        print_fn("warning: mixed-precision pitfalls found (details: tfmp.training.diagnose_run):\n  (batch): ...")
+        print_fn("note: loss_scale=dynamic is ignored under float32")
+        return "done"
+
+    assert common.run(train, training.GANConfig()) == "done"
+    # Captured output is no terminal: the step lines, as the library picks for print.
+    assert received == [("lines", common.print_line)]
+    assert capsys.readouterr().out.splitlines() == [
+        "warning: mixed-precision pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):", "  (batch): ...",
+        "note: loss_scale=dynamic is ignored under float32"]
+    common.run(train, training.GANConfig(console="progress"))
+    assert received[-1][0] == "progress"
+
+
+def test_a_library_error_reads_in_flag_terms_from_the_script(tmp_path):
+    proc = _run("train_gan.py", "--dataset=digits", f"--logdir={tmp_path}", "--resume")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert ("resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
+            "Received: --resume, --run_name='', --checkpoint_dir=''") in proc.stderr

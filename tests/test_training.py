@@ -88,7 +88,7 @@ def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tm
     plain = training.train_gan(dataclasses.replace(config, run_name="plain"), _quiet([]))
     (block,) = [line.splitlines() for line in lines if line.startswith("warning:")]
     assert block == [
-        "warning: mixed-precision pitfalls found (details: scripts/diagnose.py):",
+        "warning: mixed-precision pitfalls found (details: tfmp.training.diagnose_run):",
         "  (batch): batch size 30 is not a multiple of 8 (use 32)",
         "  generator/conv_3: filters 7 is not a multiple of 8 (use 8)",
         "  generator/conv_final: input channels 7 is not a multiple of 8 (use 8)",

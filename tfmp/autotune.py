@@ -1,4 +1,4 @@
-"""`--precision=auto`: choose by measuring, once per device and model.
+"""Precision `"auto"`: choose by measuring, once per device and model.
 
 No rule from the hardware alone picks well. On CPUs with AVX512-BF16 or AMX,
 bfloat16 matmuls run about 2x float32, yet MobileNetV2 measured 0.45x in

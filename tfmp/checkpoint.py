@@ -1,18 +1,45 @@
 """Checkpoints that resume a run exactly, and survive being killed mid-write.
 
-A `RunCheckpoint` holds everything a step changes, as TensorFlow checkpoint
-objects managed by one `tf.train.CheckpointManager`:
+A `RunCheckpoint` holds everything a step changes, as one object-based
+`tf.train.Checkpoint` managed by one `tf.train.CheckpointManager`:
 
-* every variable of the trainer: the networks' weights and BatchNorm
-  statistics, and the trainer's random-generator states (the GAN's noise);
-* every optimizer's variables: iterations, slots, learning rate, and for a
-  `tfmp.LossScaleOptimizer` the scale, its growth and hysteresis counters
-  and the skipped-step count;
-* the global step, from which the epoch and the position in the data
-  follow (`tfmp.training` replays the data stream to that position);
-* the run's signature: what must not change between the run that wrote a
+* `trainer`: the trainer itself. Keras 3 on TensorFlow makes layers,
+  models, optimizers and variables TensorFlow trackables, so the checkpoint
+  follows the trainer's attributes to every network weight and BatchNorm
+  statistic, and each variable is matched on restore by where it sits in
+  that object graph (`trainer/generator/...`), not by its position in a
+  list;
+* `optimizer_<name>`: each optimizer of `trainer.optimizers` under its own
+  name (also reachable through the trainer, but named here so that a
+  checkpoint's layout says which optimizer is which): iterations, slots,
+  learning rate, and for a `tfmp.LossScaleOptimizer` the scale, its growth
+  and hysteresis counters and the skipped-step count;
+* `seed_generators`: the states of the trainer's `keras.random.SeedGenerator`s
+  (the GAN's noise, Dropout masks), keyed by where each generator is held
+  (`seed_generators/noise_seed`, `seed_generators/discriminator/_operations/3/seed_generator`).
+  Keras's seed generators are not TensorFlow trackables, so the trainer's
+  object graph does not reach them;
+* `step`: the global step, from which the epoch and the position in the
+  data follow (`tfmp.training` replays the data stream to that position);
+* `signature`: what must not change between the run that wrote a
   checkpoint and the one that resumes from it (model, precision, loss
   scaling, optimizers, data order). A mismatch is refused, naming it.
+
+TensorFlow stores each variable once, under the shortest path that reaches
+it: a network's trainable weights therefore appear under their optimizer
+(`optimizer_<name>/_trainable_variables/<i>`, the list Keras optimizers
+keep of what they update) and the other variables under `trainer/...`; a
+restore matches them through either path. Compiled metrics are not in the
+checkpoint (Keras 3 metrics are not trackables); `fit()` resets them at
+every epoch anyway. `RunCheckpoint` refuses, naming them, a trainer whose
+`variables` or optimizer variables the checkpoint would not reach (a
+weight a custom layer created without keeping it in an attribute), rather
+than resume them silently from their initial values.
+
+Checkpoints of tfmp 0.1.0, which stored `trainer.variables` and each
+optimizer's `variables` as positional lists (`model/<i>`,
+`optimizer_<name>/<i>`), are still resumed: `restore` recognises their
+keys and reads them in that layout. Saves always write the object layout.
 
 Writes are crash-safe by construction: TensorFlow writes a checkpoint's
 files first and only then, atomically, the `checkpoint` state file that
@@ -45,14 +72,16 @@ ckpt.save(step)
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
 import os
 import re
 import shutil
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
+import keras
 import tensorflow as tf
 
 from tfmp import _compat
@@ -61,13 +90,15 @@ __all__ = ["CheckpointError", "Found", "RunCheckpoint", "op_determinism"]
 
 _STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 _SIGNATURE_KEY = "signature/.ATTRIBUTES/VARIABLE_VALUE"
+# Only tfmp 0.1.0's positional layout has a top-level `model` (see _legacy_checkpoint).
+_LEGACY_PREFIX = "model/"
 STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's list of the checkpoints
 # The files of checkpoint N, as tf.train.CheckpointManager names them (prefix "ckpt").
 _CHECKPOINT_FILE = re.compile(r"^ckpt-(\d+)\.(?:index|data-\d{5}-of-\d{5})$")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be resumed from; the message names the file."""
+    """A checkpoint that cannot be written or resumed from; the message names the file or variables."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +179,98 @@ def _set_aside(files: list[str]) -> list[str]:
     return moved
 
 
+def _seed_generator_states(trainer: Any) -> dict[str, Any]:
+    """The states of the `keras.random.SeedGenerator`s the trainer's layers hold, nested by where they are held.
+
+    Keras 3's seed generators are plain Python objects, not TensorFlow
+    trackables, so `tf.train.Checkpoint` does not follow a layer's attribute
+    to one. This walks the trainer's object graph (`tf.train.TrackableView`,
+    breadth first, as the checkpoint does) and names each generator by the
+    path of the layer holding it and its attribute: the GAN trainer's
+    `noise_seed` is `{"noise_seed": state}`, a Dropout layer's generator
+    `{"discriminator": {"_operations": {"3": {"seed_generator": state}}}}`.
+    A generator kept in a list or tuple attribute is named by its index in it.
+
+    Returns:
+        Nested dicts whose leaves are the generators' state variables.
+    """
+    states: dict[str, Any] = {}
+    seen: set[int] = set()
+
+    def add(path: list[str], state: Any) -> None:
+        node = states
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+        node[path[-1]] = state
+
+    paths = {id(trainer): []}
+    queue = collections.deque([trainer])
+    while queue:
+        obj = queue.popleft()
+        if isinstance(obj, keras.layers.Layer):
+            attributes = list(vars(obj).items())
+            # Direct attributes first: Keras also lists a layer's generators in a private list.
+            found = [([name], value) for name, value in attributes]
+            found += [([name, str(i)], item) for name, value in attributes if isinstance(value, (list, tuple))
+                      for i, item in enumerate(value)]
+            for names, value in found:
+                if isinstance(value, keras.random.SeedGenerator) and id(value) not in seen:
+                    seen.add(id(value))
+                    add(paths[id(obj)] + names, value.state)
+        for name, child in tf.train.TrackableView.children(obj).items():
+            if id(child) not in paths:
+                paths[id(child)] = paths[id(obj)] + [name]
+                queue.append(child)
+    return states
+
+
+def _unreachable(checkpoint: tf.train.Checkpoint, variables: Iterable[Any]) -> list[Any]:
+    """The `variables` that `checkpoint` does not reach, so would neither save nor restore.
+
+    What a save writes is the variables among the checkpoint's descendants
+    (`tf.train.TrackableView.descendants`, the object graph it walks): this
+    compares identities against them, without writing anything.
+    """
+    reachable = {id(node) for node in tf.train.TrackableView(checkpoint).descendants()}
+    return [v for v in variables if id(v) not in reachable]
+
+
+def _legacy_checkpoint(trainer: Any, step: tf.Variable, signature: tf.Variable) -> tf.train.Checkpoint:
+    """A checkpoint object in the layout tfmp 0.1.0 wrote, to read its checkpoints; never saved.
+
+    tfmp 0.1.0 (up to commit 0f603b3) checkpointed `trainer.variables` and
+    each optimizer's `variables` as positional lists: keys `model/<i>/...`
+    and `optimizer_<name>/<i>/...`, a value tied to a variable only by its
+    index. Kept so that runs checkpointed then still resume exactly.
+    """
+    return tf.train.Checkpoint(
+        model=list(trainer.variables), step=step, signature=signature,
+        **{f"optimizer_{name}": list(optimizer.variables) for name, optimizer in trainer.optimizers.items()},
+    )
+
+
+def _check_legacy_counts(path: str, trainer: Any) -> None:
+    """Raises ValueError unless the 0.1.0 checkpoint `path` holds as many variables per list as `trainer` has.
+
+    Its lists match variables by index only: a count that differs means another model.
+    """
+    counts: dict[str, int] = {}
+    for key in tf.train.load_checkpoint(path).get_variable_to_shape_map():
+        if m := re.match(r"^(model|optimizer_.+)/\d+/\.ATTRIBUTES/VARIABLE_VALUE$", key):
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    expected = {"model": len(trainer.variables),
+                **{f"optimizer_{name}": len(o.variables) for name, o in trainer.optimizers.items()}}
+    for name in sorted(set(counts) | set(expected)):
+        if counts.get(name, 0) != expected.get(name, 0):
+            raise ValueError(f"its {name} list holds {counts.get(name, 0)} variables, this trainer's "
+                             f"{expected.get(name, 0)}")
+
+
+def _is_legacy(path: str) -> bool:
+    """Whether the checkpoint `path` has tfmp 0.1.0's positional layout (`model/<i>` keys)."""
+    return any(key.startswith(_LEGACY_PREFIX) for key in tf.train.load_checkpoint(path).get_variable_to_shape_map())
+
+
 class RunCheckpoint:
     """The checkpoints of one training run.
 
@@ -166,7 +289,9 @@ class RunCheckpoint:
             checkpoint it would otherwise overwrite.
 
     Raises:
-        CheckpointError: when the directory's state file is invalid.
+        CheckpointError: when the directory's state file is invalid, or when
+            a variable of the trainer or its optimizers is not reachable from
+            the checkpoint's object graph (the message names each one).
     """
 
     def __init__(
@@ -179,16 +304,28 @@ class RunCheckpoint:
         self.signature = json.loads(json.dumps(signature, sort_keys=True, default=str))
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self._signature = tf.Variable(json.dumps(self.signature, sort_keys=True), dtype=tf.string, trainable=False)
-        objects: dict[str, Any] = {
-            "model": list(trainer.variables),
-            "step": self._step,
-            "signature": self._signature,
-        }
         for name, optimizer in trainer.optimizers.items():
             if not optimizer.built:
                 raise ValueError(f"Build the optimizer of {name!r} before checkpointing (trainer.compile does).")
-            objects[f"optimizer_{name}"] = list(optimizer.variables)
-        self._checkpoint = tf.train.Checkpoint(**objects)
+        self._trainer = trainer
+        # One top-level name per optimizer, as the signature's `optimizers` names them, rather than one
+        # name-keyed object: the same top-level names as the 0.1.0 layout, so a checkpoint's keys say
+        # which optimizer is which in both.
+        self._checkpoint = tf.train.Checkpoint(
+            trainer=trainer, seed_generators=_seed_generator_states(trainer), step=self._step,
+            signature=self._signature,
+            **{f"optimizer_{name}": optimizer for name, optimizer in trainer.optimizers.items()},
+        )
+        optimizer_variables = [v for optimizer in trainer.optimizers.values() for v in optimizer.variables]
+        missing = _unreachable(self._checkpoint, [*trainer.variables, *optimizer_variables])
+        if missing:
+            raise CheckpointError(
+                f"Cannot checkpoint {trainer.name}: {len(missing)} of its variables are not reachable from its "
+                "object graph, so a checkpoint would not hold them and a resumed run would start them from "
+                "their initial values: " + ", ".join(f"{v.path} (shape {tuple(v.shape)})" for v in missing)
+                + ". Keep each variable (or the object holding it) in an attribute of a layer, model or "
+                "optimizer, e.g. `self.w = self.add_weight(...)` rather than a bare `self.add_weight(...)`."
+            )
         self.read_directory = read_directory or directory
         self._manager = self._reader = self._new_manager(directory, keep)
         if self.read_directory != directory:
@@ -293,7 +430,7 @@ class RunCheckpoint:
             return Found(path, step, signature)
         raise CheckpointError(
             "No checkpoint in this directory can be read: " + "; ".join(failures)
-            + ". Start a new run (another --run_name or --checkpoint_dir) or restore the files."
+            + ". Start a new run (another run_name or checkpoint_dir) or restore the files."
         )
 
     def check_signature(self, found: Found) -> None:
@@ -302,12 +439,15 @@ class RunCheckpoint:
         if differences:
             raise CheckpointError(
                 f"Checkpoint {found.path} was written by a different run; resume with the same settings, "
-                f"or start a new run (another --run_name or --checkpoint_dir). Differences: "
+                f"or start a new run (another run_name or checkpoint_dir). Differences: "
                 + "; ".join(differences)
             )
 
     def restore(self, found: Found) -> int:
         """Restores `found` into the trainer and optimizers; returns its step.
+
+        A checkpoint in tfmp 0.1.0's positional layout is read in that layout
+        (see the module docstring); the next `save` writes the object layout.
 
         Raises:
             CheckpointError: when the signatures differ, or the checkpoint's
@@ -315,13 +455,21 @@ class RunCheckpoint:
         """
         self.check_signature(found)
         try:
-            status = self._checkpoint.read(found.path)
-            status.assert_existing_objects_matched()  # every variable here got a value
-            status.expect_partial()  # the manager's save counter is not restored
+            if _is_legacy(found.path):
+                _check_legacy_counts(found.path, self._trainer)
+                checkpoint = _legacy_checkpoint(self._trainer, self._step, self._signature)
+            else:
+                checkpoint = self._checkpoint
+            # Created before reading, so the saved counter has a variable to go to and assert_consumed
+            # checks the rest; the manager numbers checkpoints by step, not by this counter.
+            _ = checkpoint.save_counter
+            status = checkpoint.read(found.path)
+            # Both ways: every variable here got a value, and every value of the checkpoint found a variable.
+            status.assert_consumed()
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             raise CheckpointError(
                 f"Checkpoint {found.path} does not fit this model and optimizers ({str(e).splitlines()[0]}). "
-                "It was written by another model; start a new run (another --run_name or --checkpoint_dir)."
+                "It was written by another model; start a new run (another run_name or checkpoint_dir)."
             ) from None
         return int(self._step.numpy())
 

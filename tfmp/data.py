@@ -68,8 +68,8 @@ KERAS_CIFAR10_ARCHIVE = "cifar-10-batches-py-target_archive"
 KERAS_CIFAR10_FOLDER = "cifar-10-batches-py-target"
 
 _DIGITS_HINT = (
-    'To train with no download at all, use the embedded dataset "digits" instead (dataset name '
-    '"digits", --dataset=digits for the scripts): it ships inside the package.'
+    'To train with no download at all, use the embedded dataset "digits" instead (dataset=\'digits\'): it '
+    'ships inside the package.'
 )
 
 # The only globals a CIFAR-10 batch needs: rebuilding its numpy array. The real

@@ -893,7 +893,7 @@ def _first_nonfinite(
 
 
 def startup_warnings(source: Source, batch_size: int | None) -> str:
-    """A short warning block for a training script, or "" when all is well.
+    """A short warning block for the start of a training run, or "" when all is well.
 
     Runs the alignment and float32-output checks and keeps what needs action:
     alignment warnings (not info) and every float32-output finding.
@@ -905,7 +905,7 @@ def startup_warnings(source: Source, batch_size: int | None) -> str:
     lines += [f"  {f.where}: {f.what} in {f.dtype}; {f.fix}" for f in outputs.findings]
     if not lines:
         return ""
-    return "\n".join(["warning: mixed-precision pitfalls found (details: scripts/diagnose.py):", *lines])
+    return "\n".join(["warning: mixed-precision pitfalls found (details: tfmp.training.diagnose_run):", *lines])
 
 
 @dataclasses.dataclass

@@ -4,9 +4,10 @@ Cluster schedulers preempt jobs with SIGTERM (and a grace period), and people
 press Ctrl-C. `PreemptionGuard` turns either signal into a request that the
 training loop honours between steps (`tfmp.callbacks.Checkpointing` checks
 it): the current step finishes, a checkpoint is written, and `Preempted` is
-raised with where the checkpoint is and how to resume. A second signal while
-that happens is passed to the previous handler, so a second Ctrl-C still
-interrupts at once.
+raised with where the checkpoint is and how to resume, in the settings'
+terms (`resume=True`; the scripts say it with their flags). A second signal
+while that happens is passed to the previous handler, so a second Ctrl-C
+still interrupts at once.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Preempted(RuntimeError):
         self.exit_code = 128 + int(signum)
         super().__init__(
             f"training stopped by {signal.Signals(signum).name} after step {step}; checkpoint written to "
-            f"{checkpoint}. To resume, run the same command with --resume (and the same --run_name)."
+            f"{checkpoint}. To resume, start the run again with resume=True (and the same run_name)."
         )
 
 

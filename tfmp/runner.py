@@ -523,7 +523,7 @@ class Runner:
             if checkpoint.checkpoints:
                 raise ConfigError(
                     f"{checkpoint.read_directory} already holds checkpoints of a run (newest: "
-                    f"{checkpoint.checkpoints[-1]}). Pass resume to continue it, or choose another run_name or "
+                    f"{checkpoint.checkpoints[-1]}). Pass resume=True to continue it, or choose another run_name or "
                     "checkpoint_dir."
                 )
             return 0
