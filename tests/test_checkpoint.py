@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from tfmp import checkpoint, preemption, training, trainers
+from tfmp import checkpoint, distribute, preemption, training, trainers
 
 
 def _tiny_classifier_trainer(units=3):
@@ -381,8 +381,11 @@ def _checkpoint_tensors(path):
         (training.train_gan, TINY_GAN, "(0, 1)", "g_loss"),
         # Inside epoch 1, after a validation pass.
         pytest.param(training.train_classifier, TINY_CLASSIFIER, "(1, 0)", "val_loss", marks=pytest.mark.slow),
+        # Two replicas, each with its own BatchNorm statistics until the epoch's end.
+        pytest.param(training.train_gan, dataclasses.replace(TINY_GAN, strategy="mirrored"), "(0, 1)", "g_loss",
+                     marks=pytest.mark.slow),
     ],
-    ids=["gan-float16-mid-epoch", "classifier-bfloat16-second-epoch"],
+    ids=["gan-float16-mid-epoch", "classifier-bfloat16-second-epoch", "gan-float16-mirrored-mid-epoch"],
 )
 def test_stop_and_resume_equals_the_uninterrupted_run(train, config, stop_line, final_key, tmp_path):
     config = dataclasses.replace(config, logdir=str(tmp_path))
@@ -555,3 +558,46 @@ def test_a_run_name_must_stay_inside_the_logdir(run_name, tmp_path):
 
 def test_a_nested_run_name_is_a_directory_inside_the_logdir(tmp_path):
     dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="sweep/lr-3").validate()
+
+
+def _classifier_with_batch_norm(strategy):
+    with strategy.scope():
+        inputs = keras.Input((4,))
+        hidden = keras.layers.BatchNormalization(name="bn")(keras.layers.Dense(3, name="dense")(inputs))
+        trainer = trainers.ClassifierTrainer(keras.Model(inputs, keras.layers.Softmax(dtype="float32")(hidden)))
+        trainer.compile(keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    return trainer
+
+
+def _replica_values(trainer, name):
+    (variable,) = [v for v in trainer.variables if v.path == name]
+    return [np.array(c.numpy()) for c in trainer.distribute_strategy.experimental_local_results(variable.value)]
+
+
+def test_each_replicas_own_batch_norm_statistics_survive_a_checkpoint(tmp_path):
+    # Under MirroredStrategy each replica updates its own BatchNorm statistics until the epoch's end; a
+    # checkpoint that kept only the first replica's copy would resume the others from it.
+    mirrored = distribute.make_strategy("mirrored")
+    assert mirrored.num_replicas_in_sync == 2
+    trainer = _classifier_with_batch_norm(mirrored)
+    for name in ("bn/moving_mean", "bn/moving_variance"):
+        (variable,) = [v for v in trainer.variables if v.path == name]
+        for i, copy in enumerate(mirrored.experimental_local_results(variable.value)):
+            copy.assign(np.full(3, 0.25 + i, np.float32))
+    saved = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=2).save(1)
+
+    resumed = _classifier_with_batch_norm(mirrored)
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), resumed, {}, keep=2)
+    assert ckpt.restore(ckpt.latest(print_fn=lambda line: None)) == 1
+    for name in ("bn/moving_mean", "bn/moving_variance"):
+        assert [v.tolist() for v in _replica_values(resumed, name)] == [[0.25] * 3, [1.25] * 3]
+
+    # On one device the first replica's copy is the state; the others' copies are set aside, saying so.
+    lines = []
+    single = _classifier_with_batch_norm(tf.distribute.get_strategy())
+    one = checkpoint.RunCheckpoint(str(tmp_path / "one"), single, {}, read_directory=str(tmp_path),
+                                   print_fn=lines.append)
+    assert one.restore(one.latest(print_fn=lambda line: None)) == 1
+    assert [v.tolist() for v in _replica_values(single, "bn/moving_mean")] == [[0.25] * 3]
+    assert lines == [f"note: {saved} was written with 2 per-replica copies of state each replica keeps (BatchNorm "
+                     "statistics); this run has 0, so every replica resumes from the first replica's copy."]

@@ -19,6 +19,13 @@ A `RunCheckpoint` holds everything a step changes, as one object-based
   (`seed_generators/noise_seed`, `seed_generators/discriminator/_operations/3/seed_generator`).
   Keras's seed generators are not TensorFlow trackables, so the trainer's
   object graph does not reach them;
+* `replicas` (under `MirroredStrategy` only): the other replicas' own copies
+  of the non-trainable state each replica updates from its share of the
+  batch (BatchNorm statistics), which a distributed variable's checkpoint
+  would otherwise reduce to the first replica's; a run resumed mid-epoch
+  then ends the epoch exactly as the uninterrupted one
+  (`_replica_copies`). Resumed with another number of replicas, every
+  replica starts from the first one's copy, with a note;
 * `step`: the global step, from which the epoch and the position in the
   data follow (`tfmp.training` replays the data stream to that position);
 * `signature`: what must not change between the run that wrote a
@@ -235,6 +242,38 @@ def _unreachable(checkpoint: tf.train.Checkpoint, variables: Iterable[Any]) -> l
     return [v for v in variables if id(v) not in reachable]
 
 
+def _replica_copies(trainer: Any) -> list[tuple[tf.Variable, tf.Variable]]:
+    """`(replica's copy, plain variable)` pairs for the state each replica of this process keeps apart.
+
+    Under `MirroredStrategy` a non-trainable variable (BatchNorm's moving
+    statistics) has one copy per replica, each updated from that replica's
+    share of the batch until `tfmp.distribute.AverageReplicaStatistics`
+    averages them at the epoch's end. A checkpoint saves a distributed
+    variable's first copy only, so a run resumed mid-epoch would give every
+    replica the first one's statistics and end the epoch with different
+    averages than the run it continues. Each further copy therefore gets a
+    plain variable that `save` fills and `restore` reads back. Trainable
+    variables are kept equal by the all-reduced updates and need none; with
+    one local replica (one device, or one per worker under `multi_worker`)
+    there is nothing to keep.
+    """
+    strategy = trainer.distribute_strategy
+    pairs = []
+    for variable in trainer.variables:
+        if variable.trainable:
+            continue
+        for replica in strategy.experimental_local_results(variable.value)[1:]:
+            with tf.init_scope(), tf.device("/cpu:0"):
+                pairs.append((replica, tf.Variable(replica.read_value(), trainable=False)))
+    return pairs
+
+
+def _replica_copies_in(path: str) -> int:
+    """How many per-replica copies (`_replica_copies`) the checkpoint `path` holds."""
+    return sum(1 for key in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+               if re.match(r"^replicas/\d+/\.ATTRIBUTES/VARIABLE_VALUE$", key))
+
+
 def _legacy_checkpoint(trainer: Any, step: tf.Variable, signature: tf.Variable) -> tf.train.Checkpoint:
     """A checkpoint object in the layout tfmp 0.1.0 wrote, to read its checkpoints; never saved.
 
@@ -311,13 +350,20 @@ class RunCheckpoint:
         # One top-level name per optimizer, as the signature's `optimizers` names them, rather than one
         # name-keyed object: the same top-level names as the 0.1.0 layout, so a checkpoint's keys say
         # which optimizer is which in both.
-        self._checkpoint = tf.train.Checkpoint(
-            trainer=trainer, seed_generators=_seed_generator_states(trainer), step=self._step,
-            signature=self._signature,
+        objects = {
+            "trainer": trainer, "seed_generators": _seed_generator_states(trainer), "step": self._step,
+            "signature": self._signature,
             **{f"optimizer_{name}": optimizer for name, optimizer in trainer.optimizers.items()},
-        )
+        }
+        self._core = tf.train.Checkpoint(**objects)
+        # What the core cannot hold: the other replicas' own copies (a checkpoint saves a variable's first).
+        self._replica_copies = _replica_copies(trainer)
+        self._checkpoint = self._core
+        if self._replica_copies:
+            self._checkpoint = tf.train.Checkpoint(
+                **objects, replicas=[copy for _, copy in self._replica_copies])
         optimizer_variables = [v for optimizer in trainer.optimizers.values() for v in optimizer.variables]
-        missing = _unreachable(self._checkpoint, [*trainer.variables, *optimizer_variables])
+        missing = _unreachable(self._core, [*trainer.variables, *optimizer_variables])
         if missing:
             raise CheckpointError(
                 f"Cannot checkpoint {trainer.name}: {len(missing)} of its variables are not reachable from its "
@@ -373,6 +419,8 @@ class RunCheckpoint:
                           f"{', '.join(os.path.basename(f) for f in moved)}")
         previous = [p for p in (list(self._manager.checkpoints) or _on_disk(self.directory)) if p != prefix]
         self._step.assign(step)
+        for replica, copy in self._replica_copies:
+            copy.assign(replica.read_value())
         try:
             path = self._manager.save(checkpoint_number=step)
         except (tf.errors.OpError, OSError) as e:
@@ -455,22 +503,37 @@ class RunCheckpoint:
         """
         self.check_signature(found)
         try:
+            saved_copies = 0
             if _is_legacy(found.path):
                 _check_legacy_counts(found.path, self._trainer)
                 checkpoint = _legacy_checkpoint(self._trainer, self._step, self._signature)
             else:
-                checkpoint = self._checkpoint
+                saved_copies = _replica_copies_in(found.path)
+                checkpoint = self._checkpoint if saved_copies == len(self._replica_copies) else self._core
             # Created before reading, so the saved counter has a variable to go to and assert_consumed
             # checks the rest; the manager numbers checkpoints by step, not by this counter.
             _ = checkpoint.save_counter
             status = checkpoint.read(found.path)
-            # Both ways: every variable here got a value, and every value of the checkpoint found a variable.
-            status.assert_consumed()
+            if checkpoint is self._core and saved_copies:
+                # Written with another number of replicas: their own copies have nowhere to go.
+                status.assert_existing_objects_matched()
+                status.expect_partial()
+                self.print_fn(
+                    f"note: {found.path} was written with {saved_copies} per-replica copies of state each "
+                    f"replica keeps (BatchNorm statistics); this run has {len(self._replica_copies)}, so every "
+                    "replica resumes from the first replica's copy."
+                )
+            else:
+                # Both ways: every variable here got a value, and every value of the checkpoint found a variable.
+                status.assert_consumed()
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             raise CheckpointError(
                 f"Checkpoint {found.path} does not fit this model and optimizers ({str(e).splitlines()[0]}). "
                 "It was written by another model; start a new run (another run_name or checkpoint_dir)."
             ) from None
+        if checkpoint is self._checkpoint:
+            for replica, copy in self._replica_copies:
+                replica.assign(copy.read_value())
         return int(self._step.numpy())
 
 
