@@ -268,10 +268,9 @@ def _replica_copies(trainer: Any) -> list[tuple[tf.Variable, tf.Variable]]:
     return pairs
 
 
-def _replica_copies_in(path: str) -> int:
-    """How many per-replica copies (`_replica_copies`) the checkpoint `path` holds."""
-    return sum(1 for key in tf.train.load_checkpoint(path).get_variable_to_shape_map()
-               if re.match(r"^replicas/\d+/\.ATTRIBUTES/VARIABLE_VALUE$", key))
+def _replica_copies_in(keys: Iterable[str]) -> int:
+    """How many per-replica copies (`_replica_copies`) a checkpoint with these `keys` holds."""
+    return sum(1 for key in keys if re.match(r"^replicas/\d+/\.ATTRIBUTES/VARIABLE_VALUE$", key))
 
 
 def _legacy_checkpoint(trainer: Any, step: tf.Variable, signature: tf.Variable) -> tf.train.Checkpoint:
@@ -288,13 +287,13 @@ def _legacy_checkpoint(trainer: Any, step: tf.Variable, signature: tf.Variable) 
     )
 
 
-def _check_legacy_counts(path: str, trainer: Any) -> None:
-    """Raises ValueError unless the 0.1.0 checkpoint `path` holds as many variables per list as `trainer` has.
+def _check_legacy_counts(keys: Iterable[str], trainer: Any) -> None:
+    """Raises ValueError unless a 0.1.0 checkpoint with these `keys` holds as many variables per list as `trainer`.
 
     Its lists match variables by index only: a count that differs means another model.
     """
     counts: dict[str, int] = {}
-    for key in tf.train.load_checkpoint(path).get_variable_to_shape_map():
+    for key in keys:
         if m := re.match(r"^(model|optimizer_.+)/\d+/\.ATTRIBUTES/VARIABLE_VALUE$", key):
             counts[m.group(1)] = counts.get(m.group(1), 0) + 1
     expected = {"model": len(trainer.variables),
@@ -305,9 +304,9 @@ def _check_legacy_counts(path: str, trainer: Any) -> None:
                              f"{expected.get(name, 0)}")
 
 
-def _is_legacy(path: str) -> bool:
-    """Whether the checkpoint `path` has tfmp 0.1.0's positional layout (`model/<i>` keys)."""
-    return any(key.startswith(_LEGACY_PREFIX) for key in tf.train.load_checkpoint(path).get_variable_to_shape_map())
+def _is_legacy(keys: Iterable[str]) -> bool:
+    """Whether a checkpoint with these `keys` has tfmp 0.1.0's positional layout (`model/<i>` keys)."""
+    return any(key.startswith(_LEGACY_PREFIX) for key in keys)
 
 
 class RunCheckpoint:
@@ -503,12 +502,13 @@ class RunCheckpoint:
         """
         self.check_signature(found)
         try:
+            keys = list(tf.train.load_checkpoint(found.path).get_variable_to_shape_map())  # one read of the index
             saved_copies = 0
-            if _is_legacy(found.path):
-                _check_legacy_counts(found.path, self._trainer)
+            if _is_legacy(keys):
+                _check_legacy_counts(keys, self._trainer)
                 checkpoint = _legacy_checkpoint(self._trainer, self._step, self._signature)
             else:
-                saved_copies = _replica_copies_in(found.path)
+                saved_copies = _replica_copies_in(keys)
                 checkpoint = self._checkpoint if saved_copies == len(self._replica_copies) else self._core
             # Created before reading, so the saved counter has a variable to go to and assert_consumed
             # checks the rest; the manager numbers checkpoints by step, not by this counter.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -167,10 +167,7 @@ class TrainConfig:
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
         _check_int("diagnose_every", self.diagnose_every, minimum=0)
-        if self.strategy not in distribute.STRATEGIES:
-            raise ConfigError(
-                f"Unknown strategy. Valid: {', '.join(distribute.STRATEGIES)}. Received: strategy={self.strategy!r}"
-            )
+        _check_choice("strategy", self.strategy, distribute.STRATEGIES)
         if self.profile_steps is not None:
             if len(self.profile_steps) != 2:
                 raise ConfigError(f"profile_steps must be (start, end). Received: profile_steps={self.profile_steps!r}")
@@ -199,14 +196,8 @@ class TrainConfig:
                 )
         _check_int("checkpoint_every", self.checkpoint_every, minimum=0)
         _check_int("keep_checkpoints", self.keep_checkpoints, minimum=1)
-        if self.console not in callbacks_lib.CONSOLE_MODES:
-            raise ConfigError(
-                f"Unknown console. Valid: {', '.join(callbacks_lib.CONSOLE_MODES)}. Received: console={self.console!r}"
-            )
-        if self.on_nonfinite not in ON_NONFINITE:
-            raise ConfigError(
-                f"Unknown on_nonfinite. Valid: {', '.join(ON_NONFINITE)}. Received: on_nonfinite={self.on_nonfinite!r}"
-            )
+        _check_choice("console", self.console, callbacks_lib.CONSOLE_MODES)
+        _check_choice("on_nonfinite", self.on_nonfinite, ON_NONFINITE)
         if self.resume and not (self.run_name or self.checkpoint_dir):
             raise ConfigError(
                 "resume needs the run to continue: give its run_name (or its checkpoint_dir). "
@@ -235,6 +226,11 @@ def resolved_loss_scale(loss_scale: str | float | None) -> str | float:
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}. Received: {name}={value!r}")
+
+
+def _check_choice(name: str, value: Any, valid: Sequence[str]) -> None:
+    if value not in valid:
+        raise ConfigError(f"Unknown {name}. Valid: {', '.join(valid)}. Received: {name}={value!r}")
 
 
 def _check_run_name(run_name: str) -> None:
@@ -339,8 +335,5 @@ class ClassifierConfig(TrainConfig):
                 f"batch_norm_momentum must be in [0, 1). Received: batch_norm_momentum={self.batch_norm_momentum!r}"
             )
         _check_int("validation_batch_size", self.validation_batch_size, minimum=1)
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(
-                f"Unknown lr_schedule. Valid: {', '.join(LR_SCHEDULES)}. Received: lr_schedule={self.lr_schedule!r}"
-            )
+        _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
 

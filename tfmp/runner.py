@@ -286,13 +286,7 @@ def make_writable_dir(name: str, path: str) -> list[str]:
 
 def _claim_new_dir(path: str, created: list[str]) -> str:
     """Creates `path`, or `path-2`, `path-3`... if taken (two runs started in the same second)."""
-    try:
-        created += rundir.make_dirs(os.path.dirname(path) or os.curdir)
-    except OSError as e:
-        raise ConfigError(
-            f"logdir must be a directory tfmp can create and write to ({e.strerror or e}). "
-            f"Received: logdir={os.path.dirname(path)!r}"
-        ) from None
+    created += make_writable_dir("logdir", os.path.dirname(path) or os.curdir)
     candidate, n = path, 1
     while True:
         try:
