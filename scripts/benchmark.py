@@ -7,7 +7,7 @@
 
 Prints a markdown table (one row per model, precision, XLA setting and batch
 size) to stdout and one progress line per row to stderr. The method is in
-`tfmp/benchmark.py`, the table, JSON and PNG come from `tfmp/reporting.py`.
+`tfmp/run/benchmark.py`, the table, JSON and PNG come from `tfmp/run/reporting.py`.
 The comma-separated flags are parsed here (`parse_models`, ...) into the
 tuples `benchmark.BenchmarkConfig` holds.
 """
@@ -19,10 +19,10 @@ from typing import Any, Iterable
 from absl import app
 from absl import flags
 
-from tfmp import benchmark
-from tfmp import data as data_lib
+from tfmp.run import benchmark
+from tfmp.run import data as data_lib
 from tfmp import precision as precision_lib
-from tfmp import reporting
+from tfmp.run import reporting
 
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common

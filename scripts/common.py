@@ -1,6 +1,6 @@
 """Flags shared by the training scripts, with defaults taken from the configs.
 
-The defaults live once, in the `tfmp.training` config dataclasses; this module
+The defaults live once, in the `tfmp.run.training` config dataclasses; this module
 only turns them into absl flags and back, and the library's messages, which
 name settings as the configs do (`run_name`, `resume=True`), into flag names
 (`--run_name`, `--resume`): see `to_flags`.
@@ -19,13 +19,13 @@ from absl import flags
 from absl import logging as absl_logging
 
 import tfmp
-from tfmp import callbacks
-from tfmp import checkpoint
-from tfmp import data as data_lib
-from tfmp import preemption
-from tfmp import distribute
-from tfmp import rundir
-from tfmp import training
+from tfmp.run import callbacks
+from tfmp.run import checkpoint
+from tfmp.run import data as data_lib
+from tfmp.run import preemption
+from tfmp.run import distribute
+from tfmp.run import rundir
+from tfmp.run import training
 
 
 def define_classifier_flags(
@@ -205,7 +205,7 @@ def make_main(
 
 
 # The library's names for what the scripts offer another way.
-_LIBRARY_TO_SCRIPTS = {"tfmp.training.diagnose_run": "scripts/diagnose.py (tfmp-diagnose)"}
+_LIBRARY_TO_SCRIPTS = {"tfmp.run.training.diagnose_run": "scripts/diagnose.py (tfmp-diagnose)"}
 _TRAINING_CONFIGS = (training.ClassifierConfig, training.GANConfig)
 
 
@@ -224,10 +224,10 @@ def to_flags(message: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
 
     A one-word name without `=` is prose and stays ("the dataset", "resume
     needs", "epochs"), as do names inside paths and dotted names
-    (`config.batch_size`). Only the fields of the `tfmp.training` configs that
+    (`config.batch_size`). Only the fields of the `tfmp.run.training` configs that
     are flags of this script (defined in `flag_values`) count: a setting the
     script does not offer as a flag keeps the library's name. Library names
-    of what the scripts offer as their own commands (`tfmp.training.diagnose_run`)
+    of what the scripts offer as their own commands (`tfmp.run.training.diagnose_run`)
     become those commands.
 
     Args:

@@ -14,7 +14,7 @@ import os
 
 from absl import app
 
-from tfmp import training
+from tfmp.run import training
 
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common

@@ -19,8 +19,8 @@ from absl import flags
 
 import tfmp
 from tfmp.models.gan import build_generator
-from tfmp import diagnostics
-from tfmp import training
+from tfmp.run import diagnostics
+from tfmp.run import training
 
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common

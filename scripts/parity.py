@@ -9,7 +9,7 @@ the same order (checked before training), so the differences between the
 precisions are numerical, not luck. Prints one progress line per run, then a
 markdown table of the per-seed validation accuracies and, per precision, the
 mean paired gap to float32 with its spread. The method is in
-`tfmp/parity.py`; the measured figures in docs/NUMERICS.md.
+`tfmp/run/parity.py`; the measured figures in docs/NUMERICS.md.
 """
 
 import os
@@ -17,9 +17,9 @@ import os
 from absl import app
 from absl import flags
 
-from tfmp import parity
-from tfmp import reporting
-from tfmp import training
+from tfmp.run import parity
+from tfmp.run import reporting
+from tfmp.run import training
 
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common

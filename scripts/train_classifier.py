@@ -9,7 +9,7 @@ Defaults: CIFAR-10, batch 128, Adam(1e-3), a float32 softmax.
 
 from absl import app
 
-from tfmp import training
+from tfmp.run import training
 
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common

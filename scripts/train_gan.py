@@ -10,7 +10,7 @@ Defaults are the seed's: MNIST, batch 4096, Adam(1e-3) / RMSprop(1e-4).
 from absl import app
 from absl import flags
 
-from tfmp import training
+from tfmp.run import training
 
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common

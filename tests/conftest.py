@@ -54,6 +54,6 @@ def global_state_is_restored():
 @pytest.fixture(scope="session")
 def digits():
     """The embedded digits at 28x28x1, split with seed 0."""
-    from tfmp import data
+    from tfmp.run import data
 
     return data.load_digits(image_size=(28, 28), channels=1, seed=0)

@@ -218,7 +218,7 @@ def test_weights_and_checkpoints_are_interchangeable_with_keras(tmp_path):
     assert [w.path for w in fused_model.weights] == [w.path for w in keras_model.weights]
     fused_model.set_weights(keras_model.get_weights())
     np.testing.assert_allclose(fused_model(x), keras_model(x), rtol=1e-5, atol=1e-6)
-    # tf.train.Checkpoint (tfmp.checkpoint) keys variables by attribute: either way round.
+    # tf.train.Checkpoint (tfmp.run.checkpoint) keys variables by attribute: either way round.
     path = tf.train.Checkpoint(model=keras_model).write(str(tmp_path / "ckpt"))
     fused_model = _tiny(FusedBatchNormalization)
     tf.train.Checkpoint(model=fused_model).read(path).assert_consumed()

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from tfmp import distribute
+from tfmp.run import distribute
 from tfmp import loss_scale as ls
 
 INF, NAN = float("inf"), float("nan")

@@ -529,7 +529,7 @@ def test_keras3_flow_under_mirrored_strategy_is_seen_in_each_replica_thread(mirr
 
 @pytest.fixture(scope="module")
 def mirrored():
-    from tfmp import distribute
+    from tfmp.run import distribute
 
     return distribute.make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
 

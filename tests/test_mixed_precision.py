@@ -30,7 +30,7 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from tfmp import data as data_lib
+from tfmp.run import data as data_lib
 from tfmp import mixed_precision
 
 TF_KERAS_2_EXPORTS = ("LossScaleOptimizer", "Policy", "global_policy", "set_global_policy")

@@ -352,7 +352,7 @@ def test_a_finite_step_updates_batch_norm_statistics_as_without_skipping():
 
 def test_a_skipped_step_restores_each_replicas_statistics(tmp_path):
     """Under MirroredStrategy a NaN on replica 1 skips everywhere; each replica puts back its own copy."""
-    from tfmp import distribute
+    from tfmp.run import distribute
 
     strategy = distribute.make_strategy("mirrored")
     with strategy.scope():

@@ -13,9 +13,14 @@ The public names most users need:
   `tf.keras.mixed_precision` (`Policy`, `set_global_policy`,
   `global_policy`, `LossScaleOptimizer`).
 
-Whole runs (data, model, callbacks, TensorBoard) are in `tfmp.training`, built from
-`tfmp.config` (settings), `tfmp.tasks` (one Task per model) and `tfmp.runner` (one run).
+This package is the core: it imports nothing of the run framework. Whole runs
+(data, model, callbacks, TensorBoard, checkpoints) are in `tfmp.run`:
+`tfmp.run.training` is their entry point, built from `tfmp.run.config` (settings),
+`tfmp.run.tasks` (one Task per model) and `tfmp.run.runner` (one run). The models
+are `tfmp.models`.
 """
+
+from tfmp import _moved
 
 from tfmp import mixed_precision, trainers
 from tfmp.loss_scale import LossScaleOptimizer, parse_loss_scale, wrap_optimizer
@@ -31,7 +36,9 @@ from tfmp.precision import (
 )
 from tfmp.trainers import ClassifierTrainer, GANTrainer
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+_moved.install()
 
 __all__ = [
     "ClassifierTrainer",

@@ -5,8 +5,8 @@ tfmp speaks of four precisions:
 * `float32`: everything in float32;
 * `mixed_float16`: float16 compute, float32 variables (needs loss scaling);
 * `mixed_bfloat16`: bfloat16 compute, float32 variables;
-* `auto`: chosen for the hardware. The training runs (`tfmp.training`)
-  measure the candidate precisions on the model itself (`tfmp.autotune`);
+* `auto`: chosen for the hardware. The training runs (`tfmp.run.training`)
+  measure the candidate precisions on the model itself (`tfmp.run.autotune`);
   where there is no model to measure (`resolve_precision`, `set_precision`,
   `precision_scope`) and across hosts, the compute-capability rule of
   `choose_precision` decides.
@@ -89,7 +89,7 @@ def choose_precision(compute_capabilities: Sequence[tuple[int, int]]) -> tuple[s
     This is the fallback. What is fastest depends on the model, not only on
     the GPU: on an H100 mixed precision made MobileNetV2 on 32x32 images
     slower (0.82x in bfloat16 at batch 128, PyTorch AMP), so the training
-    runs measure instead (`tfmp.autotune`).
+    runs measure instead (`tfmp.run.autotune`).
 
     Args:
         compute_capabilities: One `(major, minor)` pair per visible GPU.
@@ -132,7 +132,7 @@ def resolve_precision(name: str, compute_capabilities: Sequence[tuple[int, int]]
     """Returns a concrete precision, deciding `auto` by the compute-capability rule.
 
     For `auto`, logs one line saying what was chosen and why. The training
-    runs measure `auto` on the model instead (`tfmp.autotune`); this rule is
+    runs measure `auto` on the model instead (`tfmp.run.autotune`); this rule is
     what is left without a model to measure.
 
     Args:

@@ -21,7 +21,7 @@ in float16 (as Keras 3's `compile()` does), honouring `loss_scale`.
 
 Compiling the step (graph mode, or XLA with `jit_compile=True`) is left to
 Keras's `make_train_function`; side effects (console lines, TensorBoard,
-sample images) belong in `tfmp.callbacks`.
+sample images) belong in `tfmp.run.callbacks`.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def _replica_rows(batch_size: int | tf.Tensor) -> tuple[int | tf.Tensor, int | t
 
     `fit()` under a strategy gives replica `i` rows `i*b .. (i+1)*b - 1` of
     each global batch (`b` rows each: an even split is assumed, as
-    `tfmp.distribute.per_replica_batch` requires). `(0, batch_size)` outside
+    `tfmp.run.distribute.per_replica_batch` requires). `(0, batch_size)` outside
     a multi-replica step.
     """
     context = tf.distribute.get_replica_context()
@@ -171,7 +171,7 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
 
     Subclasses write `train_step` as model math and call `optimize` once per
     optimizer. Class attributes describe the logs it returns (how a run
-    presents them is `tfmp.tasks`'s business):
+    presents them is `tfmp.run.tasks`'s business):
 
     Attributes:
         loss_scale_prefixes: One log-key prefix per optimizer; the logs hold
@@ -291,7 +291,7 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
     def objectives(self, data: Any) -> list[Objective]:
         """The losses `train_step` minimises on `data`, without updating anything.
 
-        For diagnostics (`tfmp.diagnostics`): each objective's loss can be
+        For diagnostics (`tfmp.run.diagnostics`): each objective's loss can be
         differentiated with respect to its variables as the step would.
         """
         raise NotImplementedError
@@ -411,7 +411,7 @@ class ClassifierTrainer(MixedPrecisionTrainer):
 class SeedGANTraining:
     """How the seed GAN trains (seed 000), defined once.
 
-    `GANTrainer`'s defaults, `tfmp.config.GANConfig`'s, and through it the
+    `GANTrainer`'s defaults, `tfmp.run.config.GANConfig`'s, and through it the
     training runs, the benchmark and the diagnosis all read these values.
     (The architecture's own defaults are in `tfmp.models.gan`.)
 

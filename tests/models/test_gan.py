@@ -1,4 +1,4 @@
-"""Tests for tfmp/models/gan.py: the seed's architecture, layer for layer."""
+"""Tests for models/gan.py: the seed's architecture, layer for layer."""
 
 import keras
 import pytest

@@ -1,4 +1,4 @@
-"""Tests for tfmp/models/mobilenet_v2.py."""
+"""Tests for models/mobilenet_v2.py."""
 
 import keras
 import pytest

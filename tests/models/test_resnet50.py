@@ -1,4 +1,4 @@
-"""Tests for tfmp/models/resnet50.py."""
+"""Tests for models/resnet50.py."""
 
 import keras
 import numpy as np

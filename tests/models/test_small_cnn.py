@@ -1,4 +1,4 @@
-"""Tests for tfmp/models/small_cnn.py."""
+"""Tests for models/small_cnn.py."""
 
 import pytest
 

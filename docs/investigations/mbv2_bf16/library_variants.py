@@ -2,17 +2,17 @@
 
     PYTHONPATH=. TF_CPP_MIN_LOG_LEVEL=2 python3 docs/investigations/mbv2_bf16/library_variants.py [STEPS REPEATS]
 
-Rows (one `tfmp.benchmark.compare` run, float32 and mixed_bfloat16 each):
+Rows (one `tfmp.run.benchmark.compare` run, float32 and mixed_bfloat16 each):
 `*_keras_bn` build the models with Keras's unfused BatchNormalization
 (`fused_batch_norm=False`, the models before issue 4); `*_fused_bn` with
 `tfmp.layers.FusedBatchNormalization`; `mobilenet_v2_fused_bn_dw_f32` adds
 the default per-layer advice (depthwise convolutions in float32 under
-bfloat16 on CPU), which is what `tfmp.training` and the benchmark run now.
+bfloat16 on CPU), which is what `tfmp.run.training` and the benchmark run now.
 Prints the markdown table, then each row's throughput against the
 `*_keras_bn` float32 row of its model.
 
 Historical: written against the benchmark's model specs (`GANSpec`,
-`ClassifierSpec`), which issue 15 replaced by `tfmp.tasks` (the benchmark now
+`ClassifierSpec`), which issue 15 replaced by `tfmp.run.tasks` (the benchmark now
 builds from the same Task as training, and a Task has no hook for an
 unfused-BatchNorm generator). To repeat it, check out commit 0e036a8 and run
 it there.
@@ -23,8 +23,8 @@ import sys
 
 from tfmp.models.gan import build_generator
 from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
-from tfmp import benchmark
-from tfmp import reporting
+from tfmp.run import benchmark
+from tfmp.run import reporting
 
 
 def _mbv2(fused: bool):

@@ -6,7 +6,7 @@ Arguments: the JSON-lines file to append to, `keras` (Keras's BatchNormalization
 `tfmp-parity` runs), precisions and seeds. The settings are `tfmp-parity`'s defaults; each line is one run.
 """
 import dataclasses, functools, json, os, re, sys, time
-from tfmp import training
+from tfmp.run import training
 import tfmp.models.mobilenet_v2 as mb
 
 out, bn, precisions, seeds = sys.argv[1], sys.argv[2], sys.argv[3].split(","), [int(s) for s in sys.argv[4].split(",")]

@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 
 from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
-from tfmp import data as data_lib
+from tfmp.run import data as data_lib
 from tfmp import precision as precision_lib
 
 SHAPE = (32, 32, 3)

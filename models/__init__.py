@@ -1,0 +1,4 @@
+"""The Keras models tfmp trains and benchmarks: the seed GAN, MobileNetV2, ResNet-50 and a small test CNN.
+
+Model definitions only (architectures, no training); `tfmp.run.tasks` turns them into runs.
+"""

@@ -1,0 +1,604 @@
+"""Tests for tfmp/run/checkpoint.py, and exact resume through tfmp.run.training."""
+
+import dataclasses
+import json
+import os
+import signal
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfmp
+from tfmp import trainers
+from tfmp.run import checkpoint, distribute, preemption, training
+
+
+def _tiny_classifier_trainer(units=3):
+    inputs = keras.Input((4,))
+    outputs = keras.layers.Dense(units, activation="softmax", dtype="float32")(inputs)
+    trainer = trainers.ClassifierTrainer(keras.Model(inputs, outputs))
+    with tfmp.precision_scope("float32"):
+        trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", skip_nonfinite=True)
+    return trainer
+
+
+def _train_one_step(trainer, seed=0):
+    rng = np.random.default_rng(seed)
+    x, y = rng.normal(size=(8, 4)).astype(np.float32), rng.integers(0, 3, 8)
+    trainer.fit(x, y, batch_size=8, epochs=1, verbose=0)
+
+
+def _assert_library_terms(message):
+    """The library names settings as the config does (`run_name`); only the scripts say `--run_name`."""
+    assert "another run_name or checkpoint_dir" in message
+    assert "--" not in message and "scripts/" not in message
+
+
+def _variables(trainer):
+    return trainer.variables + [v for o in trainer.optimizers.values() for v in o.variables]
+
+
+def _values(trainer):
+    return [v.numpy().copy() for v in _variables(trainer)]
+
+
+def _assert_same_values(saved, trainer):
+    variables = _variables(trainer)
+    assert len(saved) == len(variables)
+    for value, variable in zip(saved, variables):
+        np.testing.assert_array_equal(value, variable.numpy(), err_msg=variable.path)
+
+
+def _tiny_gan_trainer():
+    """A small GAN under mixed_float16 with dynamic loss scaling: noise seed, Dropout seeds, BatchNorm, counters."""
+    from tfmp.models.gan import build_discriminator, build_generator
+
+    with tfmp.precision_scope("mixed_float16"):
+        trainer = trainers.GANTrainer(build_generator(latent_dim=8, widths=(8, 8, 8)),
+                                      build_discriminator(widths=(8, 8, 8)))
+        trainer.compile(loss_scale="dynamic")
+    return trainer
+
+
+def _train_gan(trainer, steps=2, nan=False):
+    images = np.random.default_rng(0).uniform(size=(8 * steps, 28, 28, 1)).astype(np.float32)
+    if nan:
+        images[0, 0, 0, 0] = np.nan  # a skipped discriminator step: counted, the scale backs off
+    trainer.fit(images, batch_size=8, epochs=1, verbose=0, shuffle=False)
+
+
+def _keys(path):
+    return set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
+
+
+def _write_legacy(directory, trainer, step, signature):
+    """A checkpoint as tfmp 0.1.0 wrote it: positional variable lists, through a manager naming ckpt-<step>."""
+    legacy = tf.train.Checkpoint(
+        model=list(trainer.variables),
+        step=tf.Variable(step, dtype=tf.int64),
+        signature=tf.Variable(json.dumps(signature, sort_keys=True), dtype=tf.string),
+        **{f"optimizer_{name}": list(optimizer.variables) for name, optimizer in trainer.optimizers.items()},
+    )
+    return tf.train.CheckpointManager(legacy, directory, max_to_keep=3).save(checkpoint_number=step)
+
+
+# --- the library ---------------------------------------------------------------------
+
+
+# How to build a trainer, train it before the save, and train it on (what the restore must undo).
+_KINDS = {
+    "classifier-float32": (_tiny_classifier_trainer, _train_one_step, lambda trainer: _train_one_step(trainer, seed=1)),
+    "gan-float16-dynamic": (_tiny_gan_trainer, lambda trainer: _train_gan(trainer, nan=True), _train_gan),
+}
+
+
+@pytest.mark.parametrize("kind", list(_KINDS))
+def test_save_and_restore_bring_back_weights_slots_and_step(kind, tmp_path):
+    make, train, train_on = _KINDS[kind]
+    trainer = make()
+    initial = _values(trainer)
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {"model": "a"}, keep=2)
+    train(trainer)
+    path = ckpt.save(1)
+    saved = _values(trainer)
+    train_on(trainer)
+    assert any(not np.array_equal(a, b) for a, b in zip(saved, _values(trainer)))
+    found = ckpt.latest()
+    assert found.step == 1 and found.path.endswith("ckpt-1") and found.signature == {"model": "a"}
+    assert ckpt.restore(found) == 1
+    for a, b in zip(saved, _values(trainer)):
+        np.testing.assert_array_equal(a, b)
+
+    # The keys are object paths, not positions in a list.
+    keys = _keys(path)
+    assert not any(key.startswith("model/") for key in keys)
+    assert any(key.startswith(f"optimizer_{name}/") for key in keys for name in trainer.optimizers)
+    # And a freshly built trainer gets every variable back, bit for bit.
+    fresh = make()
+    again = checkpoint.RunCheckpoint(str(tmp_path), fresh, {"model": "a"})
+    assert again.restore(again.latest()) == 1
+    _assert_same_values(saved, fresh)
+    if kind.startswith("gan"):
+        assert "trainer/generator/_operations/3/moving_mean/.ATTRIBUTES/VARIABLE_VALUE" in keys
+        assert "seed_generators/noise_seed/.ATTRIBUTES/VARIABLE_VALUE" in keys
+        assert sum(key.startswith("seed_generators/discriminator/") for key in keys) == 3  # its Dropouts
+        # What the GAN's round trip covers: noise and Dropout seeds moved on; the loss scale, its growth
+        # counter and the skipped step of the NaN batch are not their initial values.
+        changed = {v.path for v, a, b in zip(_variables(fresh), initial, saved) if not np.array_equal(a, b)}
+        assert sum("seed_generator_state" in path for path in changed) == 4, changed
+        scaler = fresh.discriminator_optimizer
+        assert int(scaler.skipped_steps) == 1 and float(scaler.loss_scale) == 2 ** 14  # one backoff from 2**15
+        assert int(fresh.generator_optimizer.step_counter) == 2  # two finite steps towards the next growth
+
+
+def test_a_checkpoint_in_the_0_1_0_layout_resumes_exactly_and_the_next_save_writes_objects(tmp_path):
+    trainer = _tiny_gan_trainer()
+    _train_gan(trainer, nan=True)
+    written = _write_legacy(str(tmp_path), trainer, 2, {"model": "gan"})
+    assert any(key.startswith("model/0/") for key in _keys(written))
+    saved = _values(trainer)
+
+    fresh = _tiny_gan_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), fresh, {"model": "gan"})
+    found = ckpt.latest()
+    assert found.path == written and found.step == 2 and found.signature == {"model": "gan"}
+    assert ckpt.restore(found) == 2
+    _assert_same_values(saved, fresh)
+
+    keys = _keys(ckpt.save(3))
+    assert any(key.startswith("trainer/") for key in keys) and not any(key.startswith("model/") for key in keys)
+    third = _tiny_gan_trainer()
+    again = checkpoint.RunCheckpoint(str(tmp_path), third, {"model": "gan"})
+    assert again.restore(again.latest()) == 3
+    _assert_same_values(saved, third)
+
+
+def test_a_checkpoint_in_the_0_1_0_layout_of_another_model_is_refused(tmp_path):
+    # Another shape: 3 classes against 5.
+    path = _write_legacy(str(tmp_path / "shape"), _tiny_classifier_trainer(units=3), 1, {})
+    other = checkpoint.RunCheckpoint(str(tmp_path / "shape"), _tiny_classifier_trainer(units=5), {})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        other.restore(other.latest())
+    assert path in str(error.value) and "another model" in str(error.value)
+    # Another number of variables: one more layer, whose kernel and bias the positional lists cannot place.
+    inputs = keras.Input((4,))
+    deeper = trainers.ClassifierTrainer(keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Dense(4)(inputs))))
+    with tfmp.precision_scope("float32"):
+        deeper.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", skip_nonfinite=True)
+    path = _write_legacy(str(tmp_path / "count"), _tiny_classifier_trainer(units=3), 1, {})
+    other = checkpoint.RunCheckpoint(str(tmp_path / "count"), deeper, {})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        other.restore(other.latest())
+    message = str(error.value)
+    assert path in message and "another model" in message
+    assert "its model list holds 2 variables, this trainer's 4" in message
+
+
+class _UnkeptWeight(keras.layers.Layer):
+    """Creates a weight without keeping it in an attribute: Keras lists it, tf.train.Checkpoint cannot reach it."""
+
+    def build(self, input_shape):
+        self.add_weight(shape=(2,), initializer="zeros", trainable=False, name="unkept")
+
+    def call(self, inputs):
+        return inputs
+
+
+def test_a_variable_the_checkpoint_cannot_reach_is_refused_naming_it(tmp_path):
+    inputs = keras.Input((4,))
+    trainer = trainers.ClassifierTrainer(keras.Model(inputs, keras.layers.Dense(3)(_UnkeptWeight()(inputs))))
+    trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy")
+    (unkept,) = [v for v in trainer.variables if v.name == "unkept"]
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        checkpoint.RunCheckpoint(str(tmp_path), trainer, {})
+    message = str(error.value)
+    assert f"1 of its variables are not reachable from its object graph" in message
+    assert f"{unkept.path} (shape (2,))" in message and "dense" not in message
+    assert not os.listdir(tmp_path)
+
+
+def test_latest_is_none_without_checkpoints(tmp_path):
+    assert checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {}).latest() is None
+
+
+def _truncate(prefix):
+    data = prefix + ".data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_and_says_so(tmp_path):
+    trainer = _tiny_classifier_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=3)
+    first = ckpt.save(1)
+    _train_one_step(trainer)
+    newest = ckpt.save(2)
+    _truncate(newest)
+    messages = []
+    found = ckpt.latest(print_fn=messages.append)
+    assert found.path == first and found.step == 1
+    assert len(messages) == 1 and newest in messages[0] and first in messages[0]
+    # Nothing readable at all: an error naming every file tried.
+    _truncate(first)
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        ckpt.latest()
+    assert newest in str(error.value) and first in str(error.value)
+    _assert_library_terms(str(error.value))
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_the_file(tmp_path):
+    path = checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(units=3), {}).save(1)
+    trainer = _tiny_classifier_trainer(units=5)
+    other = checkpoint.RunCheckpoint(str(tmp_path), trainer, {})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        other.restore(other.latest())
+    assert path in str(error.value) and "another model" in str(error.value)
+    _assert_library_terms(str(error.value))
+
+
+def test_a_different_signature_is_refused_naming_each_difference(tmp_path):
+    trainer = _tiny_classifier_trainer()
+    checkpoint.RunCheckpoint(str(tmp_path), trainer, {"precision": "mixed_float16", "seed": 0}).save(3)
+    again = checkpoint.RunCheckpoint(str(tmp_path), trainer, {"precision": "float32", "seed": 0})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        again.restore(again.latest())
+    message = str(error.value)
+    assert "ckpt-3" in message and 'precision: checkpoint "mixed_float16", this run "float32"' in message
+    assert "seed" not in message
+    _assert_library_terms(message)
+
+
+def test_a_difference_names_the_nested_key_and_both_values_in_full(tmp_path):
+    trainer = _tiny_classifier_trainer()
+    long = "x" * 300  # longer than a cut at 200 characters
+    checkpoint.RunCheckpoint(str(tmp_path), trainer, {"config": {"long": long, "seed": 0}}).save(1)
+    again = checkpoint.RunCheckpoint(str(tmp_path), trainer, {"config": {"long": long, "seed": 7}})
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        again.restore(again.latest())
+    message = str(error.value)
+    assert message.endswith("Differences: config.seed: checkpoint 0, this run 7")
+
+
+def _files(directory):
+    return {name: (directory / name).read_bytes() for name in os.listdir(directory) if name.startswith("ckpt-")}
+
+
+def test_a_missing_state_file_hides_no_checkpoint_and_none_is_overwritten(tmp_path):
+    trainer = _tiny_classifier_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=3)
+    for step in (1, 2, 3):
+        _train_one_step(trainer, seed=step)
+        ckpt.save(step)
+    os.remove(tmp_path / "checkpoint")  # a clean-up, a sync tool, an interrupted copy
+    _truncate(str(tmp_path / "ckpt-3"))
+    before = _files(tmp_path)
+
+    lines = []
+    again = checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {}, keep=2, print_fn=lines.append)
+    assert again.checkpoints == [str(tmp_path / f"ckpt-{n}") for n in (1, 2, 3)]
+    found = again.latest(print_fn=lines.append)
+    assert found.step == 2 and found.path == str(tmp_path / "ckpt-2")
+    assert len(lines) == 1
+    assert f"state file {tmp_path / 'checkpoint'}" in lines[0] and "missing" in lines[0]
+    assert f"resuming from the newest readable one, {tmp_path / 'ckpt-2'}" in lines[0] and "ckpt-3 (" in lines[0]
+
+    # Carrying on from step 2: the unreadable ckpt-3 is kept aside, not overwritten; with keep=2 the
+    # manager deletes only what it wrote itself.
+    lines.clear()
+    for step in (3, 4, 5):
+        again.save(step)
+    assert lines == [f"note: {tmp_path / 'ckpt-3'} already existed and was not written by this run; kept its files "
+                     "as ckpt-3.data-00000-of-00001.old, ckpt-3.index.old"]
+    after = _files(tmp_path)
+    for name, content in before.items():
+        kept = name if name.startswith(("ckpt-1.", "ckpt-2.")) else name + ".old"
+        assert after[kept] == content, name
+    assert checkpoint.RunCheckpoint(str(tmp_path), trainer, {}).checkpoints == [
+        str(tmp_path / "ckpt-4"), str(tmp_path / "ckpt-5")]
+
+
+def test_a_failed_write_names_the_directory_and_leaves_the_previous_checkpoint_newest(tmp_path, monkeypatch):
+    trainer = _tiny_classifier_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=3)
+    first = ckpt.save(1)
+
+    def disk_full(self, prefix, options=None):
+        # What a write that runs out of space leaves: TensorFlow's scratch directory and a partial data file.
+        os.makedirs(prefix + "_temp")
+        with open(prefix + ".data-00000-of-00001", "wb") as f:
+            f.write(b"\0" * 10)
+        raise tf.errors.ResourceExhaustedError(None, None, f"{prefix}_temp/part-00000; No space left on device")
+
+    monkeypatch.setattr(tf.train.Checkpoint, "_write", disk_full)
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        ckpt.save(2)
+    message = str(error.value)
+    assert f"Could not write checkpoint {tmp_path / 'ckpt-2'} in {tmp_path} (ResourceExhaustedError: " in message
+    assert "No space left on device" in message and f"Nothing was lost: the previous checkpoints remain" in message
+    assert first in message
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+    assert ckpt.latest().path == first
+    assert ckpt.save(2) == str(tmp_path / "ckpt-2")  # once there is space again
+
+
+def test_an_invalid_state_file_is_refused_saying_what_to_do(tmp_path):
+    (tmp_path / "checkpoint").write_text("")
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {})
+    assert str(tmp_path / "checkpoint") in str(error.value) and "delete it" in str(error.value)
+
+
+def test_keep_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="keep=0"):
+        checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {}, keep=0)
+
+
+def test_op_determinism_is_restored():
+    from tensorflow.python.framework import config as tf_config
+
+    assert not tf_config.is_op_determinism_enabled()
+    with checkpoint.op_determinism(True):
+        assert tf_config.is_op_determinism_enabled()
+    assert not tf_config.is_op_determinism_enabled()
+
+
+# --- exact resume through train_gan / train_classifier ------------------------------
+
+TINY_GAN = training.GANConfig(
+    dataset="digits", batch_size=32, epochs=2, steps_per_epoch=3, warmup_steps=0, num_samples=4,
+    generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), precision="mixed_float16", loss_scale="dynamic",
+    deterministic=True,
+)
+TINY_CLASSIFIER = training.ClassifierConfig(
+    dataset="digits", batch_size=32, epochs=2, steps_per_epoch=2, warmup_steps=0, alpha=0.35,
+    validation_batch_size=512, precision="mixed_bfloat16", deterministic=True,
+)
+
+
+def _stop_at(line_prefix, lines):
+    """A print_fn that sends this process SIGTERM when the run prints `line_prefix`."""
+
+    def print_fn(line):
+        lines.append(line)
+        if line.startswith(line_prefix):
+            signal.raise_signal(signal.SIGTERM)
+
+    return print_fn
+
+
+def _checkpoint_tensors(path):
+    reader = tf.train.load_checkpoint(path)
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+            if "save_counter" not in k and k != "_CHECKPOINTABLE_OBJECT_GRAPH"}  # graph: auto names
+
+
+@pytest.mark.parametrize(
+    "train, config, stop_line, final_key",
+    [
+        # Inside epoch 0: the resumed run finishes a partial epoch, then a whole one.
+        (training.train_gan, TINY_GAN, "(0, 1)", "g_loss"),
+        # Inside epoch 1, after a validation pass.
+        pytest.param(training.train_classifier, TINY_CLASSIFIER, "(1, 0)", "val_loss", marks=pytest.mark.slow),
+        # Two replicas, each with its own BatchNorm statistics until the epoch's end.
+        pytest.param(training.train_gan, dataclasses.replace(TINY_GAN, strategy="mirrored"), "(0, 1)", "g_loss",
+                     marks=pytest.mark.slow),
+    ],
+    ids=["gan-float16-mid-epoch", "classifier-bfloat16-second-epoch", "gan-float16-mirrored-mid-epoch"],
+)
+def test_stop_and_resume_equals_the_uninterrupted_run(train, config, stop_line, final_key, tmp_path):
+    config = dataclasses.replace(config, logdir=str(tmp_path))
+    full = train(dataclasses.replace(config, run_name="full"), print_fn=lambda line: None)
+
+    lines = []
+    cut = dataclasses.replace(config, run_name="cut")
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(preemption.Preempted) as stopped:
+        train(cut, print_fn=_stop_at(stop_line, lines))
+    assert signal.getsignal(signal.SIGTERM) is handler  # the guard put the handler back
+    steps = config.steps_per_epoch
+    epoch, batch = (int(n) for n in stop_line.strip("()").split(", "))
+    done = epoch * steps + batch + 1
+    assert stopped.value.step == done and stopped.value.exit_code == 128 + signal.SIGTERM
+    assert stopped.value.checkpoint.endswith(f"ckpt-{done}") and "resume=True" in str(stopped.value)
+
+    lines = []
+    resumed = train(dataclasses.replace(cut, resume=True), print_fn=lines.append)
+    assert f"resumed from {stopped.value.checkpoint} at step {done}" in lines
+    step_lines = [line.split(",")[0] + "," + line.split(",")[1] for line in lines if line.startswith("(")]
+    # The console carries on with the epoch's real step numbers.
+    assert step_lines[0] == f"({done // steps}, {done % steps})" and step_lines[-1] == f"(1, {steps - 1})"
+    assert len(step_lines) == 2 * steps - done
+
+    for a, b in zip(full.trainer.variables, resumed.trainer.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for name, optimizer in full.trainer.optimizers.items():
+        for a, b in zip(optimizer.variables, resumed.trainer.optimizers[name].variables):
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    # And the final checkpoints hold the same tensors.
+    final_full = _checkpoint_tensors(os.path.join(str(tmp_path), "full", "checkpoints", f"ckpt-{2 * steps}"))
+    final_cut = _checkpoint_tensors(os.path.join(str(tmp_path), "cut", "checkpoints", f"ckpt-{2 * steps}"))
+    assert final_full.keys() == final_cut.keys()
+    for key in final_full:
+        np.testing.assert_array_equal(final_full[key], final_cut[key], err_msg=key)
+    # A whole epoch after the resume (GAN), or validation of the final weights (classifier), logs the
+    # same. (A partially resumed epoch's training means cover only the steps run after the resume.)
+    assert resumed.logs[final_key] == full.logs[final_key]
+
+
+def test_resuming_with_another_model_or_precision_names_the_mismatch(tmp_path):
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", epochs=1, steps_per_epoch=1)
+    training.train_gan(config, print_fn=lambda line: None)
+    checkpoint_file = os.path.join(str(tmp_path), "run", "checkpoints", "ckpt-1")
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        training.train_gan(dataclasses.replace(config, resume=True, precision="float32"), print_fn=lambda line: None)
+    assert checkpoint_file in str(error.value) and "precision" in str(error.value)
+    assert "float32" in str(error.value) and "mixed_float16" in str(error.value)
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        training.train_gan(dataclasses.replace(config, resume=True, generator_widths=(16, 8, 8)),
+                           print_fn=lambda line: None)
+    assert checkpoint_file in str(error.value)
+    assert "config.generator_widths: checkpoint [8, 8, 8], this run [16, 8, 8]" in str(error.value)
+    # Without --resume the run's checkpoints are not overwritten.
+    with pytest.raises(training.ConfigError, match="already holds checkpoints"):
+        training.train_gan(config, print_fn=lambda line: None)
+    # More epochs is a legitimate resume: it carries on from step 1.
+    lines = []
+    result = training.train_gan(dataclasses.replace(config, resume=True, epochs=2), print_fn=lines.append)
+    assert any(line.startswith("resumed from") and line.endswith("at step 1") for line in lines)
+    assert result.steps == 1
+
+
+def test_resume_needs_a_run_to_continue(tmp_path):
+    with pytest.raises(training.ConfigError, match="resume needs the run to continue"):
+        dataclasses.replace(TINY_GAN, logdir=str(tmp_path), resume=True).validate()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"on_nonfinite": "ignore"}, "on_nonfinite='ignore'"),
+        ({"keep_checkpoints": 0}, "keep_checkpoints=0"),
+        ({"checkpoint_every": -1}, "checkpoint_every=-1"),
+    ],
+)
+def test_bad_checkpoint_settings_are_refused(change, message, tmp_path):
+    with pytest.raises(training.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, logdir=str(tmp_path), **change).validate()
+    assert message in str(error.value)
+
+
+def test_an_unwritable_checkpoint_dir_is_refused(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    # validate() is pure: the run finds it when it creates its directories, before any training.
+    with pytest.raises(training.ConfigError) as error:
+        training.train_gan(dataclasses.replace(TINY_GAN, logdir=str(tmp_path / "logs"), run_name="run",
+                                               checkpoint_dir=str(blocker / "ckpt")), print_fn=lambda line: None)
+    assert f"checkpoint_dir='{blocker}/ckpt'" in str(error.value)
+    assert sorted(os.listdir(tmp_path)) == ["file"]  # the run directory it had made is gone again
+
+
+def test_stop_on_nonfinite_is_refused_with_dynamic_loss_scaling(tmp_path):
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), on_nonfinite="stop")
+    with pytest.raises(training.ConfigError, match="on_nonfinite='stop'"):
+        training.train_gan(config, print_fn=lambda line: None)
+    assert not os.listdir(tmp_path)
+
+
+# --- the run directory: lost state file, lock, run name -------------------------------
+
+
+def test_after_a_crash_a_stale_lock_and_a_lost_state_file_neither_block_nor_hide_the_resume(tmp_path):
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from tfmp.run import rundir
+
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", epochs=1, steps_per_epoch=2,
+                                 checkpoint_every=1, precision="float32", loss_scale="none", deterministic=False)
+    training.train_gan(config, print_fn=lambda line: None)
+    run_dir, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    os.remove(checkpoints / "checkpoint")
+    before = {name: (checkpoints / name).read_bytes() for name in os.listdir(checkpoints)}
+    assert sorted(before) == ["ckpt-1.data-00000-of-00001", "ckpt-1.index", "ckpt-2.data-00000-of-00001",
+                              "ckpt-2.index"]
+    # A new run is refused as for any directory holding checkpoints.
+    with pytest.raises(training.ConfigError, match=f"{checkpoints} already holds checkpoints"):
+        training.train_gan(config, print_fn=lambda line: None)
+    # The process that held the run directory was killed: its lock file stayed.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / rundir.LOCK_FILE).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+
+    lines = []
+    result = training.train_gan(dataclasses.replace(config, resume=True, epochs=2), print_fn=lines.append)
+    assert result.steps == 2
+    assert [line for line in lines if line.startswith("note:")] == [
+        f"note: taking over the run directory {run_dir} from pid {dead.pid} on host {socket.gethostname()}, which "
+        f"is no longer running (it was killed or crashed); lock file {run_dir / rundir.LOCK_FILE}"]
+    assert any(line.startswith(f"warning: the state file {checkpoints / 'checkpoint'} that lists the checkpoints is "
+                               f"missing; found 2 checkpoint(s) by their files; resuming from the newest readable "
+                               f"one, {checkpoints / 'ckpt-2'}") for line in lines), lines
+    assert f"resumed from {checkpoints / 'ckpt-2'} at step 2" in lines
+    for name, content in before.items():  # still there, unchanged
+        assert (checkpoints / name).read_bytes() == content, name
+    assert not os.path.exists(run_dir / rundir.LOCK_FILE) and not os.path.exists(checkpoints / rundir.LOCK_FILE)
+
+
+def test_a_run_directory_held_by_another_run_is_refused_before_any_training(tmp_path):
+    from tfmp.run import rundir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lines = []
+    with rundir.RunDirLock(str(run_dir)):
+        with pytest.raises(rundir.RunDirInUseError) as error:
+            training.train_gan(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run"),
+                               print_fn=lines.append)
+        # Its own checkpoint directory too, when another run names it as its checkpoint_dir.
+        with pytest.raises(rundir.RunDirInUseError, match=str(run_dir)):
+            training.train_gan(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="other",
+                                                   checkpoint_dir=str(run_dir)), print_fn=lines.append)
+    assert f"{run_dir} is in use by another run: pid {os.getpid()} on host" in str(error.value)
+    assert not any(line.startswith("training") for line in lines)
+    assert os.listdir(run_dir) == [] and os.listdir(tmp_path) == ["run"]  # nothing left of the refused runs
+
+
+@pytest.mark.parametrize("run_name", ["../x", "a/../../x", "/tmp/x", ".", "a/.."])
+def test_a_run_name_must_stay_inside_the_logdir(run_name, tmp_path):
+    with pytest.raises(training.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, logdir=str(tmp_path / "logs"), run_name=run_name).validate()
+    assert f"Received: run_name={run_name!r}" in str(error.value)
+    assert not os.listdir(tmp_path)  # validating creates nothing
+
+
+def test_a_nested_run_name_is_a_directory_inside_the_logdir(tmp_path):
+    dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="sweep/lr-3").validate()
+
+
+def _classifier_with_batch_norm(strategy):
+    with strategy.scope():
+        inputs = keras.Input((4,))
+        hidden = keras.layers.BatchNormalization(name="bn")(keras.layers.Dense(3, name="dense")(inputs))
+        trainer = trainers.ClassifierTrainer(keras.Model(inputs, keras.layers.Softmax(dtype="float32")(hidden)))
+        trainer.compile(keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    return trainer
+
+
+def _replica_values(trainer, name):
+    (variable,) = [v for v in trainer.variables if v.path == name]
+    return [np.array(c.numpy()) for c in trainer.distribute_strategy.experimental_local_results(variable.value)]
+
+
+def test_each_replicas_own_batch_norm_statistics_survive_a_checkpoint(tmp_path):
+    # Under MirroredStrategy each replica updates its own BatchNorm statistics until the epoch's end; a
+    # checkpoint that kept only the first replica's copy would resume the others from it.
+    mirrored = distribute.make_strategy("mirrored")
+    assert mirrored.num_replicas_in_sync == 2
+    trainer = _classifier_with_batch_norm(mirrored)
+    for name in ("bn/moving_mean", "bn/moving_variance"):
+        (variable,) = [v for v in trainer.variables if v.path == name]
+        for i, copy in enumerate(mirrored.experimental_local_results(variable.value)):
+            copy.assign(np.full(3, 0.25 + i, np.float32))
+    saved = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=2).save(1)
+
+    resumed = _classifier_with_batch_norm(mirrored)
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), resumed, {}, keep=2)
+    assert ckpt.restore(ckpt.latest(print_fn=lambda line: None)) == 1
+    for name in ("bn/moving_mean", "bn/moving_variance"):
+        assert [v.tolist() for v in _replica_values(resumed, name)] == [[0.25] * 3, [1.25] * 3]
+
+    # On one device the first replica's copy is the state; the others' copies are set aside, saying so.
+    lines = []
+    single = _classifier_with_batch_norm(tf.distribute.get_strategy())
+    one = checkpoint.RunCheckpoint(str(tmp_path / "one"), single, {}, read_directory=str(tmp_path),
+                                   print_fn=lines.append)
+    assert one.restore(one.latest(print_fn=lambda line: None)) == 1
+    assert [v.tolist() for v in _replica_values(single, "bn/moving_mean")] == [[0.25] * 3]
+    assert lines == [f"note: {saved} was written with 2 per-replica copies of state each replica keeps (BatchNorm "
+                     "statistics); this run has 0, so every replica resumes from the first replica's copy."]

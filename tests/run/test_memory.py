@@ -1,0 +1,24 @@
+"""Tests for tfmp/run/memory.py: peak host and GPU memory over a block."""
+
+import numpy as np
+import tensorflow as tf
+
+from tfmp.run import memory
+
+
+def test_host_peak_memory_sees_an_allocation_made_inside_the_block():
+    with memory.HostPeakMemory() as before:
+        pass
+    with memory.HostPeakMemory() as peak:
+        block = np.ones(256 * 2**20, np.uint8)  # touched, so resident
+        del block
+    assert peak.method == "VmHWM"  # Linux: the kernel's high-water mark, reset on entry
+    assert peak.peak_mb - before.peak_mb > 200
+
+
+def test_gpu_peak_memory_is_none_without_a_gpu():
+    with memory.GpuPeakMemory() as gpu:
+        tf.ones((1024, 1024))
+    has_gpu = bool(tf.config.list_logical_devices("GPU"))
+    assert gpu.has_gpu == has_gpu
+    assert (gpu.peak_mb is None) == (not has_gpu)

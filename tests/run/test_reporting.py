@@ -1,0 +1,104 @@
+"""Tests for tfmp/run/reporting.py: the markdown table, the JSON file and the PNG chart.
+
+The records are built by hand (what `tfmp.run.benchmark.compare` returns for a
+tiny classifier); tests/test_benchmark.py measures real ones.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+import pytest
+
+from tfmp.run import benchmark
+from tfmp.run import parity
+from tfmp.run import reporting
+
+KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per_sec_min", "images_per_sec_max",
+        "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb", "peak_gpu_mb"]
+
+
+def _record(model, precision, images_per_sec):
+    return benchmark.Record(model, precision, False, 8, images_per_sec, 8000 / images_per_sec,
+                            None if precision != "float32" else 1.0, 0.97, 900.0, None)
+
+
+@pytest.fixture
+def records():
+    # As compare() measures the tiny classifier at batch 8 on a CPU: float32 then bfloat16, no GPU memory.
+    float32 = dataclasses.replace(_record("tiny", "float32", 970.0), images_per_sec_min=950.0,
+                                  images_per_sec_max=990.0)
+    bf16 = dataclasses.replace(_record("tiny", "mixed_bfloat16", 1365.0), ratio_to_float32=1365.0 / 970.0,
+                               images_per_sec_min=1300.0, images_per_sec_max=1400.0)
+    return [float32, bf16]
+
+
+def test_markdown_table_has_a_header_and_one_row_per_record(records):
+    lines = reporting.markdown_table(records).splitlines()
+    assert [cell.strip() for cell in lines[0].strip("|").split("|")] == KEYS
+    assert len(lines) == 2 + len(records)
+    assert lines[3].startswith("| tiny | mixed_bfloat16 | false | 8 | ")
+    assert lines[3].endswith(" | n/a |")
+
+
+def test_json_file_holds_the_records(records, tmp_path):
+    path = tmp_path / "bench.json"
+    reporting.write_json(records, str(path))
+    assert json.loads(path.read_text()) == [r.to_json() for r in records]
+
+
+def test_json_file_holds_parity_records_too(tmp_path):
+    records = [parity.ParityRecord("float32", 0, 0.875, 0.5, 0, None),
+               parity.ParityRecord("mixed_float16", 0, 0.8125, 0.5, 7, 256.0)]
+    path = tmp_path / "parity.json"
+    reporting.write_json(records, str(path))
+    assert path.read_text().endswith("]\n")
+    assert json.loads(path.read_text()) == [
+        {"precision": "float32", "seed": 0, "val_accuracy": 0.875, "val_loss": 0.5, "skipped_steps": 0,
+         "final_loss_scale": None},
+        {"precision": "mixed_float16", "seed": 0, "val_accuracy": 0.8125, "val_loss": 0.5, "skipped_steps": 7,
+         "final_loss_scale": 256.0},
+    ]
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    records = [_record("gan", "float32", 970.0), _record("gan", "mixed_bfloat16", 1365.0),
+               _record("resnet50", "float32", 90.0)]
+    path = reporting.plot(records, str(tmp_path / "bench.png"))
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.getsize(path) > 10_000
+
+
+def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    with pytest.raises(ImportError, match=r'pip install "tfmp\[plot\]"'):
+        reporting.plot([_record("gan", "float32", 970.0)], str(tmp_path / "bench.png"))
+
+
+def test_plot_states_the_reference_device_method_and_hand_written_ratio(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figures = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), savefig(self, *a, **k))[1])
+    records = [_record("gan", "float32", 1000.0), _record("gan", "mixed_bfloat16", 290.0)]
+    records[1].ratio_to_float32 = 0.29
+    records[1].images_per_sec_min, records[1].images_per_sec_max = 251.0, 301.0
+    config = benchmark.BenchmarkConfig(steps=7, repeats=3, warmup_steps=2)
+    reporting.plot(records, str(tmp_path / "bench.png"), config, device="CPU (test)")
+    (figure,) = figures
+    title = figure._suptitle.get_text()
+    assert "CPU (test)" in title and "median of 3 repeats x 7 steps (2 warm-up)" in title
+    footnote = figure._supxlabel.get_text()
+    assert "float32's" in footnote and "hand-written" in footnote and "slowest to fastest round" in footnote
+    labels = [t.get_text() for ax in figure.axes for t in ax.texts]
+    assert labels == ["1000\n0.97x hand-written", "290\n0.29x float32\n0.97x hand-written\n(251-301)"]
+    # The whisker: one error bar, on the record that has a spread, from its slowest to its fastest round.
+    bars = [c for c in figure.axes[0].containers if getattr(c, "errorbar", None) is not None]
+    (whisker,) = [c.errorbar for c in bars if c.errorbar.lines[2]]
+    segments = whisker.lines[2][0].get_segments()
+    assert [tuple(segment[:, 1]) for segment in segments] == [(251.0, 301.0)]

@@ -1,0 +1,86 @@
+"""Tests for scripts/benchmark.py: its flag parsers in process, the script in a subprocess.
+
+One subprocess runs the real script end to end on the seed GAN at batch 8.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "benchmark.py")
+KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per_sec_min", "images_per_sec_max",
+        "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb", "peak_gpu_mb"]
+
+
+def _load_script():
+    # Loaded by path, so this checkout's script is tested whichever checkout is installed as tfmp_scripts.
+    # Importing it defines its absl flags (not parsed): no other test imports a script in process.
+    spec = importlib.util.spec_from_file_location("benchmark_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+script = _load_script()
+
+
+@pytest.mark.parametrize(
+    "parse, value, message",
+    [
+        (script.parse_models, "gan,vgg", "model='vgg'"),
+        (script.parse_models, "", "models=''"),
+        (script.parse_precisions, "fp32,fp8", "precision='fp8'"),
+        (script.parse_precisions, "auto", "precision='auto'"),
+        (script.parse_xla, "false,maybe", "xla='maybe'"),
+        (script.parse_batch_sizes, "8,0", "batch_size='0'"),
+        (script.parse_batch_sizes, "8,1.5", "batch_size='1.5'"),
+    ],
+)
+def test_bad_values_name_the_value(parse, value, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        parse(value)
+
+
+def test_parsing_accepts_aliases_and_keeps_order():
+    assert script.parse_precisions("bf16, fp32,FP16,bf16") == ("mixed_bfloat16", "float32", "mixed_float16")
+    assert script.parse_xla("true,false,true") == (True, False)
+    assert script.parse_batch_sizes("32,8") == (32, 8) and script.parse_batch_sizes("") == ()
+    assert script.parse_models("resnet50,GAN") == ("resnet50", "gan")
+
+
+def _script(*flags):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    return subprocess.run([sys.executable, SCRIPT, *flags],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+
+
+def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = _script("--models=gan", "--precisions=fp32", "--xla=false", "--batch_sizes=8", "--warmup_steps=1",
+                   "--steps=2", "--repeats=1", f"--json_out={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert len(rows) == 1 and list(rows[0]) == KEYS
+    row = rows[0]
+    assert (row["model"], row["precision"], row["xla"], row["batch_size"]) == ("gan", "float32", False, 8)
+    assert row["ratio_to_float32"] == 1.0 and row["peak_gpu_mb"] is None
+    assert row["images_per_sec"] * row["step_ms"] / 1000 == pytest.approx(16)  # 2 x batch
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert len(table) == 3 and table[2].startswith("| gan | float32 | false | 8 | ")
+
+
+def test_a_bad_script_value_is_a_usage_error_before_any_work(tmp_path):
+    # One subprocess (TensorFlow's import dominates); the parsers' messages
+    # for every flag are tested in process above.
+    out = tmp_path / "bench.json"
+    proc = _script("--models=gan", "--precisions=fp32,fp8", f"--json_out={out}")
+    assert proc.returncode != 0
+    assert "Unknown precision. Valid: float32, mixed_bfloat16, mixed_float16" in proc.stderr
+    assert "Received: precision='fp8'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()

@@ -1,0 +1,515 @@
+"""The absl scripts, run as a user runs them: in a subprocess; and scripts/common.py's translation of
+library messages into flag terms, in process."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SEED_LINE = re.compile(
+    r"^\((\d+), (\d+)\), G Loss: \d+\.\d{3}, D Loss: \d+\.\d{3}, loss_scale: (\S+), "
+    r"step_time: \d+\.\d{3}, throughput: \d+\.\d{3} img/s$"
+)
+
+
+def _run(command, *flags, timeout=600):
+    if command.endswith(".py"):
+        command = [sys.executable, os.path.join(ROOT, "scripts", command)]
+    else:
+        executable = shutil.which(command)
+        if executable is None:
+            pytest.fail(f"console command {command} is not installed; run pip install -e .")
+        command = [executable]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    return subprocess.run(
+        command + list(flags), capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+    )
+
+
+def _event_files(directory):
+    return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files if f.startswith("events")]
+
+
+def test_train_gan_prints_the_seed_lines_and_writes_curves(tmp_path):
+    proc = _run(
+        "train_gan.py", "--dataset=digits", "--batch_size=32", "--epochs=2", "--steps_per_epoch=2",
+        "--precision=mixed_float16", "--loss_scale=dynamic", f"--logdir={tmp_path}", "--run_name=gan",
+        "--warmup_steps=1",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    steps = [SEED_LINE.match(line) for line in lines if line.startswith("(")]
+    assert len(steps) == 4 and all(steps), lines
+    assert [(m.group(1), m.group(2)) for m in steps] == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
+    assert all(m.group(3) == "32768/32768" for m in steps)
+    summary = "\n".join(lines[lines.index(next(line for line in lines if line.startswith("summary:"))):])
+    assert "over 3 steps (first 1 steps excluded as warm-up)" in summary
+    assert "skipped steps: G 0, D 0;" in summary
+    assert f"tensorboard --logdir {tmp_path}" in summary
+    assert _event_files(tmp_path / "gan" / "generator") and _event_files(tmp_path / "gan" / "discriminator")
+
+
+def test_an_unset_loss_scale_is_not_noted_and_info_logs_stay_off(tmp_path):
+    proc = _run(
+        "train_gan.py", "--dataset=digits", "--batch_size=16", "--epochs=1", "--steps_per_epoch=1",
+        "--precision=bf16", f"--logdir={tmp_path}", "--run_name=gan",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "precision=mixed_bfloat16 loss_scale=none" in proc.stdout
+    assert not [line for line in proc.stdout.splitlines() if line.startswith("note:")], proc.stdout
+    # The epoch's checkpoint makes TensorFlow log an absl INFO line unless the script quiets it.
+    assert "checkpoint:" in proc.stdout
+    assert "Sharding callback duration" not in proc.stderr, proc.stderr[-3000:]
+    assert not re.findall(r"^I\d{4} [^\n]*\.py:\d+\]", proc.stderr, re.M), proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
+    proc = _run(
+        "train_classifier.py", "--dataset=digits", "--alpha=0.35", "--batch_size=16", "--epochs=1",
+        "--steps_per_epoch=2", "--precision=bf16", "--loss_scale=dynamic", f"--logdir={tmp_path}",
+        "--run_name=clf", "--profile_steps=2,2", "--float32_layers=_BN$",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note:")]
+    assert notes == ["note: loss_scale=dynamic is ignored under mixed_bfloat16; only float16 needs loss scaling."]
+    # MobileNetV2 has 52 BatchNorm layers; the stem's is "bn_Conv1" and the last "Conv_1_bn".
+    assert "float32 layers: 50 matching '_BN$' (mobilenet_v2_classifier/mobilenetv2_0.35_32/" in proc.stdout
+    assert f"profiled steps 2-2: tensorboard --logdir {tmp_path / 'clf'}" in proc.stdout
+    assert [f for _, _, files in os.walk(tmp_path / "clf" / "plugins") for f in files if f.endswith(".xplane.pb")]
+    assert re.search(r"^\(0, 1\), Loss: \d+\.\d{3}, Accuracy: \d\.\d{3}, loss_scale: none, step_time: ",
+                     proc.stdout, re.M), proc.stdout
+    assert _event_files(tmp_path / "clf" / "train") and _event_files(tmp_path / "clf" / "validation")
+
+
+@pytest.mark.parametrize(
+    "script, flag, expected",
+    [
+        ("train_gan.py", "--precision=fp8", "fp8"),
+        ("train_gan.py", "--batch_size=0", "--batch_size=0"),
+        ("train_gan.py", "--loss_scale=-2", "loss_scale='-2'"),
+        ("train_gan.py", "--dataset=cifar10", "cifar10"),
+        ("train_classifier.py", "--xla=sometimes", "sometimes"),
+        ("train_classifier.py", "--epochs=-1", "--epochs=-1"),
+        ("train_classifier.py", "--profile_steps=5", "Received: '5'"),
+        ("train_classifier.py", "--profile_steps=5,2", "end=2"),
+        ("train_classifier.py", "--float32_layers=nosuchlayer", "Received: 'nosuchlayer'"),
+        # An infinite rate would write inf/NaN into the weights at the first step (and exit 0).
+        ("train_classifier.py", "--learning_rate=inf", "--learning_rate must be a finite number > 0. Received: "
+                                                       "--learning_rate=inf"),
+        ("train_gan.py", "--generator_learning_rate=inf", "generator_learning_rate=inf"),
+        ("train_gan.py", "--discriminator_learning_rate=nan", "discriminator_learning_rate=nan"),
+    ],
+)
+def test_bad_flags_fail_before_training(script, flag, expected, tmp_path):
+    proc = _run(script, "--dataset=digits", flag, f"--logdir={tmp_path / 'logs'}")
+    assert proc.returncode != 0
+    assert expected in proc.stderr
+    assert not _event_files(tmp_path)
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_loss_scale_beyond_the_bound_is_a_usage_error_naming_the_range(tmp_path):
+    # 1e40 overflows float32; anything above 2**24 (max_scale) is refused.
+    proc = _run("train_gan.py", "--dataset=digits", "--precision=mixed_float16", "--loss_scale=1e40",
+                f"--logdir={tmp_path}")
+    assert proc.returncode != 0
+    assert "(0, 16777216] (2**24)" in proc.stderr and "Received: --loss_scale='1e40'" in proc.stderr
+    assert "Traceback" not in proc.stderr and not _event_files(tmp_path)
+
+
+def test_an_unwritable_logdir_is_a_usage_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = _run("train_gan.py", "--dataset=digits", "--batch_size=32", f"--logdir={blocker}/logs")
+    assert proc.returncode != 0
+    assert f"logdir='{blocker}/logs'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_mnist_offline_names_the_file_and_the_embedded_alternative(tmp_path):
+    proc = _run("train_gan.py", f"--data_dir={tmp_path}", f"--logdir={tmp_path / 'logs'}")
+    assert proc.returncode != 0
+    assert os.path.join(str(tmp_path), "mnist.npz") in proc.stderr
+    assert "digits" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not _event_files(tmp_path)
+
+
+@pytest.mark.slow
+def test_compare_loss_scaling_console_command_prints_the_table(tmp_path):
+    proc = _run(
+        "tfmp-compare-loss-scaling", "--dataset=digits", "--batch_size=16", "--epochs=1",
+        "--steps_per_epoch=1", "--warmup_steps=0", f"--logdir={tmp_path}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1].strip() for row in rows] == [
+        "run", "float32", "mixed_float16_no_loss_scale", "mixed_float16_dynamic_loss_scale"]
+    assert f"tensorboard --logdir {tmp_path}" in proc.stdout
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["float32", "mixed_float16_no_loss_scale", "mixed_float16_dynamic_loss_scale"])
+
+
+@pytest.mark.slow
+def test_diagnose_flags_the_seed_pitfall_and_writes_histograms(tmp_path):
+    proc = _run(
+        "diagnose.py", "--model=gan", "--generator_widths=63,31,7", "--batch_size=90", "--precision=fp16",
+        f"--logdir={tmp_path}", "--run_name=diag",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for section in ("Tensor Core alignment (multiples of 8, batch size 90)", "Float32 outputs",
+                    "Gradient numerics in float16", "suggested static loss scale: 2^", "First non-finite layer: none"):
+        assert section in out, out
+    for layer, dimension, value, aligned in (("generator/dense", "units", 3087, 3088),
+                                             ("generator/conv_1", "filters", 63, 64),
+                                             ("generator/conv_2", "input channels", 63, 64),
+                                             ("(batch)", "batch size", 90, 88)):
+        assert re.search(rf"warn\s+{re.escape(layer)}\s+{dimension}\s+{value}\s+{aligned}", out), out
+    assert "x32768: zero" in out  # the float16 run's current loss scale
+    assert _event_files(tmp_path / "diag" / "diagnostics")
+
+
+def test_diagnose_seed_variants_contrast_the_two_generators():
+    proc = _run("diagnose.py", "--seed_variants")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    good, bad = proc.stdout.split("== seed 000's bad sizes")
+    assert "0 warning(s)" in good and "9 warning(s)" in bad and "4090" in bad
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (("--model=gan", "--alpha=0.5"), "--alpha applies to --model=mobilenet_v2"),
+        (("--generator_widths=8,x,8",), "Received: 8,x,8"),
+        (("--model=vgg",), "vgg"),
+    ],
+)
+def test_diagnose_bad_flags_are_usage_errors(flags, expected):
+    proc = _run("diagnose.py", *flags)
+    assert proc.returncode != 0 and expected in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# --- preemption, crashes and resume, through the script --------------------------
+
+RESUMABLE_GAN = [
+    "--dataset=digits", "--batch_size=32", "--steps_per_epoch=8", "--epochs=5", "--precision=mixed_float16",
+    "--loss_scale=dynamic", "--warmup_steps=0", "--checkpoint_every=1", "--deterministic",
+]
+RESUMABLE_STEPS = 40
+
+
+def _start(script, *flags):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", script), *flags], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_step(proc, steps=1, timeout=300):
+    """Reads the process's stdout until it has printed `steps` step lines; returns what it read."""
+    import selectors
+    import time
+
+    seen, lines = 0, []
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while seen < steps:
+        if time.monotonic() > deadline or not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+            pytest.fail(f"no step line within {timeout} s; read: {lines[-5:]}")
+        line = proc.stdout.readline()
+        if not line:
+            return lines  # the process ended
+        lines.append(line)
+        seen += SEED_LINE.match(line.strip()) is not None
+    return lines
+
+
+def _final_tensors(run_dir, step):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints", f"ckpt-{step}"))
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
+            if k != "_CHECKPOINTABLE_OBJECT_GRAPH" and "save_counter" not in k}
+
+
+def _assert_same_tensors(a, b):
+    import numpy as np
+
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+KILLS = 10
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_gan(tmp_path_factory):
+    """The reference: RESUMABLE_GAN run to the end in one go; its final checkpoint's tensors."""
+    logdir = tmp_path_factory.mktemp("reference")
+    proc = _run("train_gan.py", *RESUMABLE_GAN, f"--logdir={logdir}", "--run_name=ref")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return _final_tensors(str(logdir / "ref"), RESUMABLE_STEPS)
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_exits_nonzero_and_resume_is_exact(tmp_path, uninterrupted_gan):
+    flags = [*RESUMABLE_GAN, f"--logdir={tmp_path}", "--run_name=run"]
+    proc = _start("train_gan.py", *flags)
+    _wait_for_step(proc, steps=6)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "training stopped by SIGTERM after step" in err and "--resume" in err and "Traceback" not in err
+    stopped_at = int(re.search(r"after step (\d+)", err).group(1))
+    assert 6 <= stopped_at < RESUMABLE_STEPS
+    assert os.path.exists(os.path.join(tmp_path, "run", "checkpoints", f"ckpt-{stopped_at}.index"))
+
+    resumed = _run("train_gan.py", *flags, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at step {stopped_at}" in resumed.stdout
+    _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / "run"), RESUMABLE_STEPS))
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_never_breaks_resume(tmp_path, uninterrupted_gan):
+    """Fault injection: SIGKILL a real run at random moments (mid-step, mid-checkpoint-write).
+
+    A run that finishes before the kill lands is checked against the
+    uninterrupted one and replaced by a fresh run, so the test always sees
+    `KILLS` kills however fast the machine is.
+    """
+    import random
+    import time
+
+    rng = random.Random(1234)
+    kills, finished = 0, 0
+
+    def flags():
+        return [*RESUMABLE_GAN, f"--logdir={tmp_path}", f"--run_name=run{finished}", "--resume"]
+
+    for _ in range(3 * KILLS):
+        if kills == KILLS:
+            break
+        proc = _start("train_gan.py", *flags())
+        read = _wait_for_step(proc, steps=1)
+        time.sleep(rng.uniform(0.0, 0.3))  # somewhere in the next steps and their checkpoint writes
+        proc.kill()
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode == -signal.SIGKILL:
+            kills += 1
+            assert "Traceback" not in err, err[-3000:]
+            assert read  # it got as far as training
+        else:  # it finished before the kill landed: check it, then start a fresh run
+            assert proc.returncode == 0, err[-3000:]
+            _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / f"run{finished}"), RESUMABLE_STEPS))
+            finished += 1
+    final = _run("train_gan.py", *flags())
+    assert final.returncode == 0, final.stderr[-3000:]
+    print(f"SIGKILLs survived: {kills} ({finished} runs finished between kills)")
+    assert kills == KILLS
+    _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / f"run{finished}"), RESUMABLE_STEPS))
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_and_a_ruined_run_names_its_files(tmp_path):
+    flags = ["--dataset=digits", "--batch_size=32", "--steps_per_epoch=2", "--epochs=2", "--precision=float32",
+             "--warmup_steps=0", f"--logdir={tmp_path}", "--run_name=run"]
+    assert _run("train_gan.py", *flags).returncode == 0
+    checkpoints = tmp_path / "run" / "checkpoints"
+    newest = checkpoints / "ckpt-4.data-00000-of-00001"
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated
+    resumed = _run("train_gan.py", *flags, "--resume", "--epochs=3")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"checkpoint {checkpoints / 'ckpt-4'}" in resumed.stdout and "resuming from the previous one" in resumed.stdout
+    assert f"resumed from {checkpoints / 'ckpt-2'} at step 2" in resumed.stdout
+    for data in checkpoints.glob("*.data-*"):
+        data.write_bytes(b"garbage")
+    ruined = _run("train_gan.py", *flags, "--resume", "--epochs=4")
+    assert ruined.returncode == 1
+    assert "No checkpoint in this directory can be read" in ruined.stderr and str(checkpoints / "ckpt-") in ruined.stderr
+    assert "Traceback" not in ruined.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--resume"], "resume needs the run to continue"),
+        (["--on_nonfinite=stop", "--precision=mixed_float16", "--loss_scale=dynamic"], "on_nonfinite='stop'"),
+        (["--on_nonfinite=maybe"], "maybe"),
+        (["--keep_checkpoints=0"], "--keep_checkpoints=0"),
+        (["--run_name=../outside"], "run_name='../outside'"),
+    ],
+)
+def test_impossible_resume_and_nonfinite_flags_are_refused(flags, expected, tmp_path):
+    proc = _run("train_gan.py", "--dataset=digits", "--batch_size=32", f"--logdir={tmp_path / 'logs'}", *flags)
+    assert proc.returncode != 0
+    assert expected in proc.stderr
+    assert not _event_files(tmp_path)
+    assert "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "outside")
+
+
+# --- the run directory: one run at a time, nothing left by a failed start --------------
+
+
+def test_a_run_directory_held_by_another_run_is_refused_naming_the_holder(tmp_path):
+    import socket
+
+    from tfmp.run import rundir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with rundir.RunDirLock(str(run_dir)):  # this test process is the first run
+        proc = _run("train_gan.py", "--dataset=digits", "--batch_size=32", "--steps_per_epoch=1", "--epochs=1",
+                    "--precision=float32", f"--logdir={tmp_path}", "--run_name=run")
+        assert rundir.holder(str(run_dir)).pid == os.getpid()  # the refused run left the lock alone
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert f"error: {run_dir} is in use by another run: pid {os.getpid()} on host {socket.gethostname()}" in proc.stderr
+    assert "Traceback" not in proc.stderr and not re.search(r"^\(0, 0\)", proc.stdout, re.M)
+    assert os.listdir(run_dir) == []
+
+
+# Runs a script with its model building held up until SIGINT arrives: Ctrl-C during start-up, on cue.
+_BLOCKED_START = """
+import runpy, sys, time
+sys.path.insert(0, {scripts!r})
+from tfmp.run import tasks
+def blocked_build(*args, **kwargs):
+    print("building the model", flush=True)
+    time.sleep(600)
+tasks.GANTask.build = blocked_build
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_ctrl_c_during_start_up_exits_130_in_one_line_and_leaves_nothing_behind(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BLOCKED_START.format(scripts=os.path.join(ROOT, "scripts")),
+         os.path.join(ROOT, "scripts", "train_gan.py"), "--dataset=digits", "--batch_size=32", "--precision=float32",
+         f"--logdir={tmp_path / 'logs'}", "--run_name=sweep/run"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = iter(proc.stdout.readline, "")
+        assert "building the model\n" in lines, proc.stderr.read()[-3000:]  # reads up to it
+        # Where the run stands now: its directories made, and held.
+        assert os.path.exists(tmp_path / "logs" / "sweep" / "run" / "checkpoints")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if "interrupted" in line] == [
+        "interrupted by SIGINT (Ctrl-C) during start-up, before the first training step: nothing was trained or "
+        "written. Run the same command again to start."]
+    assert os.listdir(tmp_path) == []  # logs/, sweep/, run/, checkpoints/ and the lock: all gone
+
+
+def test_a_corrupt_dataset_file_is_a_clean_error_naming_it(tmp_path):
+    (tmp_path / "mnist.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    proc = _run("train_gan.py", f"--data_dir={tmp_path}", f"--logdir={tmp_path / 'logs'}", "--precision=float32")
+    assert proc.returncode == 1
+    assert f"error: Could not read {tmp_path / 'mnist.npz'}: it is corrupt or truncated" in proc.stderr
+    assert "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "logs")
+
+
+# --- library messages in flag terms (scripts/common.py) --------------------------------
+
+
+def _flag_values(*names, booleans=()):
+    from absl import flags
+
+    flag_values = flags.FlagValues()
+    for name in names:
+        flags.DEFINE_string(name, None, "", flag_values=flag_values)
+    for name in booleans:
+        flags.DEFINE_bool(name, False, "", flag_values=flag_values)
+    return flag_values
+
+
+TRAINING_FLAGS = ("run_name", "checkpoint_dir", "dataset", "epochs", "seed", "batch_size", "xla", "loss_scale")
+
+
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        # A ConfigError: the prose names and the Received: part alike; a boolean flag as --name / --noname.
+        ("resume needs the run to continue: give its run_name (or its checkpoint_dir). "
+         "Received: resume=True, run_name=None, checkpoint_dir=None",
+         "resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
+         "Received: --resume, --run_name=None, --checkpoint_dir=None"),
+        ("run_name must stay inside logdir. Received: run_name='../x'",
+         "--run_name must stay inside logdir. Received: --run_name='../x'"),
+        ("use the embedded dataset \"digits\" instead (dataset='digits')",
+         "use the embedded dataset \"digits\" instead (--dataset='digits')"),
+        ("Received: deterministic=False, epochs=0, xla=True", "Received: --nodeterministic, --epochs=0, --xla=True"),
+        ("pitfalls found (details: tfmp.run.training.diagnose_run):",
+         "pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):"),
+        # Prose, paths, dotted names, flags already, names that are not this script's training flags: unchanged.
+        ("Pass resume to continue it; the dataset, seed and epochs must match; batch size 30",) * 2,
+        ("written to /logs/run_name/checkpoints/ckpt-3 and test_run_name0/x",) * 2,
+        ("config.batch_size: checkpoint 32, this run 64",) * 2,
+        ("another --run_name or --checkpoint_dir",) * 2,
+        ("json_out='x', learning_rate=inf, logdir='/tmp'",) * 2,
+    ],
+)
+def test_to_flags_rewrites_setting_names_and_leaves_prose_alone(message, expected):
+    from scripts import common
+
+    assert common.to_flags(message, _flag_values(*TRAINING_FLAGS, "json_out", booleans=("resume", "deterministic"))) \
+        == expected
+
+
+def test_to_flags_turns_real_library_messages_into_flag_terms():
+    import signal as signals
+
+    from scripts import common
+    from tfmp.run import data, preemption
+
+    flag_values = _flag_values("run_name", "dataset", booleans=("resume",))
+    stopped = str(preemption.Preempted(signals.SIGTERM, 12, "/runs/a/checkpoints/ckpt-12"))
+    assert common.to_flags(stopped, flag_values).endswith(
+        "ckpt-12. To resume, start the run again with --resume (and the same --run_name).")
+    assert "(--dataset='digits')" in common.to_flags(data._DIGITS_HINT, flag_values)
+    # A script without a --run_name flag keeps the setting's name.
+    assert "the same run_name" in common.to_flags(stopped, _flag_values(booleans=("resume",)))
+
+
+def test_run_prints_warnings_in_flag_terms_and_keeps_the_console_choice(capsys):
+    from scripts import common
+    from tfmp.run import training
+
+    received = []
+
+    def train(config, print_fn):
+        received.append((config.console, print_fn))
+        print_fn("warning: mixed-precision pitfalls found (details: tfmp.run.training.diagnose_run):\n  (batch): ...")
+        print_fn("note: loss_scale=dynamic is ignored under float32")
+        return "done"
+
+    assert common.run(train, training.GANConfig()) == "done"
+    # Captured output is no terminal: the step lines, as the library picks for print.
+    assert received == [("lines", common.print_line)]
+    assert capsys.readouterr().out.splitlines() == [
+        "warning: mixed-precision pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):", "  (batch): ...",
+        "note: loss_scale=dynamic is ignored under float32"]
+    common.run(train, training.GANConfig(console="progress"))
+    assert received[-1][0] == "progress"
+
+
+def test_a_library_error_reads_in_flag_terms_from_the_script(tmp_path):
+    proc = _run("train_gan.py", "--dataset=digits", f"--logdir={tmp_path}", "--resume")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert ("resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
+            "Received: --resume, --run_name='', --checkpoint_dir=''") in proc.stderr

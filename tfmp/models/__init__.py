@@ -1,4 +1,0 @@
-"""The Keras models tfmp trains and benchmarks: the seed GAN, MobileNetV2, ResNet-50 and a small test CNN.
-
-Model definitions only (architectures, no training); `tfmp.tasks` turns them into runs.
-"""

@@ -1,0 +1,176 @@
+"""Presenting benchmark records: a markdown table, a JSON file, a PNG chart.
+
+`markdown_table` and `write_json` take any records with a `to_json()` dict
+(`tfmp.run.benchmark.Record` and `PipelineRecord`; `write_json` also
+`tfmp.run.parity.ParityRecord`); `plot` draws `tfmp.run.benchmark.compare` records
+and needs the optional matplotlib (`pip install "tfmp[plot]"`).
+
+```python
+from tfmp.run import benchmark, reporting
+records = benchmark.compare(benchmark.BenchmarkConfig(models=("gan",)))
+print(reporting.markdown_table(records))
+reporting.write_json(records, "bench.json")
+reporting.plot(records, "bench.png")
+```
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any, Protocol, Sequence
+
+import tensorflow as tf
+
+from tfmp.run import benchmark
+
+__all__ = ["JsonRecord", "PLOT_INSTALL_HINT", "markdown_table", "plot", "require_matplotlib", "write_json"]
+
+PLOT_INSTALL_HINT = 'pip install "tfmp[plot]"'
+
+
+class JsonRecord(Protocol):
+    """A record that `markdown_table` and `write_json` present: one JSON-ready dict."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a dict of JSON values, its keys in column order."""
+
+
+def _format(key: str, value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.3f}" if key.startswith("ratio") else f"{value:.1f}"
+    return str(value)
+
+
+def markdown_table(records: Sequence[JsonRecord]) -> str:
+    """A markdown table with one column per JSON key and one row per record.
+
+    Ratios print with three decimals, other floats with one, None as `n/a`.
+
+    Raises:
+        ValueError: for an empty list or records of different kinds.
+    """
+    if not records:
+        raise ValueError(f"markdown_table needs at least one record. Received: records={records!r}")
+    kinds = {type(r) for r in records}
+    if len(kinds) > 1:
+        raise ValueError(f"markdown_table needs records of one kind. Received: {sorted(k.__name__ for k in kinds)}")
+    keys = list(records[0].to_json())
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for record in records:
+        row = record.to_json()
+        lines.append("| " + " | ".join(_format(k, row[k]) for k in keys) + " |")
+    return "\n".join(lines)
+
+
+def write_json(records: Sequence[JsonRecord], path: str) -> None:
+    """Writes the records as a JSON list of their `to_json()` dicts (indented, with a final newline)."""
+    with open(path, "w") as f:
+        json.dump([r.to_json() for r in records], f, indent=2)
+        f.write("\n")
+
+
+def require_matplotlib() -> None:
+    """Raises ImportError naming the fix when the optional matplotlib is missing."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError as e:
+        raise ImportError(
+            f"Plotting needs matplotlib, an optional dependency of tfmp: {PLOT_INSTALL_HINT} "
+            f"(or pip install matplotlib). ({e})"
+        ) from None
+
+
+def plot(
+    records: Sequence[benchmark.Record], path: str, config: benchmark.BenchmarkConfig | None = None,
+    device: str | None = None,
+) -> str:
+    """Writes a PNG bar chart of the trainer's images/s per model and precision.
+
+    One panel per model (their scales differ); within a panel one group of
+    bars per (XLA, batch size) and one bar per precision, labelled with its
+    images/s, its ratio to float32 (`1.41x float32`) and its ratio to the
+    hand-written step (`0.98x hand-written`). The title names the device and
+    the method (median of `repeats` rounds of `steps` steps); each bar has a
+    whisker from its slowest to its fastest round (records without the
+    spread get none); a footnote says what the ratios and whiskers are.
+
+    Args:
+        records: `tfmp.run.benchmark.compare` records.
+        path: The PNG file to write.
+        config: The `tfmp.run.benchmark.BenchmarkConfig` the records were
+            measured with, for the steps and repeats; None leaves them out.
+        device: The device the records were measured on; None names the
+            one this process sees (its GPUs, or the CPU).
+
+    Returns:
+        `path`.
+
+    Raises:
+        ImportError: without matplotlib, naming `pip install "tfmp[plot]"`.
+        ValueError: for no records, or records that are not `Record`s.
+    """
+    require_matplotlib()
+    import platform
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if not records or not all(isinstance(r, benchmark.Record) for r in records):
+        raise ValueError(f"plot needs compare() records. Received: records={records!r}")
+    if device is None:
+        gpus = tf.config.list_physical_devices("GPU")
+        names = sorted({tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus})
+        device = f"{len(gpus)} x {' + '.join(names)}" if gpus else f"CPU ({platform.processor() or platform.machine()})"
+    models = list(dict.fromkeys(r.model for r in records))
+    precisions = [p for p in benchmark.PRECISIONS if any(r.precision == p for r in records)]
+    colors = {"float32": "#4c72b0", "mixed_bfloat16": "#55a868", "mixed_float16": "#c44e52"}
+    figure = Figure(figsize=(4.5 * len(models) + 1, 5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, len(models), squeeze=False)[0]
+    width = 0.8 / len(precisions)
+    for ax, model in zip(axes, models):
+        rows = [r for r in records if r.model == model]
+        groups = list(dict.fromkeys((r.xla, r.batch_size) for r in rows))
+        for j, precision in enumerate(precisions):
+            for i, group in enumerate(groups):
+                match = [r for r in rows if (r.xla, r.batch_size) == group and r.precision == precision]
+                if not match:
+                    continue
+                r = match[0]
+                x = i + (j - (len(precisions) - 1) / 2) * width
+                spread = None
+                if r.images_per_sec_min is not None and r.images_per_sec_max is not None:
+                    spread = [[r.images_per_sec - r.images_per_sec_min], [r.images_per_sec_max - r.images_per_sec]]
+                ax.bar(x, r.images_per_sec, width, color=colors[precision], yerr=spread, capsize=2,
+                       error_kw={"elinewidth": 0.8}, label=precision if i == 0 else None)
+                top = r.images_per_sec if r.images_per_sec_max is None else r.images_per_sec_max
+                label = f"{r.images_per_sec:.0f}"
+                if r.ratio_to_float32 is not None and precision != "float32":
+                    label += f"\n{r.ratio_to_float32:.2f}x float32"
+                label += f"\n{r.ratio_to_hand_written:.2f}x hand-written"
+                if spread is not None:
+                    label += f"\n({r.images_per_sec_min:.0f}-{r.images_per_sec_max:.0f})"
+                ax.annotate(label, (x, top), ha="center", va="bottom", fontsize=6)
+        ax.set_xlim(-0.6, len(groups) - 0.4)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"xla={str(x).lower()}\nbatch {b}" for x, b in groups])
+        ax.set_title(model)
+        ax.set_ylabel("images/s (tfmp trainer)")
+        ax.margins(y=0.3)
+        ax.legend(fontsize=8)
+    method = (f"median of {config.repeats} repeats x {config.steps} steps ({config.warmup_steps} warm-up)"
+              if config is not None else "steps and repeats not given")
+    figure.suptitle(f"tfmp trainer throughput by precision\n{device}; {method}", fontsize=10)
+    figure.supxlabel(  # supxlabel, unlike a free text, gets room from the constrained layout
+        "bar labels: images/s (median; whisker and (a-b): slowest to fastest round); "
+        "Nx float32 = images/s / float32's (same model, XLA, batch);\n"
+        "Nx hand-written = tfmp trainer / a hand-written tf.function step (same model, precision, XLA, batch)",
+        fontsize=7,
+    )
+    figure.savefig(path, format="png", dpi=120)
+    return path

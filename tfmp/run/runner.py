@@ -1,0 +1,563 @@
+"""One training run of a `tfmp.run.tasks.Task`, from a checked config to a trained model.
+
+`Runner(task).run()` is what `tfmp.run.training.train_gan` and
+`train_classifier` do. In order:
+
+1. `config.validate()` (pure), then the `tf.distribute` strategy (first:
+   `MultiWorkerMirroredStrategy` must precede other TensorFlow ops);
+2. `resolve`: the data, the steps of an epoch, and the precision, loss
+   scale and XLA setting (`auto` precision measured on this device by
+   training each candidate briefly, cached per device and model);
+3. the directories: created once, each checked writable as it is made,
+   and held with a `tfmp.run.rundir.RunDirLock` on the chief so no other run
+   writes there; a failure or Ctrl-C before the first step removes what
+   was created (`Interrupted`);
+4. the task's trainer, built under the precision's global policy (restored
+   after), TF32 and op-determinism settings, in the strategy's scope;
+5. the checkpoint (`tfmp.run.checkpoint.RunCheckpoint`): a run without
+   `resume` refuses a directory that already holds checkpoints; with it,
+   the newest readable one is restored and the data stream replayed to its
+   step;
+6. the callbacks: step timer, console, TensorBoard summaries, the task's
+   own, diagnostics and profiling when asked, the non-finite stop, and the
+   checkpointing that SIGTERM/SIGINT (`tfmp.run.preemption`) also trigger;
+7. `fit()` in segments: a run resumed mid-epoch first finishes that epoch
+   (`tfmp.run.callbacks.RunSegment` shows the callbacks one run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Callable, Iterator
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfmp.run import autotune
+from tfmp.run import callbacks as callbacks_lib
+from tfmp.run import checkpoint as checkpoint_lib
+from tfmp.run import data as data_lib
+from tfmp.run import diagnostics
+from tfmp.run import distribute
+from tfmp import precision as precision_lib
+from tfmp.run import preemption
+from tfmp.run import rundir
+from tfmp import trainers
+from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig, loss_scale_is_set, resolved_loss_scale
+from tfmp.run.tasks import Built, Task
+
+__all__ = ["Interrupted", "RunResult", "Runner", "Setting", "default_run_name", "resolve"]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during a run's start-up, before its first step.
+
+    Nothing was trained, and the run removed the lock and the empty
+    directories it had made. (Once training runs, SIGINT instead finishes
+    the step and checkpoints: `tfmp.run.preemption.Preempted`.)
+    """
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What a training run returns.
+
+    Attributes:
+        logs: The last epoch's logs (losses, metrics, loss scales, skipped
+            steps, `images_per_sec`).
+        images_per_sec: Mean throughput after the warm-up steps (None if
+            every step was warm-up).
+        steps: Training steps run.
+        warmup_steps: Steps left out of `images_per_sec`.
+        logdir: The run's TensorBoard directory.
+        precision: The precision used (`auto` resolved).
+        loss_scale: `"dynamic"`, `"none"` or the fixed scale in force
+            (`"none"` unless the precision is `mixed_float16`).
+        jit_compile: Whether the step was XLA-compiled.
+        trainer: The trained `tfmp.trainers` model.
+    """
+
+    logs: dict[str, Any]
+    images_per_sec: float | None
+    steps: int
+    warmup_steps: int
+    logdir: str
+    precision: str
+    loss_scale: str | float
+    jit_compile: bool
+    trainer: trainers.MixedPrecisionTrainer
+
+    @property
+    def skipped_steps(self) -> int:
+        """Skipped steps summed over the run's loss-scaled optimizers."""
+        return int(sum(v for k, v in self.logs.items() if k.endswith("skipped_steps") and not k.startswith("val_")))
+
+
+def default_run_name(precision: str, loss_scale: str | float) -> str:
+    """A timestamp plus the precision and loss-scale settings."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}_{precision}_ls-{loss_scale}"
+
+
+# -- what a config resolves to -------------------------------------------------
+
+
+@dataclasses.dataclass
+class Setting:
+    """What a task's config resolves to before any model is built.
+
+    Attributes:
+        precision: The precision (`auto` resolved).
+        loss_scale: `"dynamic"`, `"none"` or a fixed scale (`"none"` unless
+            the precision is `mixed_float16`).
+        jit_compile: Whether the step is XLA-compiled.
+        split: The loaded data.
+        run_dir: The run's TensorBoard directory (not created).
+    """
+
+    precision: str
+    loss_scale: str | float
+    jit_compile: bool
+    split: data_lib.Split
+    run_dir: str
+
+
+def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = True) -> Setting:
+    """Validates the task's config, loads the data and resolves precision, loss scale and XLA.
+
+    `auto` precision is measured on this device (each candidate trains the
+    task's model briefly), except under `multi_worker`, where the
+    compute-capability rule decides (`tfmp.precision.choose_precision`):
+    every worker must run one policy. With `check_steps`, a batch size that
+    leaves no training step is refused first.
+
+    Raises:
+        ConfigError: for an impossible setting, naming it.
+        tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
+    """
+    config = task.config
+    config.validate()
+    split = task.load_data()
+    if check_steps:
+        task.steps_per_epoch(len(split.x_train))
+    jit_compile = precision_lib.resolve_jit_compile(config.xla)
+    precision = precision_lib.canonical_precision(config.precision)
+    loss_scale = resolved_loss_scale(config.loss_scale)
+    if precision == "auto" and config.strategy != "multi_worker":
+        precision = _measured_precision(
+            task, split, jit_compile, loss_scale, print_fn, autotune.detect_hardware(), _time_steps)
+    precision = precision_lib.resolve_precision(precision)
+    if precision != "mixed_float16":
+        # Only a scale the user set: the default ("auto") says nothing to ignore.
+        if (loss_scale != "none" and loss_scale_is_set(config.loss_scale)
+                and precision_lib.canonical_precision(config.precision) != "auto"):
+            print_fn(f"note: loss_scale={loss_scale} is ignored under {precision}; only float16 needs loss scaling.")
+        loss_scale = "none"
+    if config.on_nonfinite == "stop" and loss_scale == "dynamic":
+        raise ConfigError(
+            "on_nonfinite='stop' cannot be used with mixed_float16 and dynamic loss scaling: there, overflowing "
+            "steps are expected and skipped while the scale adapts. Use on_nonfinite=skip, or a fixed loss_scale. "
+            f"Received: on_nonfinite='stop', precision={precision!r}, loss_scale='dynamic'"
+        )
+    run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale))
+    return Setting(precision, loss_scale, jit_compile, split, run_dir)
+
+
+_PROBE_WARMUP_STEPS = 2
+_PROBE_STEPS = 6
+
+
+def _time_steps(trainer: trainers.MixedPrecisionTrainer, probe: Any) -> float:
+    """Images per second of a few `fit()` steps on one batch, warm-up (tracing, compiling) excluded."""
+    batch_size = int(tf.nest.flatten(probe)[0].shape[0])
+    timer = callbacks_lib.StepTimer(batch_size * trainer.images_per_example, _PROBE_WARMUP_STEPS)
+    trainer.fit(tf.data.Dataset.from_tensors(probe).repeat(), epochs=1,
+                steps_per_epoch=_PROBE_WARMUP_STEPS + _PROBE_STEPS, callbacks=[timer], shuffle=False, verbose=0)
+    return timer.mean_images_per_sec
+
+
+def _measured_precision(
+    task: Task, split: data_lib.Split, jit_compile: bool, loss_scale: str | float,
+    print_fn: Callable[[str], None], hardware: autotune.Hardware,
+    time_steps: Callable[[trainers.MixedPrecisionTrainer, Any], float],
+) -> str:
+    """`auto`: the fastest candidate precision for this model on `hardware`, measured once.
+
+    The candidates come from the device (`tfmp.run.autotune.candidates`). Each
+    trains a fresh copy of the task's model as the run will train it (its
+    float32 layers, XLA and TF32 settings; float16 with the run's loss
+    scale, dynamic by default) for a few steps on its probe batch, timed by
+    `time_steps`. The answer is cached per device and model.
+    """
+    config = task.config
+    candidates = autotune.candidates(hardware)
+    built: dict[str, Built] = {}
+    probe = task.probe(split)
+
+    def build(precision: str) -> Built:
+        if precision not in built:
+            scale = loss_scale if precision == "mixed_float16" else "none"  # float16 is timed with its loss scaling
+            with precision_lib.precision_scope(precision):
+                built[precision] = task.build(precision, scale, jit_compile, 1, split)
+        return built[precision]
+
+    def measure(precision: str) -> float:
+        with precision_lib.tf32_scope(config.tf32):
+            measured = time_steps(build(precision).trainer, probe)
+        del built[precision]  # one candidate's model and optimizer state in memory at a time
+        return measured
+
+    signature = ""  # a single candidate measures nothing and needs no model
+    if len(candidates) > 1:
+        trainer = build("float32").trainer
+        described = {
+            "trainer": type(trainer).__name__,
+            "networks": {name: net.get_config() for name, net in trainer.networks.items()},
+            "batch_size": config.batch_size, "xla": jit_compile,
+            "float32_layers": task.float32_pattern("mixed_bfloat16"),
+        }
+        # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
+        if "mixed_float16" in candidates:
+            described["loss_scale"] = str(loss_scale)
+        if hardware.gpus:
+            described["tf32"] = bool(config.tf32)
+        signature = json.dumps(described, sort_keys=True, default=str)
+    capability = hardware.compute_capability
+    tf32 = config.tf32 and capability is not None and capability >= (8, 0)
+    choice = autotune.choose(signature, measure, hardware, labels={"float32": "float32 with TF32"} if tf32 else None)
+    print_fn(str(choice))
+    return choice.precision
+
+
+def announce_float32_layers(task: Task, built: Built, precision: str, print_fn: Callable[[str], None]) -> None:
+    """Says which layers `built` keeps in float32, and whether that was asked for or the model's default."""
+    if not built.float32_pattern:
+        return
+    kept = built.float32_layers
+    shown = ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")
+    if built.float32_pattern == task.config.float32_layers:
+        print_fn(f"float32 layers: {len(kept)} matching {built.float32_pattern!r} ({shown})")
+    else:
+        print_fn(f"float32 layers: {len(kept)}, the model's default for {precision} on CPU "
+                 f"(float32_layers=none turns it off): {shown}")
+
+
+# -- directories ------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Directories:
+    """Where a run writes; held by this run while it lasts (`Runner._hold_directories`)."""
+
+    run_dir: str  # this process's TensorBoard directory: the run's own on the chief, a private one elsewhere
+    run_checkpoints: str  # the run's checkpoints, which every worker resumes from
+    checkpoint_dir: str  # where this process writes its checkpoints
+    training_started: bool = False  # set once the first step is under way
+
+
+def make_writable_dir(name: str, path: str) -> list[str]:
+    """Creates `path` (and missing parents) and checks it can be written to; returns what it created.
+
+    Raises:
+        ConfigError: naming the setting `name` and `path` when it cannot;
+            whatever was created is removed again.
+    """
+    created: list[str] = []
+    try:
+        created = rundir.make_dirs(path)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        rundir.remove_empty_dirs(created)
+        raise ConfigError(
+            f"{name} must be a directory tfmp can create and write to ({e.strerror or e}). "
+            f"Received: {name}={path!r}"
+        ) from None
+    return created
+
+
+def _claim_new_dir(path: str, created: list[str]) -> str:
+    """Creates `path`, or `path-2`, `path-3`... if taken (two runs started in the same second)."""
+    created += make_writable_dir("logdir", os.path.dirname(path) or os.curdir)
+    candidate, n = path, 1
+    while True:
+        try:
+            os.mkdir(candidate)
+        except FileExistsError:
+            n += 1
+            candidate = f"{path}-{n}"
+            continue
+        created.append(os.path.abspath(candidate))
+        return candidate
+
+
+# -- the run ------------------------------------------------------------------------
+
+
+def _network_signature(network: keras.Model) -> dict[str, Any]:
+    """A network's architecture and per-layer dtype policies, independent of auto-generated layer names."""
+    layers = [(type(layer).__name__, layer.dtype_policy.name, [list(w.shape) for w in layer.weights])
+              for _, layer in precision_lib.layer_paths(network)]
+    policies: dict[str, int] = {}
+    for _, policy, _ in layers:
+        policies[policy] = policies.get(policy, 0) + 1
+    return {
+        "layers": len(layers),
+        "parameters": int(sum(np.prod(w.shape) for w in network.weights)),
+        "dtype_policies": policies,
+        "structure": hashlib.sha256(json.dumps(layers).encode()).hexdigest()[:16],
+    }
+
+
+def _signature(config: TrainConfig, setting: Setting, trainer: trainers.MixedPrecisionTrainer) -> dict[str, Any]:
+    """What a resumed run must share with the run that wrote its checkpoint."""
+    return {
+        "trainer": type(trainer).__name__,
+        "config": {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE},
+        "precision": setting.precision,
+        "loss_scale": str(setting.loss_scale),
+        "networks": {name: _network_signature(network) for name, network in trainer.networks.items()},
+        "optimizers": {name: type(opt.inner_optimizer if isinstance(opt, keras.optimizers.LossScaleOptimizer)
+                                  else opt).__name__ for name, opt in trainer.optimizers.items()},
+    }
+
+
+class Runner:
+    """Runs one task: the strategy, directories and their lock, checkpoints, resume, preemption, callbacks.
+
+    Args:
+        task: The model and its config.
+        print_fn: Where the run's lines go.
+    """
+
+    def __init__(self, task: Task, print_fn: Callable[[str], None] = print):
+        self.task = task
+        self.config = task.config
+        self.print_fn = print_fn
+
+    def run(self) -> RunResult:
+        """Trains the task as its config says; see the module docstring.
+
+        Raises:
+            ConfigError: for an impossible setting, before training.
+            tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
+            Interrupted: Ctrl-C before the first step (nothing left behind).
+            tfmp.run.preemption.Preempted: SIGTERM/SIGINT during training, after
+                the checkpoint is written.
+        """
+        dirs = None
+        try:
+            self.config.validate()
+            strategy = self._make_strategy()  # first: MultiWorkerMirroredStrategy must precede other TF ops
+            setting = resolve(self.task, self.print_fn)
+            with self._hold_directories(setting, strategy) as (setting, dirs):
+                return self._train(strategy, setting, dirs)
+        except KeyboardInterrupt:
+            if dirs is not None and dirs.training_started:
+                raise  # a second Ctrl-C while the first one's checkpoint was being written
+            raise Interrupted(
+                "interrupted by SIGINT (Ctrl-C) during start-up, before the first training step: nothing was "
+                "trained or written. Run the same command again to start."
+            ) from None
+
+    def _make_strategy(self) -> tf.distribute.Strategy:
+        """The run's `tf.distribute` strategy, with the global batch checked against its replicas."""
+        try:
+            strategy = distribute.make_strategy(self.config.strategy)
+            distribute.per_replica_batch(self.config.batch_size, strategy)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        return strategy
+
+    @contextlib.contextmanager
+    def _hold_directories(
+        self, setting: Setting, strategy: tf.distribute.Strategy
+    ) -> Iterator[tuple[Setting, _Directories]]:
+        """Creates the run's directories and holds them for this run while the block runs.
+
+        Each directory is created once and checked writable as it is made
+        (`ConfigError` naming `logdir` or `checkpoint_dir` otherwise). On the
+        chief (the process that writes the run's files) the run directory and
+        the checkpoint directory each get a `tfmp.run.rundir.RunDirLock`, so a
+        second run there is refused (`tfmp.run.rundir.RunDirInUseError`); a
+        default run name another run took in the same second gets a `-2`
+        suffix. When the block fails, or Ctrl-C interrupts it, the locks are
+        released and the directories created here removed again if still
+        empty.
+
+        Yields:
+            The setting (with the run directory claimed) and the directories.
+        """
+        config = self.config
+        chief = distribute.is_chief(strategy)
+        created: list[str] = []
+        try:
+            with contextlib.ExitStack() as locks:
+                if chief and not config.run_name:
+                    setting = dataclasses.replace(setting, run_dir=_claim_new_dir(setting.run_dir, created))
+                run_dir = distribute.writable_dir(setting.run_dir, strategy)
+                created += make_writable_dir("logdir", run_dir)
+                run_checkpoints = config.checkpoint_dir or os.path.join(setting.run_dir, "checkpoints")
+                checkpoint_dir = distribute.writable_dir(run_checkpoints, strategy)
+                created += make_writable_dir("checkpoint_dir", checkpoint_dir)
+                if chief:
+                    # Both: another run may name this run's checkpoint directory as its own checkpoint_dir.
+                    for directory in dict.fromkeys(os.path.abspath(d) for d in (run_dir, checkpoint_dir)):
+                        locks.enter_context(rundir.RunDirLock(directory, self.print_fn))
+                yield setting, _Directories(run_dir, run_checkpoints, checkpoint_dir)
+        except BaseException:
+            rundir.remove_empty_dirs(created)
+            raise
+
+    def _train(self, strategy: tf.distribute.Strategy, setting: Setting, dirs: _Directories) -> RunResult:
+        """The run itself, once its directories are held."""
+        config, task, print_fn = self.config, self.task, self.print_fn
+        precision, loss_scale, jit_compile, split = (
+            setting.precision, setting.loss_scale, setting.jit_compile, setting.split)
+        run_dir = dirs.run_dir
+        steps = task.steps_per_epoch(len(split.x_train))
+
+        keras.utils.set_random_seed(config.seed)
+        with (precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32),
+              checkpoint_lib.op_determinism(config.deterministic)):
+            with strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
+                built = task.build(precision, loss_scale, jit_compile, steps, split)
+            trainer = built.trainer
+            announce_float32_layers(task, built, precision, print_fn)
+            checkpoint = checkpoint_lib.RunCheckpoint(
+                dirs.checkpoint_dir, trainer, _signature(config, setting, trainer), config.keep_checkpoints,
+                dirs.run_checkpoints, print_fn=print_fn)
+            print_fn(
+                f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
+                f"tf32={config.tf32} dataset={config.dataset} batch_size={config.batch_size} "
+                f"strategy={config.strategy} replicas={strategy.num_replicas_in_sync} "
+                f"steps/epoch={steps} logdir={run_dir}"
+            )
+            if precision != "float32":
+                warnings = diagnostics.startup_warnings(trainer, config.batch_size)
+                if warnings:
+                    print_fn(warnings)
+            position = self._restore(checkpoint)
+            timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
+            console = callbacks_lib.ConsoleLogger(
+                timer, task.console_fields, trainer.loss_scale_prefixes, config.log_every, setting.run_dir, print_fn,
+                # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
+                progress=callbacks_lib.console_mode(config.console, sys.stdout if print_fn is print else None)
+                == "progress",
+            )
+            # At the global step, so that a resumed run continues its per-step curves.
+            summaries = callbacks_lib.Summaries(
+                run_dir, task.summary_route, self._hparams(setting, strategy), config.log_every, position, timer)
+            others = self._callbacks(trainer, split, run_dir, position)
+            dirs.training_started = True  # from here on SIGINT/SIGTERM finish the step and checkpoint
+            with preemption.PreemptionGuard() as guard:
+                saver = callbacks_lib.Checkpointing(checkpoint, position, config.checkpoint_every, guard, print_fn)
+                self._fit(trainer, split, steps, position, [timer, console, summaries, *others, saver])
+        return RunResult(
+            logs=console.final_logs,
+            images_per_sec=timer.mean_images_per_sec,
+            steps=len(timer.step_times),
+            warmup_steps=config.warmup_steps,
+            logdir=run_dir,
+            precision=precision,
+            loss_scale=loss_scale,
+            jit_compile=jit_compile,
+            trainer=trainer,
+        )
+
+    def _hparams(self, setting: Setting, strategy: tf.distribute.Strategy) -> dict[str, Any]:
+        """The run's hyperparameters for TensorBoard's HParams: the run's settings, then the task's."""
+        config = self.config
+        return {
+            "precision": setting.precision,
+            "loss_scale": str(setting.loss_scale),
+            "xla": setting.jit_compile,
+            "tf32": config.tf32,
+            "batch_size": config.batch_size,
+            "dataset": config.dataset,
+            "epochs": config.epochs,
+            "seed": config.seed,
+            "strategy": config.strategy,
+            "replicas": strategy.num_replicas_in_sync,
+            **self.task.hparams(),
+        }
+
+    def _callbacks(
+        self, trainer: trainers.MixedPrecisionTrainer, split: data_lib.Split, run_dir: str, position: int
+    ) -> list[keras.callbacks.Callback]:
+        """The callbacks between the summaries and the checkpointing: replica statistics, the task's own,
+        gradient diagnostics and profiling when asked, the non-finite stop."""
+        config, task = self.config, self.task
+        # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
+        callbacks = [distribute.AverageReplicaStatistics(), *task.callbacks(trainer, run_dir)]
+        if config.diagnose_every:
+            callbacks.append(callbacks_lib.GradientDiagnostics(task.probe(split), config.diagnose_every, run_dir))
+        if config.profile_steps:
+            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, run_dir, self.print_fn))
+        if config.on_nonfinite == "stop":
+            callbacks.append(callbacks_lib.NonFiniteStop(lambda index: task.batch_at(split, index), position))
+        return callbacks
+
+    def _restore(self, checkpoint: checkpoint_lib.RunCheckpoint) -> int:
+        """Restores the newest readable checkpoint when resuming; returns the steps already done.
+
+        Without `resume`, a checkpoint directory that already holds checkpoints
+        is refused rather than overwritten.
+        """
+        if not self.config.resume:
+            # Listed in the state file or not: a lost state file must not let a new run overwrite them.
+            if checkpoint.checkpoints:
+                raise ConfigError(
+                    f"{checkpoint.read_directory} already holds checkpoints of a run (newest: "
+                    f"{checkpoint.checkpoints[-1]}). Pass resume=True to continue it, or choose another run_name or "
+                    "checkpoint_dir."
+                )
+            return 0
+        found = checkpoint.latest(self.print_fn)
+        if found is None:
+            self.print_fn(f"resume: no checkpoint in {checkpoint.directory} yet; starting from step 0")
+            return 0
+        step = checkpoint.restore(found)
+        self.print_fn(f"resumed from {found.path} at step {step}")
+        return step
+
+    def _fit(
+        self, trainer: trainers.MixedPrecisionTrainer, split: data_lib.Split, steps: int, position: int,
+        callbacks: list[keras.callbacks.Callback],
+    ) -> None:
+        """Trains from global step `position` to the end of the last epoch.
+
+        A run resumed inside an epoch first finishes that epoch with its own
+        `fit()`; `tfmp.run.callbacks.RunSegment` shows the callbacks one run.
+        """
+        epochs = self.config.epochs
+        validation = self.task.validation_data(split)
+        epoch, offset = divmod(position, steps)
+        segments = []
+        if offset:
+            segments.append((epoch, epoch + 1, steps - offset, offset))
+            epoch += 1
+        if epoch < epochs:
+            segments.append((epoch, epochs, steps, 0))
+        for i, (first_epoch, end_epoch, segment_steps, offset) in enumerate(segments):
+            trainer.fit(
+                self.task.stream(split, position),
+                validation_data=validation,
+                initial_epoch=first_epoch,
+                epochs=end_epoch,
+                steps_per_epoch=segment_steps,
+                callbacks=[callbacks_lib.RunSegment(callback, i == 0, i == len(segments) - 1, offset,
+                                                    {"steps": steps, "epochs": epochs})
+                           for callback in callbacks],
+                shuffle=False,  # the pipeline shuffles
+                verbose=0,
+            )
+            position += (end_epoch - first_epoch) * segment_steps

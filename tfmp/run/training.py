@@ -1,0 +1,161 @@
+"""Training runs: one config object in, a trained model and its logs out.
+
+`train_gan(GANConfig(...))` trains the seed's GAN and
+`train_classifier(ClassifierConfig(...))` the MobileNetV2 classifier. Both:
+
+1. validate the config and refuse impossible settings before any training
+   (`ConfigError`, naming the value);
+2. resolve the precision, loss scale and XLA, and print a one-line note
+   when a loss scale is given that the precision does not use;
+3. load the data (`tfmp.run.data`), build the model under the precision's
+   global policy (restored afterwards), and `fit()` a `tfmp.trainers`
+   trainer with the callbacks of `tfmp.run.callbacks`: the seed's console line,
+   per-epoch TensorBoard curves and the run's hyperparameters under
+   `<logdir>/<run_name>/`.
+
+Under mixed precision a run first prints the `tfmp.run.diagnostics` pitfalls it
+finds (Tensor Core alignment, 16-bit outputs); `diagnose_every` logs the
+gradients' float16 underflow and overflow fractions during training.
+
+`compare_loss_scaling` runs the seed's three GAN configurations side by side;
+`diagnose_run` builds a run and diagnoses its first batch without training.
+
+This module is the entry point; the work is done by `tfmp.run.config` (the
+settings), `tfmp.run.tasks` (what a config builds) and `tfmp.run.runner` (the run).
+The scripts in `scripts/` are thin absl front ends to these functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import keras
+
+from tfmp.run import diagnostics
+from tfmp import precision as precision_lib
+from tfmp.run import runner as runner_lib
+from tfmp.run import tasks
+from tfmp.run.config import (
+    LR_SCHEDULES,
+    ON_NONFINITE,
+    ClassifierConfig,
+    ConfigError,
+    GANConfig,
+    TrainConfig,
+)
+from tfmp.run.runner import Interrupted, RunResult, default_run_name
+
+__all__ = [
+    "ClassifierConfig",
+    "ConfigError",
+    "GANConfig",
+    "Interrupted",
+    "LR_SCHEDULES",
+    "ON_NONFINITE",
+    "RunResult",
+    "TrainConfig",
+    "compare_loss_scaling",
+    "comparison_table",
+    "default_run_name",
+    "diagnose_run",
+    "train_classifier",
+    "train_gan",
+]
+
+
+def train_gan(config: GANConfig, print_fn: Callable[[str], None] = print) -> RunResult:
+    """Trains the seed's GAN as `config` says; see the module docstring.
+
+    Raises:
+        ConfigError: for an impossible setting, before training.
+        tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
+    """
+    return runner_lib.Runner(tasks.GANTask(config), print_fn).run()
+
+
+def train_classifier(config: ClassifierConfig, print_fn: Callable[[str], None] = print) -> RunResult:
+    """Trains the MobileNetV2 classifier as `config` says; see the module docstring.
+
+    Raises:
+        ConfigError: for an impossible setting, before training.
+        tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
+    """
+    return runner_lib.Runner(tasks.ClassifierTask(config), print_fn).run()
+
+
+def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = print) -> diagnostics.Diagnosis:
+    """Builds the run `config` describes and diagnoses it on its first batch.
+
+    Nothing is trained. The trainer is built and compiled exactly as
+    `train_gan` / `train_classifier` would (the same `tfmp.run.tasks.Task`),
+    under the config's precision and loss scale, on one device
+    (`config.strategy` is not used: the reports concern one batch's
+    numerics); `tfmp.run.diagnostics.diagnose` then runs the four reports on the
+    first `batch_size` training examples (fewer if the dataset is smaller;
+    the alignment report checks `batch_size` itself). With `config.run_name`
+    set, the gradient histograms are also written to `<logdir>/<run_name>`.
+
+    Raises:
+        ConfigError: for an impossible setting.
+        tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
+    """
+    task = tasks.task_for(config)
+    print_fn = print_fn or (lambda line: None)
+    setting = runner_lib.resolve(task, print_fn, check_steps=False)
+    if config.run_name:
+        runner_lib.make_writable_dir("logdir", setting.run_dir)
+    keras.utils.set_random_seed(config.seed)
+    with precision_lib.precision_scope(setting.precision):
+        built = task.build(setting.precision, setting.loss_scale, False, 1, setting.split)
+        runner_lib.announce_float32_layers(task, built, setting.precision, print_fn)
+        print_fn(f"diagnosing {built.trainer.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
+                 f"batch_size={config.batch_size} dataset={config.dataset}\n")
+        diagnosis = diagnostics.diagnose(
+            built.trainer, task.probe(setting.split), batch_size=config.batch_size, print_fn=print_fn)
+    if config.run_name:
+        diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)
+        print_fn(f"\nlog2|g| histograms: tensorboard --logdir {setting.run_dir}")
+    return diagnosis
+
+
+COMPARISON = (
+    ("float32", "float32", "none"),
+    ("mixed_float16_no_loss_scale", "mixed_float16", "none"),
+    ("mixed_float16_dynamic_loss_scale", "mixed_float16", "dynamic"),
+)
+
+
+def compare_loss_scaling(
+    config: GANConfig, print_fn: Callable[[str], None] = print
+) -> list[tuple[str, RunResult]]:
+    """Runs the seed's three GAN configurations under one parent directory.
+
+    float32; mixed_float16 without loss scaling; mixed_float16 with dynamic
+    loss scaling. Everything else comes from `config`; the runs are written
+    to `<config.logdir>/<name>` so TensorBoard overlays them.
+
+    Returns:
+        `(name, RunResult)` per configuration, in the order above.
+    """
+    results = []
+    for name, precision, loss_scale in COMPARISON:
+        print_fn(f"== {name} ==")
+        variant = dataclasses.replace(config, precision=precision, loss_scale=loss_scale, run_name=name)
+        results.append((name, train_gan(variant, print_fn=print_fn)))
+    return results
+
+
+def comparison_table(results: Sequence[tuple[str, RunResult]]) -> str:
+    """A markdown table of final G/D loss, skipped steps and throughput."""
+    lines = [
+        "| run | final G loss | final D loss | skipped steps (G/D) | img/s |",
+        "|---|---|---|---|---|",
+    ]
+    for name, result in results:
+        logs = result.logs
+        skipped = "/".join(str(int(logs[k])) for k in ("g_skipped_steps", "d_skipped_steps") if k in logs) or "-"
+        ips = f"{result.images_per_sec:.0f}" if result.images_per_sec is not None else "n/a"
+        lines.append(f"| {name} | {logs['g_loss']:.4f} | {logs['d_loss']:.4f} | {skipped} | {ips} |")
+    return "\n".join(lines)
+
