@@ -5,8 +5,8 @@ images and a GAN with widths of 2 to 8, tests/run/benchmark_tiny.py), so
 nothing big is traced. The settings, the pipeline and the hand-written step
 have their own files (tests/run/test_benchmark_*.py). The
 script's flags and its end-to-end run are tested in
-tests/test_benchmark_script.py, the table, JSON and plot in
-tests/test_reporting.py, the memory figures in tests/test_memory.py.
+tests/scripts/test_benchmark_script.py, the table, JSON and plot in
+tests/run/test_reporting.py, the memory figures in tests/run/test_memory.py.
 No test asserts a speed: timings on a shared CPU are noise.
 """
 
