@@ -7,7 +7,8 @@
 
 Prints a markdown table (one row per model, precision, XLA setting and batch
 size) to stdout and one progress line per row to stderr. The method is in
-`tfmp/run/benchmark.py`, the table, JSON and PNG come from `tfmp/run/reporting.py`.
+docs/guides/benchmark-methodology.md (the code in `tfmp/run/benchmark/`), the
+table, JSON and PNG come from `tfmp/run/reporting.py`.
 The comma-separated flags are parsed here (`parse_models`, ...) into the
 tuples `benchmark.BenchmarkConfig` holds.
 """

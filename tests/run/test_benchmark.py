@@ -1,52 +1,31 @@
-"""Tests for tfmp/run/benchmark.py.
+"""Tests for tfmp/run/benchmark/modes.py (compare, input_pipeline) and the records they return.
 
 The record, ratio and JSON logic runs on tiny models (a small CNN on 8x8
-images and a GAN with widths of 2 to 8), so nothing big is traced. The
+images and a GAN with widths of 2 to 8, tests/run/benchmark_tiny.py), so
+nothing big is traced. The settings, the pipeline and the hand-written step
+have their own files (tests/run/test_benchmark_*.py). The
 script's flags and its end-to-end run are tested in
-tests/test_benchmark_script.py, the table, JSON and plot in
-tests/test_reporting.py, the memory figures in tests/test_memory.py.
+tests/scripts/test_benchmark_script.py, the table, JSON and plot in
+tests/run/test_reporting.py, the memory figures in tests/run/test_memory.py.
 No test asserts a speed: timings on a shared CPU are noise.
 """
 
 import json
 
 import keras
-import numpy as np
 import pytest
-import tensorflow as tf
 
 import tfmp
+from benchmark_tiny import BATCH, tiny_classifier, tiny_config, tiny_specs
 from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
-from tfmp.models.small_cnn import build_small_cnn
 from tfmp.run import benchmark
 from tfmp.run import config as config_lib
 from tfmp.run import reporting
 from tfmp.run import tasks
+from tfmp.run.benchmark import modes
 
 KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per_sec_min", "images_per_sec_max",
         "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb", "peak_gpu_mb"]
-BATCH = 8
-
-
-def tiny_classifier(**kwargs):
-    return tasks.ClassifierTask(
-        config_lib.ClassifierConfig(batch_size=BATCH), "tiny",
-        network=lambda shape, classes: build_small_cnn(shape, classes, width=4), image_shape=(8, 8, 3), **kwargs)
-
-
-def tiny_specs():
-    return {
-        "tiny": tiny_classifier(),
-        "tiny_gan": tasks.GANTask(config_lib.GANConfig(batch_size=BATCH, latent_dim=8, generator_widths=(8, 4, 2),
-                                                       discriminator_widths=(2, 2, 2)), "tiny_gan"),
-    }
-
-
-def tiny_config(**changes):
-    config = benchmark.BenchmarkConfig(
-        models=("tiny", "tiny_gan"), precisions=("float32", "mixed_bfloat16"), xla=(False,),
-        warmup_steps=1, steps=2, repeats=1)
-    return benchmark.BenchmarkConfig(**{**config.__dict__, **changes})
 
 
 @pytest.fixture(scope="module")
@@ -112,34 +91,6 @@ def test_the_policy_is_restored_when_a_row_fails():
     assert keras.config.dtype_policy().name == "float32"
 
 
-@pytest.mark.parametrize(
-    # The GAN only under float16 (two loss-scaled optimizers): its tracing is slow.
-    "model, precision", [("tiny", "float32"), ("tiny", "mixed_float16"), ("tiny_gan", "mixed_float16")])
-def test_hand_written_step_is_the_trainers_math(model, precision):
-    # Two builds from the same seed: two trainer steps on one, two
-    # hand-written steps on the other, give bit-identical weights.
-    spec = tiny_specs()[model]
-    weights = []
-    for path in ("trainer", "hand_written"):
-        with tfmp.precision_scope(precision):
-            keras.utils.set_random_seed(0)
-            workload = benchmark.build_workload(spec, precision, False)
-            initial = [v.numpy() for v in workload.trainer.trainable_variables]
-            if path == "trainer":
-                data = tf.data.Dataset.from_tensors(workload.batch).repeat()
-                workload.trainer.fit(data, epochs=1, steps_per_epoch=2, shuffle=False, verbose=0)
-            else:
-                for _ in range(2):
-                    workload.hand_written_step(workload.batch)
-        weights.append([v.numpy() for v in workload.trainer.trainable_variables])
-    assert any(not np.array_equal(a, b) for a, b in zip(initial, weights[1]))
-    for a, b in zip(*weights):
-        np.testing.assert_array_equal(a, b)
-    scaled = [isinstance(o, tfmp.LossScaleOptimizer) for o in workload.hand_written_optimizers]
-    assert scaled == [precision == "mixed_float16"] * (2 if model == "tiny_gan" else 1)
-    assert workload.images_per_step == (2 if model == "tiny_gan" else 1) * BATCH
-
-
 def test_input_pipeline_mode_compares_the_real_pipeline_with_synthetic_tensors():
     rows = benchmark.input_pipeline(
         tiny_config(models=("tiny",), precisions=("bf16",), batch_sizes=(128,), steps=3), tiny_specs())
@@ -151,25 +102,6 @@ def test_input_pipeline_mode_compares_the_real_pipeline_with_synthetic_tensors()
         "tiny", "digits", "mixed_bfloat16", 128)
     assert row["ratio"] == row["pipeline_images_per_sec"] / row["synthetic_images_per_sec"]
     assert reporting.markdown_table(rows).count("\n") == 2
-
-
-def test_the_pipelines_are_the_training_pipelines():
-    specs = benchmark.default_specs()
-    gan = benchmark.training_pipeline(specs["gan"].replace(dataset="digits", batch_size=512, seed=0))
-    assert gan.epoch_batch_sizes == (512, 512)  # 1,438 training digits, last batch dropped
-    assert gan.dataset.element_spec.shape.as_list() == [512, 28, 28, 1]
-    classifier = benchmark.training_pipeline(specs["mobilenet_v2"].replace(dataset="digits", batch_size=128, seed=0))
-    assert classifier.epoch_batch_sizes == (128,) * 11 + (30,)
-    images, labels = classifier.dataset.element_spec
-    assert images.shape.as_list() == [None, 32, 32, 3] and labels.dtype == tf.int32
-
-
-def test_epoch_batch_sizes():
-    assert benchmark.epoch_batch_sizes(10, 4, drop_remainder=False) == (4, 4, 2)
-    assert benchmark.epoch_batch_sizes(10, 4, drop_remainder=True) == (4, 4)
-    assert benchmark.epoch_batch_sizes(8, 4, drop_remainder=False) == (4, 4)
-    with pytest.raises(ValueError, match="batch_size=16"):
-        benchmark.epoch_batch_sizes(10, 16, drop_remainder=True)
 
 
 @pytest.mark.parametrize(
@@ -186,31 +118,6 @@ def test_epoch_batch_sizes():
 def test_config_errors_name_the_value_before_any_work(changes, message):
     with pytest.raises(ValueError, match=message):
         benchmark.compare(tiny_config(**changes), tiny_specs())
-
-
-@pytest.mark.parametrize(
-    "changes, message",
-    [
-        ({"models": ()}, "models=()"),
-        ({"models": "tiny"}, "models='tiny'"),
-        ({"precisions": ("float32", "fp8")}, "precision='fp8'"),
-        ({"precisions": ("auto",)}, "precision='auto'"),
-        ({"precisions": "fp16"}, "precisions='fp16'"),
-        ({"xla": ()}, "xla=()"),
-        ({"batch_sizes": (8, 0)}, "batch_size=0"),
-        ({"batch_sizes": ("8",)}, "batch_size='8'"),
-    ],
-)
-def test_config_tuples_are_checked_as_given_not_parsed(changes, message):
-    # The config holds tuples; comma-separated text is the script's to parse (tests/test_benchmark_script.py).
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        tiny_config(**changes).validate(valid_models=("tiny", "tiny_gan"))
-
-
-def test_config_names_are_canonicalised_in_order_once():
-    assert benchmark.canonical_precisions(("bf16", "fp32", "FP16", "mixed_bfloat16")) == (
-        "mixed_bfloat16", "float32", "mixed_float16")
-    assert benchmark.canonical_models(("resnet50", "GAN", "gan")) == ("resnet50", "gan")
 
 
 def test_rows_apply_the_per_layer_precision_training_applies():
@@ -247,10 +154,10 @@ def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
 
     monkeypatch.setattr(tasks.ClassifierTask, "build", recording_build)
     timed = []
-    monkeypatch.setattr(benchmark, "_trainer_driver",
+    monkeypatch.setattr(modes, "trainer_driver",
                         lambda workload, *args, **kwargs: timed.append(workload.trainer) or _FakeDriver())
-    monkeypatch.setattr(benchmark, "_hand_written_driver", lambda *args, **kwargs: _FakeDriver())
-    monkeypatch.setattr(benchmark, "_interleave", lambda drivers, steps, repeats: None)
+    monkeypatch.setattr(modes, "hand_written_driver", lambda *args, **kwargs: _FakeDriver())
+    monkeypatch.setattr(modes, "interleave", lambda drivers, steps, repeats: None)
     benchmark.compare(tiny_config(models=("tiny",), precisions=("fp16",), seed=3), tiny_specs())
     steps = 1 + 2 * 1  # warm-up + steps x repeats of tiny_config
     assert [row[:-1] for row in built] == [("tiny", BATCH, 3, "mixed_float16", "dynamic", steps)]

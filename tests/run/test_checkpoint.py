@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import tfmp
 from tfmp import trainers
-from tfmp.run import checkpoint, distribute, preemption, training
+from tfmp.run import checkpoint, determinism, distribute, preemption, training
 
 
 def _tiny_classifier_trainer(units=3):
@@ -340,7 +340,7 @@ def test_op_determinism_is_restored():
     from tensorflow.python.framework import config as tf_config
 
     assert not tf_config.is_op_determinism_enabled()
-    with checkpoint.op_determinism(True):
+    with determinism.op_determinism(True):
         assert tf_config.is_op_determinism_enabled()
     assert not tf_config.is_op_determinism_enabled()
 

@@ -1,7 +1,7 @@
 """Tests for tfmp/run/reporting.py: the markdown table, the JSON file and the PNG chart.
 
 The records are built by hand (what `tfmp.run.benchmark.compare` returns for a
-tiny classifier); tests/test_benchmark.py measures real ones.
+tiny classifier); tests/run/test_benchmark.py measures real ones.
 """
 
 import dataclasses
@@ -102,3 +102,13 @@ def test_plot_states_the_reference_device_method_and_hand_written_ratio(tmp_path
     (whisker,) = [c.errorbar for c in bars if c.errorbar.lines[2]]
     segments = whisker.lines[2][0].get_segments()
     assert [tuple(segment[:, 1]) for segment in segments] == [(251.0, 301.0)]
+
+
+def test_plot_refuses_records_that_are_not_compares(tmp_path):
+    # reporting imports no benchmark: what it checks is the attributes plot reads (ThroughputRecord).
+    pytest.importorskip("matplotlib")
+    pipeline = benchmark.PipelineRecord("tiny", "digits", "float32", False, 8, 950.0, 1000.0, 0.95)
+    with pytest.raises(ValueError, match="plot needs compare"):
+        reporting.plot([_record("gan", "float32", 970.0), pipeline], str(tmp_path / "bench.png"))
+    assert not (tmp_path / "bench.png").exists()
+    assert isinstance(_record("gan", "float32", 970.0), reporting.ThroughputRecord)

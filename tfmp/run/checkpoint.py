@@ -46,7 +46,8 @@ than resume them silently from their initial values.
 Checkpoints of tfmp 0.1.0, which stored `trainer.variables` and each
 optimizer's `variables` as positional lists (`model/<i>`,
 `optimizer_<name>/<i>`), are still resumed: `restore` recognises their
-keys and reads them in that layout. Saves always write the object layout.
+keys and reads them in that layout (`tfmp.run.legacy_checkpoint`). Saves
+always write the object layout.
 
 Writes are crash-safe by construction: TensorFlow writes a checkpoint's
 files first and only then, atomically, the `checkpoint` state file that
@@ -80,25 +81,23 @@ ckpt.save(step)
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import json
 import os
 import re
 import shutil
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import keras
 import tensorflow as tf
 
-from tfmp import _compat
+from tfmp.run import legacy_checkpoint as legacy
+from tfmp.run.determinism import op_determinism  # noqa: F401 - its 0.1 path, `tfmp.checkpoint.op_determinism`
 
-__all__ = ["CheckpointError", "Found", "RunCheckpoint", "op_determinism"]
+__all__ = ["CheckpointError", "Found", "RunCheckpoint"]
 
 _STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 _SIGNATURE_KEY = "signature/.ATTRIBUTES/VARIABLE_VALUE"
-# Only tfmp 0.1.0's positional layout has a top-level `model` (see _legacy_checkpoint).
-_LEGACY_PREFIX = "model/"
 STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's list of the checkpoints
 # The files of checkpoint N, as tf.train.CheckpointManager names them (prefix "ckpt").
 _CHECKPOINT_FILE = re.compile(r"^ckpt-(\d+)\.(?:index|data-\d{5}-of-\d{5})$")
@@ -271,42 +270,6 @@ def _replica_copies(trainer: Any) -> list[tuple[tf.Variable, tf.Variable]]:
 def _replica_copies_in(keys: Iterable[str]) -> int:
     """How many per-replica copies (`_replica_copies`) a checkpoint with these `keys` holds."""
     return sum(1 for key in keys if re.match(r"^replicas/\d+/\.ATTRIBUTES/VARIABLE_VALUE$", key))
-
-
-def _legacy_checkpoint(trainer: Any, step: tf.Variable, signature: tf.Variable) -> tf.train.Checkpoint:
-    """A checkpoint object in the layout tfmp 0.1.0 wrote, to read its checkpoints; never saved.
-
-    tfmp 0.1.0 (up to commit 0f603b3) checkpointed `trainer.variables` and
-    each optimizer's `variables` as positional lists: keys `model/<i>/...`
-    and `optimizer_<name>/<i>/...`, a value tied to a variable only by its
-    index. Kept so that runs checkpointed then still resume exactly.
-    """
-    return tf.train.Checkpoint(
-        model=list(trainer.variables), step=step, signature=signature,
-        **{f"optimizer_{name}": list(optimizer.variables) for name, optimizer in trainer.optimizers.items()},
-    )
-
-
-def _check_legacy_counts(keys: Iterable[str], trainer: Any) -> None:
-    """Raises ValueError unless a 0.1.0 checkpoint with these `keys` holds as many variables per list as `trainer`.
-
-    Its lists match variables by index only: a count that differs means another model.
-    """
-    counts: dict[str, int] = {}
-    for key in keys:
-        if m := re.match(r"^(model|optimizer_.+)/\d+/\.ATTRIBUTES/VARIABLE_VALUE$", key):
-            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
-    expected = {"model": len(trainer.variables),
-                **{f"optimizer_{name}": len(o.variables) for name, o in trainer.optimizers.items()}}
-    for name in sorted(set(counts) | set(expected)):
-        if counts.get(name, 0) != expected.get(name, 0):
-            raise ValueError(f"its {name} list holds {counts.get(name, 0)} variables, this trainer's "
-                             f"{expected.get(name, 0)}")
-
-
-def _is_legacy(keys: Iterable[str]) -> bool:
-    """Whether a checkpoint with these `keys` has tfmp 0.1.0's positional layout (`model/<i>` keys)."""
-    return any(key.startswith(_LEGACY_PREFIX) for key in keys)
 
 
 class RunCheckpoint:
@@ -494,7 +457,8 @@ class RunCheckpoint:
         """Restores `found` into the trainer and optimizers; returns its step.
 
         A checkpoint in tfmp 0.1.0's positional layout is read in that layout
-        (see the module docstring); the next `save` writes the object layout.
+        (`tfmp.run.legacy_checkpoint`); the next `save` writes the object
+        layout.
 
         Raises:
             CheckpointError: when the signatures differ, or the checkpoint's
@@ -504,9 +468,9 @@ class RunCheckpoint:
         try:
             keys = list(tf.train.load_checkpoint(found.path).get_variable_to_shape_map())  # one read of the index
             saved_copies = 0
-            if _is_legacy(keys):
-                _check_legacy_counts(keys, self._trainer)
-                checkpoint = _legacy_checkpoint(self._trainer, self._step, self._signature)
+            if legacy.is_legacy(keys):
+                legacy.check_counts(keys, self._trainer)
+                checkpoint = legacy.legacy_checkpoint(self._trainer, self._step, self._signature)
             else:
                 saved_copies = _replica_copies_in(keys)
                 checkpoint = self._checkpoint if saved_copies == len(self._replica_copies) else self._core
@@ -535,21 +499,3 @@ class RunCheckpoint:
             for replica, copy in self._replica_copies:
                 replica.assign(copy.read_value())
         return int(self._step.numpy())
-
-
-@contextlib.contextmanager
-def op_determinism(enabled: bool = True) -> Iterator[None]:
-    """Turns TensorFlow's op determinism on inside the block, then restores it.
-
-    `tf.config.experimental.enable_op_determinism` is process-wide and has no
-    public off switch; this uses TensorFlow's own internal one to restore the
-    previous setting, so a library call does not leave it behind.
-    """
-    before = _compat.is_op_determinism_enabled()
-    if enabled and not before:
-        tf.config.experimental.enable_op_determinism()
-    try:
-        yield
-    finally:
-        if enabled and not before:
-            _compat.disable_op_determinism()

@@ -16,15 +16,14 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import data as data_lib
-from tfmp.run import distribute
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.models import gan as gan_model
 
 __all__ = [
+    "CONSOLE_MODES",
     "ClassifierConfig",
     "ConfigError",
     "GANConfig",
@@ -32,6 +31,7 @@ __all__ = [
     "LR_SCHEDULES",
     "ON_NONFINITE",
     "RESUMABLE",
+    "STRATEGIES",
     "TrainConfig",
     "loss_scale_is_set",
     "resolved_loss_scale",
@@ -43,6 +43,10 @@ class ConfigError(ValueError):
 
 
 ON_NONFINITE = ("skip", "stop")
+# The choices of two settings, defined here, where they are checked, rather than in the modules that act on
+# them (tfmp.run.distribute, tfmp.run.callbacks): config is the lowest layer of the run framework.
+STRATEGIES = ("default", "mirrored", "multi_worker")
+CONSOLE_MODES = ("auto", "progress", "lines")
 
 # Settings a resumed run may change; every other setting must match the checkpoint's.
 RESUMABLE = frozenset({
@@ -93,10 +97,11 @@ class TrainConfig:
             `"auto"` = the model's `cpu_bfloat16_float32_layers` under
             mixed_bfloat16 without a GPU, none otherwise
             (`tfmp.precision.resolve_float32_layers`).
-        strategy: `tfmp.run.distribute.STRATEGIES`: `"default"` (one device),
-            `"mirrored"` (every local GPU) or `"multi_worker"` (hosts named
-            by `TF_CONFIG`). `batch_size` is then the global batch, split
-            evenly across the replicas; only the chief writes the logs.
+        strategy: One of `STRATEGIES` (`tfmp.run.distribute` makes them):
+            `"default"` (one device), `"mirrored"` (every local GPU) or
+            `"multi_worker"` (hosts named by `TF_CONFIG`). `batch_size` is
+            then the global batch, split evenly across the replicas; only the
+            chief writes the logs.
         checkpoint_dir: Where the run's checkpoints go; default
             `<logdir>/<run_name>/checkpoints` (`tfmp.run.checkpoint`).
         checkpoint_every: Also checkpoint every this many steps; 0 = only at
@@ -114,11 +119,12 @@ class TrainConfig:
         deterministic: Turn on TensorFlow's op determinism for the run
             (`tf.config.experimental.enable_op_determinism`, restored after),
             so that a resumed run repeats the uninterrupted one bit for bit.
-        console: `tfmp.run.callbacks.CONSOLE_MODES`: `"progress"` shows a Keras
-            progress bar per epoch (on `sys.stdout`), `"lines"` the seed's
-            step line every `log_every` steps; `"auto"` is `"progress"` when
-            `print_fn` is `print` and `sys.stdout` is a terminal, `"lines"`
-            otherwise (pipes, files, captured output).
+        console: One of `CONSOLE_MODES` (`tfmp.run.callbacks` acts on them):
+            `"progress"` shows a Keras progress bar per epoch (on
+            `sys.stdout`), `"lines"` the seed's step line every `log_every`
+            steps; `"auto"` is `"progress"` when `print_fn` is `print` and
+            `sys.stdout` is a terminal, `"lines"` otherwise (pipes, files,
+            captured output).
     """
 
     datasets: ClassVar[tuple[str, ...]] = data_lib.DATASETS
@@ -167,7 +173,7 @@ class TrainConfig:
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
         _check_int("diagnose_every", self.diagnose_every, minimum=0)
-        _check_choice("strategy", self.strategy, distribute.STRATEGIES)
+        _check_choice("strategy", self.strategy, STRATEGIES)
         if self.profile_steps is not None:
             if len(self.profile_steps) != 2:
                 raise ConfigError(f"profile_steps must be (start, end). Received: profile_steps={self.profile_steps!r}")
@@ -196,7 +202,7 @@ class TrainConfig:
                 )
         _check_int("checkpoint_every", self.checkpoint_every, minimum=0)
         _check_int("keep_checkpoints", self.keep_checkpoints, minimum=1)
-        _check_choice("console", self.console, callbacks_lib.CONSOLE_MODES)
+        _check_choice("console", self.console, CONSOLE_MODES)
         _check_choice("on_nonfinite", self.on_nonfinite, ON_NONFINITE)
         if self.resume and not (self.run_name or self.checkpoint_dir):
             raise ConfigError(

@@ -41,6 +41,8 @@ from typing import Any, Sequence
 import keras
 import tensorflow as tf
 
+from tfmp.run.config import STRATEGIES  # defined with the setting it checks; still importable from here
+
 __all__ = [
     "STRATEGIES",
     "AverageReplicaStatistics",
@@ -52,8 +54,6 @@ __all__ = [
     "tf_config_example",
     "writable_dir",
 ]
-
-STRATEGIES = ("default", "mirrored", "multi_worker")
 
 # One strategy object per process and setting. Two MirroredStrategy objects
 # over the same devices hand out the same collective instance keys (eager

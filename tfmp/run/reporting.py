@@ -5,6 +5,10 @@
 `tfmp.run.parity.ParityRecord`); `plot` draws `tfmp.run.benchmark.compare` records
 and needs the optional matplotlib (`pip install "tfmp[plot]"`).
 
+This module presents records and imports none of the tools that make them:
+what it reads of a record is the `JsonRecord` and `ThroughputRecord`
+protocols, so the benchmark and parity modules sit above it.
+
 ```python
 from tfmp.run import benchmark, reporting
 records = benchmark.compare(benchmark.BenchmarkConfig(models=("gan",)))
@@ -18,15 +22,24 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import tensorflow as tf
 
-from tfmp.run import benchmark
-
-__all__ = ["JsonRecord", "PLOT_INSTALL_HINT", "markdown_table", "plot", "require_matplotlib", "write_json"]
+__all__ = [
+    "JsonRecord",
+    "PLOT_INSTALL_HINT",
+    "ThroughputRecord",
+    "TimingSettings",
+    "markdown_table",
+    "plot",
+    "require_matplotlib",
+    "write_json",
+]
 
 PLOT_INSTALL_HINT = 'pip install "tfmp[plot]"'
+# One colour per precision, in the order the bars of a group are drawn.
+_PRECISION_COLORS = {"float32": "#4c72b0", "mixed_bfloat16": "#55a868", "mixed_float16": "#c44e52"}
 
 
 class JsonRecord(Protocol):
@@ -34,6 +47,47 @@ class JsonRecord(Protocol):
 
     def to_json(self) -> dict[str, Any]:
         """The record as a dict of JSON values, its keys in column order."""
+
+
+@runtime_checkable
+class ThroughputRecord(Protocol):
+    """A record that `plot` draws: one row of `tfmp.run.benchmark.compare` (a `tfmp.run.benchmark.Record`).
+
+    Attributes:
+        model: The model's name (one panel each).
+        precision: `float32`, `mixed_bfloat16` or `mixed_float16` (one bar each).
+        xla: Whether the step was compiled with XLA.
+        batch_size: Examples per batch.
+        images_per_sec: The median throughput (the bar's height).
+        images_per_sec_min: The slowest round's throughput, or None.
+        images_per_sec_max: The fastest round's throughput, or None.
+        ratio_to_float32: The ratio to the float32 row's throughput, or None.
+        ratio_to_hand_written: The ratio to the hand-written step's throughput.
+    """
+
+    model: str
+    precision: str
+    xla: bool
+    batch_size: int
+    images_per_sec: float
+    images_per_sec_min: float | None
+    images_per_sec_max: float | None
+    ratio_to_float32: float | None
+    ratio_to_hand_written: float
+
+
+class TimingSettings(Protocol):
+    """How the plotted records were timed (a `tfmp.run.benchmark.BenchmarkConfig`).
+
+    Attributes:
+        steps: Timed steps per round.
+        repeats: Timed rounds.
+        warmup_steps: Untimed steps before timing.
+    """
+
+    steps: int
+    repeats: int
+    warmup_steps: int
 
 
 def _format(key: str, value: Any) -> str:
@@ -86,7 +140,7 @@ def require_matplotlib() -> None:
 
 
 def plot(
-    records: Sequence[benchmark.Record], path: str, config: benchmark.BenchmarkConfig | None = None,
+    records: Sequence[ThroughputRecord], path: str, config: TimingSettings | None = None,
     device: str | None = None,
 ) -> str:
     """Writes a PNG bar chart of the trainer's images/s per model and precision.
@@ -112,7 +166,8 @@ def plot(
 
     Raises:
         ImportError: without matplotlib, naming `pip install "tfmp[plot]"`.
-        ValueError: for no records, or records that are not `Record`s.
+        ValueError: for no records, or records that are not compare's (that lack
+            an attribute of `ThroughputRecord`).
     """
     require_matplotlib()
     import platform
@@ -120,15 +175,14 @@ def plot(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    if not records or not all(isinstance(r, benchmark.Record) for r in records):
+    if not records or not all(isinstance(r, ThroughputRecord) for r in records):
         raise ValueError(f"plot needs compare() records. Received: records={records!r}")
     if device is None:
         gpus = tf.config.list_physical_devices("GPU")
         names = sorted({tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus})
         device = f"{len(gpus)} x {' + '.join(names)}" if gpus else f"CPU ({platform.processor() or platform.machine()})"
     models = list(dict.fromkeys(r.model for r in records))
-    precisions = [p for p in benchmark.PRECISIONS if any(r.precision == p for r in records)]
-    colors = {"float32": "#4c72b0", "mixed_bfloat16": "#55a868", "mixed_float16": "#c44e52"}
+    precisions = [p for p in _PRECISION_COLORS if any(r.precision == p for r in records)]
     figure = Figure(figsize=(4.5 * len(models) + 1, 5), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, len(models), squeeze=False)[0]
@@ -146,7 +200,7 @@ def plot(
                 spread = None
                 if r.images_per_sec_min is not None and r.images_per_sec_max is not None:
                     spread = [[r.images_per_sec - r.images_per_sec_min], [r.images_per_sec_max - r.images_per_sec]]
-                ax.bar(x, r.images_per_sec, width, color=colors[precision], yerr=spread, capsize=2,
+                ax.bar(x, r.images_per_sec, width, color=_PRECISION_COLORS[precision], yerr=spread, capsize=2,
                        error_kw={"elinewidth": 0.8}, label=precision if i == 0 else None)
                 top = r.images_per_sec if r.images_per_sec_max is None else r.images_per_sec_max
                 label = f"{r.images_per_sec:.0f}"

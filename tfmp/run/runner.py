@@ -45,6 +45,7 @@ from tfmp.run import autotune
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
 from tfmp.run import data as data_lib
+from tfmp.run import determinism
 from tfmp.run import diagnostics
 from tfmp.run import distribute
 from tfmp import precision as precision_lib
@@ -427,7 +428,7 @@ class Runner:
 
         keras.utils.set_random_seed(config.seed)
         with (precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32),
-              checkpoint_lib.op_determinism(config.deterministic)):
+              determinism.op_determinism(config.deterministic)):
             with strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
                 built = task.build(precision, loss_scale, jit_compile, steps, split)
             trainer = built.trainer

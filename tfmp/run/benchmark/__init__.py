@@ -1,0 +1,45 @@
+"""Throughput benchmarks: tfmp's trainers per precision, against a hand-written step.
+
+Two modes, each returning a list of dataclass records: `compare` (a
+`Record` per model, precision, XLA and batch size: images per second, the
+ratios to float32 and to a hand-written `tf.function` step, peak memory) and
+`input_pipeline` (a `PipelineRecord`: the real `tf.data` pipeline against
+in-memory tensors). `tfmp.run.reporting` presents the records.
+
+How a row is measured, and what the hand-written step is:
+docs/guides/benchmark-methodology.md.
+
+Modules, each importing only the ones before it: `settings` (what to
+measure), `records` (the results), `workload` (the trainer and the
+hand-written step of one row), `pipeline` (the real input pipeline),
+`timing` (running and timing each path), `modes` (`compare`,
+`input_pipeline`).
+"""
+
+from tfmp.run.benchmark.modes import compare, input_pipeline
+from tfmp.run.benchmark.pipeline import Pipeline, epoch_batch_sizes, training_pipeline
+from tfmp.run.benchmark.records import PipelineRecord, Record
+from tfmp.run.benchmark.settings import (DEFAULT_RESNET_INPUT_SIZE, MODELS, MODES, PIPELINE_MODELS, PRECISIONS,
+                                         BenchmarkConfig, canonical_models, canonical_precisions, default_specs)
+from tfmp.run.benchmark.workload import Workload, build_workload
+
+__all__ = [
+    "BenchmarkConfig",
+    "DEFAULT_RESNET_INPUT_SIZE",
+    "MODELS",
+    "MODES",
+    "PIPELINE_MODELS",
+    "PRECISIONS",
+    "Pipeline",
+    "PipelineRecord",
+    "Record",
+    "Workload",
+    "build_workload",
+    "canonical_models",
+    "canonical_precisions",
+    "compare",
+    "default_specs",
+    "epoch_batch_sizes",
+    "input_pipeline",
+    "training_pipeline",
+]

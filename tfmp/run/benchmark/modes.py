@@ -1,0 +1,228 @@
+"""The benchmark's two modes: `compare` (trainer against float32 and a hand-written step) and `input_pipeline`.
+
+Each runs one row per (model, batch size, XLA, precision), in that nesting
+order, and returns one record per row; docs/guides/benchmark-methodology.md
+says how a row is measured.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from typing import Any, Callable, Iterator, Mapping
+
+import keras
+import tensorflow as tf
+
+from tfmp import precision as precision_lib
+from tfmp.run import tasks
+from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
+from tfmp.run.benchmark.records import PipelineRecord, Record
+from tfmp.run.benchmark.settings import (BenchmarkConfig, canonical_models, canonical_precisions, dedupe,
+                                         default_specs)
+from tfmp.run.benchmark.timing import hand_written_driver, interleave, trainer_driver
+from tfmp.run.benchmark.workload import Workload, build_workload
+from tfmp.run.memory import GpuPeakMemory, HostPeakMemory
+
+__all__ = ["compare", "input_pipeline"]
+
+
+def _check_specs(config: BenchmarkConfig, specs: Mapping[str, tasks.Task] | None) -> Mapping[str, tasks.Task]:
+    specs = default_specs(config.resnet_input_size) if specs is None else specs
+    config.validate(valid_models=specs)
+    return specs
+
+
+def _rows(config: BenchmarkConfig, specs: Mapping[str, tasks.Task]) -> Iterator[tuple[tasks.Task, int, bool, str]]:
+    """(spec, batch, xla, precision) in run order: precisions of a group adjacent."""
+    for name in canonical_models(config.models, specs):
+        spec = specs[name]
+        for batch_size in dedupe(config.batch_sizes) or (spec.config.batch_size,):
+            for xla in dedupe(config.xla):
+                for precision in canonical_precisions(config.precisions):
+                    yield spec, batch_size, xla, precision
+
+
+def _label(spec: tasks.Task, precision: str, xla: bool, batch_size: int) -> str:
+    return f"{spec.name} {precision} xla={str(xla).lower()} batch={batch_size}"
+
+
+def _row_task(spec: tasks.Task, batch_size: int, config: BenchmarkConfig, **changes: Any) -> tasks.Task:
+    """The model's task as one row runs it: the row's batch size and the benchmark's seed, float32 layers and TF32.
+
+    One epoch as long as the row's steps, so that a learning-rate schedule
+    runs over the measurement as it runs over a training run.
+    """
+    steps = config.warmup_steps + config.steps * config.repeats
+    return spec.replace(batch_size=batch_size, seed=config.seed, float32_layers=config.float32_layers,
+                        tf32=config.tf32, epochs=1, steps_per_epoch=steps, **changes)
+
+
+def _build(spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig,
+           hand_written: bool = True) -> Workload:
+    """The row's workload, built by the model's task as training builds it."""
+    task = _row_task(spec, batch_size, config)
+    return build_workload(task, precision, xla, task.config.steps_per_epoch, hand_written=hand_written)
+
+
+def _kept(float32_layers: int) -> str:
+    return f", {float32_layers} float32 layers" if float32_layers else ""
+
+
+def _measure_compare_row(
+    spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
+) -> tuple[list[float], float, int, int]:
+    """Times one row.
+
+    Returns:
+        (trainer img/s per repeat, hand-written img/s (median), images per
+        step, layers kept in float32).
+
+    Everything the row builds is local, so it can be freed once this returns.
+    """
+    with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
+        keras.utils.set_random_seed(config.seed)
+        workload = _build(spec, precision, xla, batch_size, config)
+        dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
+        trainer = trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
+        hand = hand_written_driver(workload, dataset, config.warmup_steps)
+        interleave([trainer, hand], config.steps, config.repeats)
+    return (trainer.images_per_sec, hand.median_images_per_sec, workload.images_per_step,
+            len(workload.float32_layers))
+
+
+def compare(
+    config: BenchmarkConfig,
+    specs: Mapping[str, tasks.Task] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Record]:
+    """Measures the tfmp trainer against float32 and a hand-written step.
+
+    One row per (model, batch size, XLA, precision), in that nesting order;
+    see docs/guides/benchmark-methodology.md for the method.
+
+    Args:
+        config: What to measure; validated first.
+        specs: The models' `tfmp.run.tasks.Task`s by name; `default_specs(config.resnet_input_size)`
+            when None.
+        progress: Called with one line per finished row (e.g. print to
+            stderr); silent when None.
+
+    Returns:
+        One `Record` per row.
+
+    Raises:
+        ValueError: for an invalid config, before any work, naming the value.
+    """
+    specs = _check_specs(config, specs)
+    rows = []
+    for spec, batch_size, xla, precision in _rows(config, specs):
+        start = time.perf_counter()
+        gc.collect()  # free the previous row before measuring this one's memory
+        with HostPeakMemory() as host, GpuPeakMemory() as gpu:
+            repeats, hand_images_per_sec, images_per_step, kept = _measure_compare_row(
+                spec, precision, xla, batch_size, config
+            )
+        images_per_sec = statistics.median(repeats)
+        rows.append(Record(
+            model=spec.name,
+            precision=precision,
+            xla=xla,
+            batch_size=batch_size,
+            images_per_sec=images_per_sec,
+            step_ms=1000.0 * images_per_step / images_per_sec,
+            ratio_to_float32=None,
+            ratio_to_hand_written=images_per_sec / hand_images_per_sec,
+            peak_host_mb=host.peak_mb,
+            peak_gpu_mb=gpu.peak_mb,
+            images_per_sec_min=min(repeats),
+            images_per_sec_max=max(repeats),
+        ))
+        if progress is not None:
+            progress(
+                f"{_label(spec, precision, xla, batch_size)}{_kept(kept)}: {images_per_sec:.1f} img/s "
+                f"(hand-written {hand_images_per_sec:.1f}), peak RSS {host.peak_mb:.0f} MB, "
+                f"{time.perf_counter() - start:.0f} s"
+            )
+    float32 = {(r.model, r.xla, r.batch_size): r.images_per_sec for r in rows if r.precision == "float32"}
+    for r in rows:
+        reference = float32.get((r.model, r.xla, r.batch_size))
+        r.ratio_to_float32 = None if reference is None else r.images_per_sec / reference
+    return rows
+
+
+def _measure_pipeline_row(
+    spec: tasks.Task, precision: str, xla: bool, batch_size: int, pipeline: Pipeline, config: BenchmarkConfig
+) -> tuple[float, float]:
+    """Times one row; returns (pipeline img/s, synthetic img/s)."""
+    with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
+        keras.utils.set_random_seed(config.seed)
+        workload = _build(spec, precision, xla, batch_size, config, hand_written=False)
+        synthetic_data = tf.data.Dataset.from_tensors(workload.batch).repeat()
+        synthetic = trainer_driver(workload, synthetic_data, (batch_size,), config.warmup_steps, first_fit=True)
+        # At least one epoch of warm-up: a partial last batch has its own shape.
+        warmup = max(config.warmup_steps, len(pipeline.epoch_batch_sizes))
+        real = trainer_driver(workload, pipeline.dataset, pipeline.epoch_batch_sizes, warmup, first_fit=False)
+        interleave([real, synthetic], config.steps, config.repeats)
+    return real.median_images_per_sec, synthetic.median_images_per_sec
+
+
+def input_pipeline(
+    config: BenchmarkConfig,
+    specs: Mapping[str, tasks.Task] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[PipelineRecord]:
+    """Measures the trainer fed by the real pipeline against in-memory tensors.
+
+    For each (model, batch size, XLA, precision): one trainer, compiled as in
+    `compare`, is fed alternately by `training_pipeline` on `config.dataset`
+    (`tfmp.run.data.load_images` + `tfmp.run.data.make_dataset`, exactly the
+    pipeline a training run's task builds, with `.repeat()`) and by
+    `tf.data.Dataset.from_tensors(batch).repeat()` of the same shape and
+    dtypes, through the same `train_function`, interleaved over `repeats`.
+    The pipeline's warm-up covers at least one epoch, so a partial last batch
+    (the classifier keeps it) is traced, and with XLA compiled, before
+    timing; its images count at their real number.
+
+    Args:
+        config: What to measure; `config.dataset` is the real data.
+        specs: The models' `tfmp.run.tasks.Task`s by name; `default_specs(...)` when None.
+        progress: Called with one line per finished row; silent when None.
+
+    Returns:
+        One `PipelineRecord` per row.
+
+    Raises:
+        ValueError: for an invalid config, naming the value.
+        tfmp.run.data.DatasetNotFoundError: when the dataset needs a download
+            that is not available.
+    """
+    specs = _check_specs(config, specs)
+    records = []
+    pipelines: dict[tuple[str, int], Pipeline] = {}
+    dataset = config.dataset.lower()
+    for spec, batch_size, xla, precision in _rows(config, specs):
+        start = time.perf_counter()
+        key = (spec.name, batch_size)
+        if key not in pipelines:
+            pipelines[key] = training_pipeline(_row_task(spec, batch_size, config, dataset=dataset))
+        gc.collect()
+        real, synthetic = _measure_pipeline_row(spec, precision, xla, batch_size, pipelines[key], config)
+        record = PipelineRecord(
+            model=spec.name,
+            dataset=dataset,
+            precision=precision,
+            xla=xla,
+            batch_size=batch_size,
+            pipeline_images_per_sec=real,
+            synthetic_images_per_sec=synthetic,
+            ratio=real / synthetic,
+        )
+        records.append(record)
+        if progress is not None:
+            progress(
+                f"{_label(spec, precision, xla, batch_size)} on {dataset}: pipeline {real:.1f} img/s, "
+                f"synthetic {synthetic:.1f} img/s, ratio {record.ratio:.3f}, {time.perf_counter() - start:.0f} s"
+            )
+    return records
