@@ -2,3 +2,5 @@
 
 Model definitions only (architectures, no training); `tfmp.run.tasks` turns them into runs.
 """
+
+__all__ = ["gan", "heads", "mobilenet_v2", "resnet50", "small_cnn"]

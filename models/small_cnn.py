@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import keras
 
+__all__ = ["build_small_cnn"]
+
 
 def build_small_cnn(
     input_shape: tuple[int, int, int] = (28, 28, 1),

@@ -9,7 +9,6 @@ import pytest
 from tfmp import _compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LIBRARY = os.path.join(ROOT, "tfmp")
 
 
 def test_the_installed_keras_and_tensorflow_have_every_private_api_tfmp_uses():
@@ -27,32 +26,91 @@ def test_a_missing_private_api_is_named_with_what_it_was_for(monkeypatch):
     assert "_symbolic_build" not in message  # only what is gone
 
 
+# Packages whose privates are tfmp's own: the library, its models (installed as tfmp.models) and the scripts.
+OWN_PACKAGES = {"tfmp", "tfmp_scripts", "common"}
+# Standard-library privates that are documented (sys._getframe, os._exit).
+STDLIB_PRIVATES = {"sys", "os"}
+SCANNED = ("tfmp", "models", "scripts")
+
+
+def _is_private(name):
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _own_names(tree):
+    """Names bound in a module to tfmp's own objects: what it imports from tfmp (or the scripts), and defines."""
+    names = set(STDLIB_PRIVATES)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names
+                         if alias.name.split(".")[0] in OWN_PACKAGES)
+        elif isinstance(node, ast.ImportFrom) and (node.level or node.module.split(".")[0] in OWN_PACKAGES):
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def _is_own(node, own):
+    """Whether `node` (the object asked for a private) is tfmp's own: self, cls, or a name bound to tfmp."""
+    return isinstance(node, ast.Name) and (node.id in ("self", "cls") or node.id in own)
+
+
 def _private_uses(path):
-    """(line, text) of each private name another module's object is asked for, and each private import."""
+    """(line, text) of each private name another package's object is asked for (as an attribute, a keyword
+    argument or a getattr string), and each private import."""
     tree = ast.parse(open(path).read(), path)
+    own = _own_names(tree)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
-            base = node.value
-            # Our own privates: self._x, cls._x, and module-level _helpers of tfmp modules.
-            if isinstance(base, ast.Name) and base.id in ("self", "cls", "super"):
-                continue
-            if isinstance(base, ast.Name) and base.id in {"training", "callbacks", "checkpoint", "trainers",
-                                                          "sys", "_compat", "os"}:
-                continue
+        if isinstance(node, ast.Attribute) and _is_private(node.attr) and not _is_own(node.value, own):
             found.append((node.lineno, ast.unparse(node)))
         if isinstance(node, ast.Attribute) and node.attr == "__internal__":
             found.append((node.lineno, ast.unparse(node)))
+        if isinstance(node, ast.Call):
+            callee = node.func.value if isinstance(node.func, ast.Attribute) else node.func
+            if not _is_own(callee, own):
+                found += [(kw.lineno, f"{ast.unparse(node.func)}({kw.arg}=...)")
+                          for kw in node.keywords if kw.arg and _is_private(kw.arg)]
+            if (isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                    and isinstance(node.args[1].value, str) and _is_private(node.args[1].value)
+                    and not _is_own(node.args[0], own)):
+                found.append((node.lineno, ast.unparse(node)))
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
             if module and (module.startswith("keras.src") or module.startswith("tensorflow.python")):
                 found.append((node.lineno, f"import {module}"))
+            elif isinstance(node, ast.ImportFrom) and not node.level and module.split(".")[0] not in OWN_PACKAGES:
+                found += [(node.lineno, f"from {module} import {alias.name}") for alias in node.names
+                          if _is_private(alias.name)]
     return sorted(found)
 
 
-@pytest.mark.parametrize("module", sorted(f for f in os.listdir(LIBRARY) if f.endswith(".py") and f != "_compat.py"))
+def _scanned_files(root=ROOT):
+    """Every .py file of the library (but `_compat.py`, where the private uses belong), the models and the
+    scripts, subpackages included."""
+    files = []
+    for top in SCANNED:
+        for directory, _, names in os.walk(os.path.join(root, top)):
+            files += [os.path.relpath(os.path.join(directory, name), root) for name in names if name.endswith(".py")]
+    return sorted(f for f in files if f != os.path.join("tfmp", "_compat.py"))
+
+
+def test_the_scan_finds_every_module_of_the_packages_and_their_subpackages(tmp_path):
+    for path in ("tfmp/_compat.py", "tfmp/core.py", "tfmp/run/runner.py", "tfmp/run/later/deep/new.py",
+                 "models/gan.py", "scripts/train_gan.py", "scripts/data.txt", "tests/test_x.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    assert _scanned_files(str(tmp_path)) == [
+        "models/gan.py", "scripts/train_gan.py", "tfmp/core.py", "tfmp/run/later/deep/new.py", "tfmp/run/runner.py"]
+    assert {"tfmp/run/runner.py", "models/gan.py", "scripts/train_gan.py"} <= set(_scanned_files())
+
+
+@pytest.mark.parametrize("module", _scanned_files())
 def test_no_other_library_module_touches_a_private_keras_or_tensorflow_api(module):
-    assert _private_uses(os.path.join(LIBRARY, module)) == []
+    assert _private_uses(os.path.join(ROOT, module)) == []
 
 
 def test_the_checker_sees_private_uses(tmp_path):
@@ -67,3 +125,23 @@ def test_the_checker_sees_private_uses(tmp_path):
     )
     assert [text for _, text in _private_uses(str(sample))] == [
         "import tensorflow.python.ops", "layer._inbound_nodes", "model._flatten_layers", "tf.__internal__"]
+
+
+def test_the_checker_sees_private_keyword_arguments_and_names(tmp_path):
+    # Private keywords, getattr strings and imported names of other packages are reported; tfmp's own are not.
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import tensorflow as tf\n"
+        "from keras.optimizers import _private_optimizer\n"
+        "from tfmp.run import callbacks as callbacks_lib\n"
+        "def _helper(x, _depth=0):\n"
+        "    return x\n"
+        "def f(layer, s):\n"
+        "    with tf.profiler.experimental.Trace('train', step_num=s, _r=1):\n"
+        "        pass\n"
+        "    _helper(1, _depth=2), callbacks_lib.StepTimer(1, _x=1), callbacks_lib._private, self.g(_y=1)\n"
+        "    return getattr(layer, '_inbound_nodes'), getattr(layer, '__name__'), getattr(self, '_ok')\n"
+    )
+    assert [text for _, text in _private_uses(str(sample))] == [
+        "from keras.optimizers import _private_optimizer", "tf.profiler.experimental.Trace(_r=...)",
+        "getattr(layer, '_inbound_nodes')"]

@@ -11,6 +11,8 @@ No test asserts a speed: timings on a shared CPU are noise.
 """
 
 import json
+import sys
+import time
 
 import keras
 import pytest
@@ -48,17 +50,84 @@ def test_records_have_exactly_the_json_keys_and_types(records):
         assert row["peak_gpu_mb"] is None  # no GPU here
 
 
-def test_the_spread_is_the_slowest_and_fastest_of_the_repeats_around_their_median(records):
-    for record in records:
-        # 3 repeats: the median is one of them, so it lies between the extremes, which differ on a real clock.
-        assert record.images_per_sec_min <= record.images_per_sec <= record.images_per_sec_max
-        assert record.images_per_sec_min < record.images_per_sec_max
+class _Clock:
+    """A fake `time.perf_counter` for the benchmark: each reading advances it 1 s, and each trainer step of a
+    `_ClockedTask` by its scripted duration, so throughputs are exact numbers known in advance."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 1.0
+        return self.now
+
+    def __getattr__(self, name):  # the rest of `time`, real
+        return getattr(time, name)
 
 
-def test_ratio_to_float32_is_the_division_of_the_measured_throughputs(records):
-    float32, bf16 = records
+class _ClockedTask(tasks.ClassifierTask):
+    """The tiny classifier, whose trainer steps take `durations[precision]` seconds of `clock` each, in order."""
+
+    def __init__(self, clock, durations):
+        super().__init__(config_lib.ClassifierConfig(batch_size=BATCH), "tiny",
+                         network=lambda shape, classes: build_small_cnn(shape, classes, width=4), image_shape=(8, 8, 3))
+        self.clock, self.durations = clock, durations
+
+    def build(self, precision, *args, **kwargs):
+        built = super().build(precision, *args, **kwargs)
+        trainer, durations, make = built.trainer, self.durations[precision], built.trainer.make_train_function
+
+        def make_train_function(force=False):
+            make(force)
+            step = trainer.train_function
+            if not hasattr(step, "durations"):
+                def clocked(iterator):
+                    outputs = step(iterator)
+                    self.clock.now += durations.pop(0)
+                    return outputs
+
+                clocked.durations = durations
+                trainer.train_function = clocked
+            return trainer.train_function
+
+        trainer.make_train_function = make_train_function
+        return built
+
+
+@pytest.fixture(scope="module")
+def clocked_records():
+    """float32 and bfloat16 rows timed by `_Clock`.
+
+    With `steps=2` (16 images a round) and 1 s per clock reading, a round takes 1 s plus its steps' durations:
+    float32's rounds 2, 4 and 1 s (8, 4 and 16 img/s), bfloat16's 1 s each (16 img/s). The first duration
+    is the warm-up `fit()` step's.
+    """
+    clock = _Clock()
+    durations = {"float32": [0.0, 0.5, 0.5, 1.5, 1.5, 0.0, 0.0], "mixed_bfloat16": [0.0] * 7}
+    with pytest.MonkeyPatch.context() as patch:
+        # Wherever the benchmark's modules read the clock (`tfmp.run.benchmark` and any submodule).
+        timing = [module for name, module in list(sys.modules.items())
+                  if name.split(".")[:3] == benchmark.__name__.split(".") and getattr(module, "time", None) is time]
+        assert timing, "no benchmark module reads time.perf_counter: update _Clock"
+        for module in timing:
+            patch.setattr(module, "time", clock)
+        records = benchmark.compare(tiny_config(models=("tiny",), steps=2, repeats=3),
+                                    {"tiny": _ClockedTask(clock, durations)})
+    assert durations == {"float32": [], "mixed_bfloat16": []}  # every scripted step ran, in a timed round or the warm-up
+    return records
+
+
+def test_the_spread_is_the_slowest_and_fastest_of_the_repeats_around_their_median(clocked_records):
+    float32, _ = clocked_records
+    # Rounds of 8, 4 and 16 img/s: the median is the first round, the extremes the other two.
+    assert (float32.images_per_sec_min, float32.images_per_sec, float32.images_per_sec_max) == (4.0, 8.0, 16.0)
+
+
+def test_ratio_to_float32_is_the_division_of_the_measured_throughputs(clocked_records):
+    float32, bf16 = clocked_records
+    assert (float32.images_per_sec, bf16.images_per_sec) == (8.0, 16.0)
     assert float32.ratio_to_float32 == 1.0
-    assert bf16.ratio_to_float32 == bf16.images_per_sec / float32.images_per_sec
+    assert bf16.ratio_to_float32 == 2.0
 
 
 def test_a_classifier_step_counts_batch_images(records):

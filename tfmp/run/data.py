@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 DIGITS_FILE = "digits.npz"
-NUM_DIGITS = 1797
 DIGITS_MAX_PIXEL = 16.0
 
 

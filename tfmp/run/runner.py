@@ -55,7 +55,16 @@ from tfmp import trainers
 from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig, loss_scale_is_set, resolved_loss_scale
 from tfmp.run.tasks import Built, Task
 
-__all__ = ["Interrupted", "RunResult", "Runner", "Setting", "default_run_name", "resolve"]
+__all__ = [
+    "Interrupted",
+    "RunResult",
+    "Runner",
+    "Setting",
+    "announce_float32_layers",
+    "default_run_name",
+    "make_writable_dir",
+    "resolve",
+]
 
 
 class Interrupted(KeyboardInterrupt):

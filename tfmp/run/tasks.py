@@ -58,6 +58,7 @@ __all__ = [
     "Built",
     "ClassifierTask",
     "GANTask",
+    "NetworkBuilder",
     "Task",
     "resnet50_task",
     "task_for",

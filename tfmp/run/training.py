@@ -47,6 +47,7 @@ from tfmp.run.config import (
 from tfmp.run.runner import Interrupted, RunResult, default_run_name
 
 __all__ = [
+    "COMPARISON",
     "ClassifierConfig",
     "ConfigError",
     "GANConfig",

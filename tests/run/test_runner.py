@@ -1,0 +1,260 @@
+"""Tests for tfmp/run/runner.py: what `resolve` decides, and what `Runner(task).run()` itself does.
+
+Whole runs of every precision, `auto`'s measurement, exact resume, the
+checkpoint signature and a directory held by another run are tested through
+`tfmp.run.training` (tests/run/test_training.py, test_checkpoint.py); here are
+the Runner's own decisions: the directory it claims, the locks it releases
+however the run ends, the callbacks and hyperparameters it assembles, the
+`fit()` segments of a resumed run and what `RunResult` reports.
+"""
+
+import dataclasses
+import os
+import re
+
+import keras
+import pytest
+import tensorflow as tf
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from tfmp import trainers
+from tfmp.run import autotune
+from tfmp.run import config as config_lib
+from tfmp.run import rundir
+from tfmp.run import runner
+from tfmp.run import tasks
+
+# Tiny but real: the embedded digits, a few steps, narrow models, no measurement (a fixed precision).
+TINY_GAN = config_lib.GANConfig(
+    dataset="digits", batch_size=32, epochs=1, steps_per_epoch=2, warmup_steps=1, num_samples=4,
+    generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), precision="float32",
+)
+HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
+
+
+def _quiet(line):
+    pass
+
+
+def _tiny(tmp_path, **changes):
+    return tasks.GANTask(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), **changes))
+
+
+def _record_fits(monkeypatch):
+    """Records each `fit()` call of the run: its epochs and steps, and the callbacks each `RunSegment` wraps."""
+    fits = []
+    real_fit = trainers.MixedPrecisionTrainer.fit
+
+    def fit(model, *args, **kwargs):
+        segments = kwargs["callbacks"]
+        fits.append({
+            "epochs": (kwargs["initial_epoch"], kwargs["epochs"]),
+            "steps_per_epoch": kwargs["steps_per_epoch"],
+            "first_last_offset": (segments[0].first, segments[0].last, segments[0].batch_offset),
+            "callbacks": [type(segment.callback).__name__ for segment in segments],
+        })
+        return real_fit(model, *args, **kwargs)
+
+    monkeypatch.setattr(trainers.MixedPrecisionTrainer, "fit", fit)
+    return fits
+
+
+# --- resolve ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "precision, loss_scale, expected_precision, expected_scale, note",
+    [
+        ("fp32", "auto", "float32", "none", None),
+        ("float32", "128", "float32", "none", "note: loss_scale=128.0 is ignored under float32"),
+        ("bf16", "dynamic", "mixed_bfloat16", "none", "note: loss_scale=dynamic is ignored under mixed_bfloat16"),
+        ("mixed_bfloat16", "none", "mixed_bfloat16", "none", None),
+        ("fp16", "auto", "mixed_float16", "dynamic", None),  # not set: float16 scales dynamically
+        ("mixed_float16", "none", "mixed_float16", "none", None),
+        ("mixed_float16", 128, "mixed_float16", 128.0, None),
+    ],
+)
+def test_resolve_keeps_a_loss_scale_only_under_float16_and_says_when_it_drops_one(
+        precision, loss_scale, expected_precision, expected_scale, note, tmp_path):
+    lines = []
+    setting = runner.resolve(_tiny(tmp_path, precision=precision, loss_scale=loss_scale), lines.append)
+    assert (setting.precision, setting.loss_scale) == (expected_precision, expected_scale)
+    expected_lines = [] if note is None else [f"{note}; only float16 needs loss scaling."]
+    assert lines == expected_lines
+
+
+@pytest.mark.parametrize(
+    "xla, expected",
+    [("true", True), ("false", False), (True, True), (False, False),
+     pytest.param("auto", False, marks=pytest.mark.skipif(HAS_GPU, reason="auto is off without a GPU"))],
+)
+def test_resolve_turns_the_xla_setting_into_jit_compile(xla, expected, tmp_path):
+    assert runner.resolve(_tiny(tmp_path, xla=xla), _quiet).jit_compile is expected
+
+
+def test_resolve_names_the_run_directory_without_creating_it(tmp_path):
+    logdir = tmp_path / "logs"
+    named = runner.resolve(_tiny(logdir, run_name="sweep/a"), _quiet)
+    assert named.run_dir == os.path.join(str(logdir), "sweep/a")
+    default = runner.resolve(_tiny(logdir, precision="fp16"), _quiet)
+    assert os.path.dirname(default.run_dir) == str(logdir)
+    assert re.fullmatch(r"\d{8}-\d{6}_mixed_float16_ls-dynamic", os.path.basename(default.run_dir))
+    assert not logdir.exists()
+
+
+def test_resolve_checks_the_steps_of_an_epoch_only_when_asked(tmp_path):
+    task = _tiny(tmp_path, batch_size=4096)  # more than the digits' training split
+    with pytest.raises(config_lib.ConfigError, match="batch_size=4096"):
+        runner.resolve(task, _quiet)
+    assert runner.resolve(task, _quiet, check_steps=False).precision == "float32"
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the rule gives float32 without a GPU")
+def test_resolve_decides_auto_by_rule_under_multi_worker_without_measuring(tmp_path, monkeypatch):
+    def measured():
+        raise AssertionError("auto was measured: every worker could choose differently")
+
+    monkeypatch.setattr(autotune, "detect_hardware", measured)
+    setting = runner.resolve(_tiny(tmp_path, precision="auto", strategy="multi_worker"), _quiet)
+    assert (setting.precision, setting.loss_scale) == ("float32", "none")
+
+
+# --- whole runs ---------------------------------------------------------------------------
+
+
+def test_a_run_claims_a_new_directory_beside_one_taken_in_the_same_second(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "default_run_name", lambda precision, loss_scale: "same-second")
+    taken = tmp_path / "same-second"
+    taken.mkdir()
+    (taken / "other-run.txt").write_text("another run's file")
+    result = runner.Runner(_tiny(tmp_path), print_fn=_quiet).run()
+    assert result.logdir == str(tmp_path / "same-second-2")
+    assert os.path.isfile(tmp_path / "same-second-2" / "checkpoints" / "ckpt-2.index")
+    assert os.listdir(taken) == ["other-run.txt"]
+
+
+class _FailingTask(tasks.GANTask):
+    """The tiny GAN, with `error` raised while its model is built (`at="build"`) or after its first step."""
+
+    def __init__(self, config, error, at):
+        super().__init__(config)
+        self.error, self.at = error, at
+
+    def build(self, *args, **kwargs):
+        if self.at == "build":
+            raise self.error
+        return super().build(*args, **kwargs)
+
+    def callbacks(self, trainer, run_dir):
+        task = self
+
+        class RaiseAfterFirstStep(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                raise task.error
+
+        return [*super().callbacks(trainer, run_dir), *([RaiseAfterFirstStep()] if self.at == "step" else [])]
+
+
+@pytest.mark.parametrize(
+    "error, at, raised, kept",
+    [
+        (None, None, None, True),
+        (RuntimeError("boom"), "step", RuntimeError, True),
+        # Once training runs, a KeyboardInterrupt is not start-up's Interrupted: the run may have written.
+        (KeyboardInterrupt(), "step", KeyboardInterrupt, True),
+        (RuntimeError("boom"), "build", RuntimeError, False),
+        (KeyboardInterrupt(), "build", runner.Interrupted, False),
+    ],
+    ids=["finished", "failed-training", "interrupted-training", "failed-start-up", "interrupted-start-up"],
+)
+def test_the_directory_locks_are_released_however_the_run_ends(error, at, raised, kept, tmp_path):
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path / "logs"), run_name="run")
+    run = runner.Runner(_FailingTask(config, error, at), print_fn=_quiet)
+    if raised is None:
+        run.run()
+    else:
+        with pytest.raises(raised) as caught:
+            run.run()
+        assert type(caught.value) is raised
+    run_dir = tmp_path / "logs" / "run"
+    if kept:
+        assert not os.path.exists(run_dir / rundir.LOCK_FILE)
+        assert not os.path.exists(run_dir / "checkpoints" / rundir.LOCK_FILE)
+        with rundir.RunDirLock(str(run_dir)):  # free for the next run
+            pass
+    else:
+        assert os.listdir(tmp_path) == []  # before the first step: the directories made and the locks, all gone
+
+
+@pytest.mark.parametrize(
+    "changes, asked",
+    [
+        ({}, []),
+        ({"diagnose_every": 1, "profile_steps": (1, 1), "on_nonfinite": "stop"},
+         ["GradientDiagnostics", "ProfileSteps", "NonFiniteStop"]),
+    ],
+    ids=["plain", "diagnostics-profile-stop"],
+)
+def test_the_run_has_the_callbacks_its_config_asks_for_and_no_others(changes, asked, tmp_path, monkeypatch):
+    fits = _record_fits(monkeypatch)
+    runner.Runner(_tiny(tmp_path, steps_per_epoch=1, **changes), print_fn=_quiet).run()
+    (fit,) = fits
+    # The timer first (the others read it), the checkpointing last (it saves what the others did).
+    assert fit["callbacks"] == [
+        "StepTimer", "ConsoleLogger", "Summaries", "AverageReplicaStatistics", "GeneratorSamples", *asked,
+        "Checkpointing"]
+
+
+def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
+    result = runner.Runner(_tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3),
+                           print_fn=_quiet).run()
+    recorded = {}
+    for name in os.listdir(result.logdir):
+        if name.startswith("events"):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(result.logdir, name)):
+                for value in event.summary.value:
+                    if value.metadata.plugin_data.plugin_name == "hparams":
+                        data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                        for key, hparam in data.session_start_info.hparams.items():
+                            recorded[key] = getattr(hparam, hparam.WhichOneof("kind"))
+    assert recorded == {
+        "precision": "float32", "loss_scale": "none", "xla": False, "tf32": False, "batch_size": 32.0,
+        "dataset": "digits", "epochs": 1.0, "seed": 3.0, "strategy": "default", "replicas": 1.0,
+        "latent_dim": 100.0, "generator_learning_rate": pytest.approx(1e-3),
+        "discriminator_learning_rate": pytest.approx(1e-4),
+    }
+
+
+@pytest.mark.parametrize(
+    "steps_per_epoch, epochs, expected_fits",
+    [
+        # Step 3 of 2-step epochs: one step finishes epoch 1 (its batch 0 done), then epoch 2 whole.
+        (2, 3, [{"epochs": (1, 2), "steps_per_epoch": 1, "first_last_offset": (True, False, 1)},
+                {"epochs": (2, 3), "steps_per_epoch": 2, "first_last_offset": (False, True, 0)}]),
+        # Step 3 of 3-step epochs: an epoch boundary, one fit() for the epochs left.
+        (3, 3, [{"epochs": (1, 3), "steps_per_epoch": 3, "first_last_offset": (True, True, 0)}]),
+    ],
+    ids=["mid-epoch", "epoch-boundary"],
+)
+def test_a_resumed_run_finishes_a_partial_epoch_in_its_own_fit(steps_per_epoch, epochs, expected_fits, tmp_path,
+                                                                monkeypatch):
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", steps_per_epoch=3)
+    runner.Runner(tasks.GANTask(config), print_fn=_quiet).run()  # stops at step 3
+    fits = _record_fits(monkeypatch)
+    lines = []
+    resumed = dataclasses.replace(config, resume=True, steps_per_epoch=steps_per_epoch, epochs=epochs)
+    result = runner.Runner(tasks.GANTask(resumed), print_fn=lines.append).run()
+    assert f"resumed from {tmp_path / 'run' / 'checkpoints' / 'ckpt-3'} at step 3" in lines
+    assert [{k: v for k, v in fit.items() if k != "callbacks"} for fit in fits] == expected_fits
+    assert result.steps == steps_per_epoch * epochs - 3  # this run's steps, not the checkpoint's
+
+
+def test_the_result_reports_the_steps_and_skipped_steps_of_the_run(tmp_path):
+    # 2**24, the largest fixed scale: float16 gradients overflow, and those steps are skipped and counted.
+    result = runner.Runner(_tiny(tmp_path, precision="fp16", loss_scale=2 ** 24, epochs=2),
+                           print_fn=_quiet).run()
+    assert (result.steps, result.warmup_steps) == (4, 1)
+    assert (result.precision, result.loss_scale, result.jit_compile) == ("mixed_float16", 2.0 ** 24, False)
+    skipped = sum(int(optimizer.skipped_steps) for optimizer in result.trainer.optimizers.values())
+    assert skipped > 0 and result.skipped_steps == skipped
+    assert result.images_per_sec > 0
