@@ -20,6 +20,7 @@ import pytest
 import tfmp
 from benchmark_tiny import BATCH, tiny_classifier, tiny_config, tiny_specs
 from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
+from tfmp.models.small_cnn import build_small_cnn
 from tfmp.run import benchmark
 from tfmp.run import config as config_lib
 from tfmp.run import reporting
