@@ -113,7 +113,6 @@ def _gemm_dimensions(layer: keras.layers.Layer) -> list[tuple[str, int, str]]:
     return []  # depthwise convolutions, normalisation, pooling...: no Tensor Core GEMM
 
 
-
 def _boundary_layers(
     model: keras.Model, inputs_are_data: bool, outputs_are_outputs: bool,
     fed_by_input: set[int], feeds_output: set[int],

@@ -219,12 +219,10 @@ def _float32_gradients(
     return results
 
 
-
 def _compute_dtype(trainer: trainers_lib.MixedPrecisionTrainer) -> str:
     """float16 if any layer computes in it, else bfloat16 if any does, else float32."""
     dtypes = {layer.compute_dtype for model in trainer.networks.values() for _, layer in layer_paths(model)}
     return next((d for d in ("float16", "bfloat16") if d in dtypes), "float32")
-
 
 
 def gradient_report(
