@@ -8,11 +8,9 @@ from typing import Any, Callable, Mapping, Sequence
 import keras
 
 from tfmp.run.callbacks.timing import StepTimer
+from tfmp.run.config import CONSOLE_MODES  # defined with the setting it checks; still importable from here
 
 __all__ = ["CONSOLE_MODES", "ConsoleLogger", "console_mode"]
-
-
-CONSOLE_MODES = ("auto", "progress", "lines")
 
 
 def console_mode(mode: str, stream: Any) -> str:
