@@ -9,7 +9,11 @@ and touches no private name itself.
 
 `PRIVATE_APIS` lists what this module reaches into, and `check()` raises an
 `ImportError` naming each one the installed Keras or TensorFlow no longer
-has (`tests/test_compat.py` runs it). `setup.cfg` pins `keras>=3.15,<3.16`
+has (`tests/test_compat.py` runs it). One private use is not an attribute
+and has nothing to check: `step_trace` passes the profiler's `_r` key, which
+`tf.profiler.experimental.Trace` takes through `**kwargs` as trace metadata.
+If TensorFlow stops reading it, the key is kept as plain metadata and the
+profiler's step view loses its step markers; nothing fails. `setup.cfg` pins `keras>=3.15,<3.16`
 for the same reason: a new Keras minor is a reason to re-check this file.
 """
 
@@ -34,6 +38,7 @@ __all__ = [
     "model_strategy",
     "no_automatic_dependency_tracking",
     "optimizer_variables",
+    "step_trace",
     "strategy_supports_no_merge_call",
     "tracing_for_xla",
 ]
@@ -242,3 +247,24 @@ def is_op_determinism_enabled() -> bool:
 def disable_op_determinism() -> None:
     """Turns op determinism off again (no public off switch)."""
     _tf_config.disable_op_determinism()
+
+
+def step_trace(name: str, step: int) -> tf.profiler.experimental.Trace:
+    """A profiler trace event that marks training step `step` (enter it around the step).
+
+    `_r=1` marks the event as a step's root, so the profile plugin's
+    step-time view groups the step's work under it (tf.keras 2's `fit()`
+    traced every step this way; the example in `Trace`'s docstring passes it
+    too). It is a private metadata key, not a parameter, so `check()` cannot
+    see it. Public alternative: `tf.profiler.experimental.Trace(name,
+    step_num=step)`, as Keras 3's TensorBoard callback does, which leaves the
+    profiler to find the step boundaries by itself.
+
+    Args:
+        name: The trace event's name.
+        step: The step number shown in the profile.
+
+    Returns:
+        The `Trace`, not yet entered.
+    """
+    return tf.profiler.experimental.Trace(name, step_num=step, _r=1)

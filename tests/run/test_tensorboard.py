@@ -373,7 +373,7 @@ def test_hparams_experiment_lists_the_precision(tensorboard):
     assert {("generator", "epoch_loss"), ("discriminator", "epoch_loss")} <= metric_tags, experiment
 
 
-# ~30 s on 2 busy cores; its fast twin is tests/test_callbacks.py's
+# ~30 s on 2 busy cores; its fast twin is tests/run/callbacks/test_tensorboard_callbacks.py's
 # test_summaries_write_batch_scalars_at_the_global_step_without_warmup (a restored step of 4).
 @pytest.mark.slow
 def test_a_resumed_run_continues_its_per_step_curves_at_the_global_step(tmp_path):

@@ -1,0 +1,120 @@
+"""Tests for tfmp/run/diagnostics/alignment.py: Tensor Core alignment, on the seed's models and on
+tiny models whose answers are known exactly."""
+
+import keras
+import numpy as np
+import pytest
+
+import tfmp
+from tfmp.models.gan import build_discriminator, build_generator
+from tfmp.run import diagnostics
+from tfmp import trainers
+
+
+_SEED_BAD_SIZES_WARNINGS = {
+    ("(batch)", "batch size", 4090, 4088),
+    ("generator/dense", "units", 3087, 3088),
+    ("generator/conv_1", "filters", 63, 64),
+    ("generator/conv_1", "input channels", 63, 64),
+    ("generator/conv_2", "filters", 31, 32),
+    ("generator/conv_2", "input channels", 63, 64),
+    ("generator/conv_3", "filters", 7, 8),
+    ("generator/conv_3", "input channels", 31, 32),
+    ("generator/conv_final", "input channels", 7, 8),
+}
+
+
+def _warnings(report):
+    return {(f.layer, f.dimension, f.value, f.aligned) for f in report.warnings}
+
+
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+def test_seed_bad_sizes_generator_is_flagged_layer_by_layer(precision):
+    with tfmp.precision_scope(precision):
+        generator = build_generator(widths=(63, 31, 7))
+    lines = []
+    report = diagnostics.tensor_core_report(generator, batch_size=4090, print_fn=lines.append)
+    assert _warnings(report) == _SEED_BAD_SIZES_WARNINGS
+    # The data's 100 noise values and the 1-channel image are info, with the reason.
+    infos = {(f.layer, f.dimension, f.value, f.reason) for f in report.findings if f.severity == "info"}
+    assert infos == {
+        ("generator/dense", "input features", 100, "set by the model input"),
+        ("generator/conv_final", "filters", 1, "set by the model output"),
+    }
+    printed = "\n".join(lines)
+    assert "generator/conv_2" in printed and "4090" in printed and "9 warning(s)" in printed
+    # What misalignment costs today, not the seed's 2021 slowdown.
+    assert printed.endswith(f"\n  {diagnostics.MISALIGNMENT_COST}") and "about 2% slower" in printed
+    assert "H100 with current cuDNN" in printed
+
+
+def test_seed_original_gan_has_no_warnings():
+    with tfmp.precision_scope("mixed_float16"):
+        trainer = trainers.GANTrainer(build_generator(), build_discriminator())
+    report = diagnostics.tensor_core_report(trainer, batch_size=4096, print_fn=None)
+    assert report.warnings == [] and diagnostics.MISALIGNMENT_COST not in str(report)
+    assert {(f.layer, f.dimension) for f in report.findings} == {
+        ("generator/dense", "input features"),
+        ("generator/conv_final", "filters"),
+        ("discriminator/conv_1", "input channels"),
+        ("discriminator/logits", "units"),
+    }
+
+
+def test_alignment_covers_rnn_transpose_separable_and_nested_models():
+    inner = keras.Sequential([keras.Input((6, 6, 12)), keras.layers.Conv2DTranspose(12, 3, name="up")], name="inner")
+    images = keras.Input((6, 6, 3))
+    x = keras.layers.Rescaling(1 / 255)(images)  # weightless: the 3 channels are still the data's
+    x = keras.layers.Conv2D(12, 3, padding="same", name="stem")(x)
+    x = keras.layers.DepthwiseConv2D(3, padding="same", name="depthwise")(x)  # not a GEMM: ignored
+    x = inner(x)
+    x = keras.layers.SeparableConv2D(20, 3, name="separable")(x)
+    x = keras.layers.Reshape((-1, 20))(x)
+    x = keras.layers.LSTM(30, name="lstm")(x)
+    outputs = keras.layers.Dense(3, name="head")(x)
+    model = keras.Model(images, outputs, name="m")
+    report = diagnostics.tensor_core_report(model, batch_size=16, print_fn=None)
+    found = {(f.severity, f.layer, f.dimension, f.value) for f in report.findings}
+    assert found == {
+        ("info", "m/stem", "input channels", 3),
+        ("warn", "m/stem", "filters", 12),
+        ("warn", "m/inner/up", "filters", 12),
+        ("warn", "m/inner/up", "input channels", 12),
+        ("warn", "m/separable", "pointwise input channels", 12),
+        ("warn", "m/separable", "filters", 20),
+        ("warn", "m/lstm", "input features", 20),
+        ("warn", "m/lstm", "units", 30),
+        ("warn", "m/head", "input features", 30),
+        ("info", "m/head", "units", 3),
+    }
+    assert {(f.layer, f.aligned) for f in report.findings if f.value == 30} == {("m/lstm", 32), ("m/head", 32)}
+
+
+def test_alignment_of_subclassed_model_assumes_first_input_and_last_output():
+    class Mlp(keras.Model):
+        def __init__(self):
+            super().__init__(name="mlp")
+            self.hidden = keras.layers.Dense(30, name="hidden")
+            self.out = keras.layers.Dense(1, name="out")
+
+        def call(self, x):
+            return self.out(self.hidden(x))
+
+    model = Mlp()
+    model(np.zeros((2, 5), "float32"))
+    report = diagnostics.tensor_core_report(model, print_fn=None)
+    assert {(f.severity, f.layer, f.dimension) for f in report.findings} == {
+        ("info", "mlp/hidden", "input features"),
+        ("warn", "mlp/hidden", "units"),
+        ("warn", "mlp/out", "input features"),
+        ("info", "mlp/out", "units"),
+    }
+
+
+def test_alignment_bad_arguments_name_the_value():
+    with pytest.raises(ValueError, match="multiple=0"):
+        diagnostics.tensor_core_report(build_discriminator(), multiple=0, print_fn=None)
+    with pytest.raises(ValueError, match="unbuilt model: 'lazy'"):
+        diagnostics.tensor_core_report(keras.Sequential([keras.layers.Dense(3)], name="lazy"), print_fn=None)
+    with pytest.raises(TypeError, match="Received: str"):
+        diagnostics.tensor_core_report("generator", print_fn=None)

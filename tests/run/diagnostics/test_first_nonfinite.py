@@ -1,0 +1,63 @@
+"""Tests for tfmp/run/diagnostics/nonfinite.py: the first non-finite layer."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+
+import tfmp
+from tfmp.run import diagnostics
+
+
+def _chain(precision, middle):
+    with tfmp.precision_scope(precision):
+        inputs = keras.Input((4,))
+        x = keras.layers.Dense(4, name="first", kernel_initializer="identity")(inputs)
+        x = middle(x)
+        x = keras.layers.Dense(2, name="last")(x)
+        outputs = keras.layers.Activation("softmax", dtype="float32", name="probs")(x)
+        return keras.Model(inputs, outputs, name="chain")
+
+
+_BATCH = (np.array([[1.0, -2.0, 3.0, -4.0], [0.5, 0.5, -0.5, 0.5]], np.float32), np.array([0, 1]))
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+def test_planted_nan_layer_is_the_first_nonfinite_one(precision):
+    model = _chain(precision, keras.layers.Dense(4, name="planted"))
+    kernel = model.get_layer("planted").kernel
+    kernel.assign(tf.tensor_scatter_nd_update(kernel, [[0, 0]], [np.nan]))
+    before = [w.copy() for w in model.get_weights()]
+    report = diagnostics.first_nonfinite(model, _BATCH, loss="sparse_categorical_crossentropy")
+    assert (report.layer, report.tensor, report.dtype, report.shape) == (
+        "chain/planted", "output", model.get_layer("planted").compute_dtype, (2, 4))
+    assert report.nan == 2 and report.inf == 0
+    assert "chain/planted" in str(report) and "2 NaN" in str(report)
+    for old, new in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(old, new)
+
+
+def test_backward_only_nonfinite_names_the_layer_whose_gradient_broke():
+    # sqrt(relu(x)) is finite forward, but its derivative at 0 is infinite.
+    root = keras.layers.Lambda(lambda t: ops.sqrt(ops.relu(t)), name="root")
+    report = diagnostics.first_nonfinite(_chain("float32", root), _BATCH, loss="sparse_categorical_crossentropy")
+    assert (report.layer, report.tensor) == ("chain/root", "gradient w.r.t. input")
+
+
+def test_nan_input_batch_and_finite_step():
+    model = _chain("float32", keras.layers.Dense(4, name="middle"))
+    bad = (np.array([[1.0, np.nan, np.inf, 0.0]], np.float32), np.array([0]))
+    report = diagnostics.first_nonfinite(model, bad, loss="sparse_categorical_crossentropy")
+    assert (report.layer, report.nan, report.inf) == ("(input batch)", 1, 1)
+    ok = diagnostics.first_nonfinite(model, _BATCH, loss="sparse_categorical_crossentropy")
+    assert not ok.found and "none" in str(ok)
+
+
+def test_float16_overflow_at_the_loss_scale_is_located(float16_gan, digits):
+    images = digits.x_train[:8]
+    assert not diagnostics.first_nonfinite(float16_gan, images).found
+    # A scale no float16 gradient survives: the report names where it overflowed.
+    report = diagnostics.first_nonfinite(float16_gan, images, loss_scale=2.0**40)
+    assert report.found and report.objective == "generator" and report.loss_scale == 2.0**40
+    assert report.tensor.startswith("gradient") and report.dtype == "float16"

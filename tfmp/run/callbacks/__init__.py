@@ -1,0 +1,39 @@
+"""Callbacks: the side effects of a training run, one concern per file.
+
+* `timing.py`: `StepTimer` times every training step and adds
+  `images_per_sec` (warm-up excluded) to each epoch's logs;
+* `console.py`: `ConsoleLogger` prints the seed's per-step line (or a
+  progress bar, `console_mode`) and a closing summary;
+* `tensorboard.py`: `Summaries` writes the logs to TensorBoard every few
+  steps (`batch_` tags, at the global step) and every epoch (`epoch_` tags),
+  in the layout the trainer asks for, and records the run's hyperparameters
+  (HParams plugin); `GeneratorSamples` writes a grid of generator images
+  from fixed noise (`image_grid`); `GradientDiagnostics` logs the float16
+  underflow/overflow fractions of the gradients every N steps
+  (`tfmp.run.diagnostics`);
+* `profiling.py`: `ProfileSteps` captures a TensorFlow profiler trace of
+  chosen steps;
+* `checkpointing.py`: `Checkpointing` saves the run every N steps and every
+  epoch, and turns a SIGTERM/SIGINT into a checkpoint and a clean stop
+  (`tfmp.run.preemption`);
+* `nonfinite.py`: `NonFiniteStop` stops at the first skipped step and names
+  the first non-finite layer (`NonFiniteStepError`);
+* `segments.py`: `RunSegment` presents one `fit()` call of a run split over
+  several (a resumed, partial epoch first) to a callback as part of one run.
+
+Put `StepTimer` before the callbacks that read `images_per_sec`, and
+`Checkpointing` last.
+"""
+
+# In reading order, which the API page keeps.
+from tfmp.run.callbacks.timing import StepTimer
+from tfmp.run.callbacks.console import CONSOLE_MODES, console_mode, ConsoleLogger
+from tfmp.run.callbacks.tensorboard import describe, Summaries, image_grid, GeneratorSamples, GradientDiagnostics
+from tfmp.run.callbacks.profiling import ProfileSteps
+from tfmp.run.callbacks.checkpointing import Checkpointing
+from tfmp.run.callbacks.nonfinite import NonFiniteStepError, NonFiniteStop
+from tfmp.run.callbacks.segments import RunSegment
+
+__all__ = ["CONSOLE_MODES", "Checkpointing", "ConsoleLogger", "GeneratorSamples", "GradientDiagnostics",
+           "NonFiniteStepError", "NonFiniteStop", "ProfileSteps", "RunSegment", "StepTimer", "Summaries", "console_mode",
+           "describe", "image_grid"]

@@ -1,0 +1,89 @@
+"""What the four reports share: the source they accept, its trainer form, the table layout.
+
+Private to `tfmp.run.diagnostics`: the reports import these; users import
+the reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterable, Sequence
+
+import keras
+
+from tfmp import trainers as trainers_lib
+
+__all__ = ["Source", "as_trainer", "is_graph_model", "networks", "scale_of", "state_preserved", "table"]
+
+Source = Any  # a keras.Model or a tfmp.trainers.MixedPrecisionTrainer
+
+
+def networks(source: Source) -> dict[str, keras.Model]:
+    """The networks of a trainer, or `{name: model}` for a model."""
+    if isinstance(source, trainers_lib.MixedPrecisionTrainer):
+        return source.networks
+    if isinstance(source, keras.Model):
+        return {source.name: source}
+    raise TypeError(
+        f"Expected a keras.Model or a tfmp.trainers trainer. Received: {type(source).__name__} {source!r}"
+    )
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Left-aligned text columns."""
+    rows = [[str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*row) for row in rows]
+    return "\n".join("  " + line.rstrip() for line in lines)
+
+
+def is_graph_model(model: keras.layers.Layer) -> bool:
+    """Whether `model` is a functional model (its inputs and outputs are known without running it)."""
+    try:
+        return isinstance(model, keras.Model) and bool(model.inputs) and bool(model.outputs)
+    except (AttributeError, ValueError):
+        return False
+
+
+def scale_of(objective: trainers_lib.Objective) -> float | None:
+    """The objective's optimizer's current loss scale, if it scales."""
+    from tfmp import loss_scale as loss_scale_lib
+
+    opt = objective.optimizer
+    return float(opt.loss_scale) if isinstance(opt, loss_scale_lib.LossScaleOptimizer) else None
+
+
+@contextlib.contextmanager
+def state_preserved(trainer: trainers_lib.MixedPrecisionTrainer):
+    """Restores the non-trainable state a diagnostic forward pass advances.
+
+    Training-mode passes update BatchNorm moving statistics and advance the
+    noise and dropout seed generators; diagnostics must leave the run as it
+    was, so these are put back.
+    """
+    variables = trainer.non_trainable_variables
+    values = [v.numpy() for v in variables]
+    try:
+        yield
+    finally:
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+
+
+def as_trainer(source: Source, loss: Any) -> trainers_lib.MixedPrecisionTrainer:
+    """`source` if it is a trainer, else a `ClassifierTrainer` of the model with `loss` and no loss scaling."""
+    if isinstance(source, trainers_lib.MixedPrecisionTrainer):
+        return source
+    model = next(iter(networks(source).values()))
+    loss = loss if loss is not None else getattr(model, "loss", None)
+    if loss is None:
+        raise ValueError(
+            f"A plain model needs its loss: pass loss=... or compile the model. Received: loss=None for {model.name!r}"
+        )
+    trainer = trainers_lib.ClassifierTrainer(model)
+    trainer.compile(keras.optimizers.SGD(), loss=loss, loss_scale="none")
+    return trainer
+
+
