@@ -102,10 +102,18 @@ def test_end_step_returns_the_flow_of_the_noted_calls(seen, applies_inputs, flow
     assert (step.flow, step.unscale, step.calls.seen) == (flow, unscale, set(seen))
 
 
-def test_end_step_takes_the_calls_away():
-    api = _api(SCALE_LOSS)
-    assert _end_step(api)[0].flow == "keras3"
-    assert _end_step(api)[0].flow == "none"
+@pytest.mark.parametrize("traced", [False, True])
+def test_end_step_takes_the_calls_away(traced):
+    api = style.ApiStyle()
+    flows = []
+
+    def two_applies():
+        api.note(SCALE_LOSS)
+        flows.extend(_end_step(api)[0].flow for _ in range(2))
+        return tf.constant(0.0)
+
+    (tf.function(two_applies) if traced else two_applies)()
+    assert flows == ["keras3", "none"]
 
 
 def test_handed_back_gives_kept_entries_their_input():
