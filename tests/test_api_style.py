@@ -1,9 +1,9 @@
 """Tests for tfmp/_api_style.py: which loss-scaling API a step used, and what tfmp says about it."""
 
 import contextlib
-import logging
 import threading
 import warnings
+from unittest import mock
 
 import pytest
 import tensorflow as tf
@@ -13,24 +13,13 @@ from tfmp import _api_style as style
 from tfmp._api_style import GET_SCALED_LOSS, GET_UNSCALED_GRADIENTS, SCALE_LOSS
 
 
-class _Capture(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 @contextlib.contextmanager
 def _tf_log():
-    """Collects what is logged through TensorFlow's logger (where tf.keras 2 warned)."""
-    handler = _Capture()
-    tf.get_logger().addHandler(handler)
-    try:
-        yield handler.messages
-    finally:
-        tf.get_logger().removeHandler(handler)
+    """Collects the messages warned through TensorFlow's logger (where tf.keras 2 warned)."""
+    with mock.patch.object(tf.get_logger(), "warning") as warning:
+        messages = []
+        warning.side_effect = lambda message, *args, **kwargs: messages.append(message % args if args else message)
+        yield messages
 
 
 def _end_step(api, grads=(), name="opt"):
