@@ -240,7 +240,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     `get_scaled_loss` / `get_unscaled_gradients` (then `apply_gradients`
     applies the gradients as given). Each apply follows the calls made since
     the previous one in the same context, and warns when they are missing or
-    mixed; the table of cases is in docs/guides/loss-scaling.md.
+    mixed: see "Which API style a step used" in docs/guides/loss-scaling.md.
 
     Args:
         inner_optimizer: The `keras.optimizers.Optimizer` to wrap.
