@@ -147,8 +147,9 @@ _Arguments = collections.namedtuple("_Arguments", "dynamic initial_scale dynamic
                                     "backoff_factor hysteresis min_scale max_scale")
 
 
-def _checked_arguments(inner_optimizer, args, dynamic, initial_scale, dynamic_growth_steps, growth_factor,
-                       backoff_factor, hysteresis, min_scale, max_scale) -> _Arguments:
+def _checked_arguments(inner_optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: Any,
+                       dynamic_growth_steps: Any, growth_factor: Any, backoff_factor: Any, hysteresis: Any,
+                       min_scale: Any, max_scale: Any) -> _Arguments:
     """Checks `LossScaleOptimizer`'s arguments; returns them normalised, defaults filled in.
 
     Positional arguments after `inner_optimizer` follow tf.keras 2
