@@ -1,4 +1,4 @@
-"""Tests for tfmp/trainers.py: the loss-scaled step inside fit()."""
+"""Tests for tfmp/trainers/: the loss-scaled step inside fit()."""
 
 import keras
 import numpy as np

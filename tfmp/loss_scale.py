@@ -1,45 +1,25 @@
 """Loss scaling for float16 training: `tfmp.LossScaleOptimizer`.
 
-All of tfmp's loss-scale arithmetic lives in this module:
-
-* `next_loss_scale` is the pure state transition (growth, backoff,
-  hysteresis, bounds) applied once per step;
-* `LossScaleOptimizer` wraps a Keras optimizer, scales the loss, unscales the
-  gradients (as tf.keras 2 or as Keras 3 did, following the API a step
-  used), skips non-finite steps and keeps the state in tracked variables;
-* `wrap_optimizer` decides whether a precision needs loss scaling at all.
-
-The optimizer is a subclass of Keras 3's `keras.optimizers.LossScaleOptimizer`,
-so `Model.compile()` accepts it as is (Keras does not wrap it a second time)
-and `Model.fit()` drives it through `scale_loss` and `apply_gradients`. On top
-of Keras it restores the tf.keras 2 custom-loop API (`get_scaled_loss`,
-`get_unscaled_gradients`, `dynamic=False`), and adds hysteresis, scale bounds,
-a skipped-step counter and a finite check that all replicas agree on.
+`next_loss_scale` is the per-step state transition; `LossScaleOptimizer`
+extends Keras 3's with the tf.keras 2 custom-loop API, hysteresis, scale
+bounds, a skipped-step counter and a finite check all replicas agree on;
+`wrap_optimizer` decides whether a precision needs loss scaling at all.
 """
 
 from __future__ import annotations
 
+import collections
 import numbers
-import os
-import sys
-import threading
-import warnings
-import weakref
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import keras
 import tensorflow as tf
 
+from tfmp import _api_style
 from tfmp import _compat
 from tfmp import precision as precision_lib
 
-__all__ = [
-    "LossScaleOptimizer",
-    "LossScaleState",
-    "next_loss_scale",
-    "parse_loss_scale",
-    "wrap_optimizer",
-]
+__all__ = ["LossScaleOptimizer", "LossScaleState", "next_loss_scale", "parse_loss_scale", "wrap_optimizer"]
 
 DEFAULT_INITIAL_SCALE = 2.0**15
 DEFAULT_GROWTH_STEPS = 2000
@@ -67,32 +47,18 @@ class LossScaleState(NamedTuple):
     hysteresis_left: tf.Tensor
 
 
-def next_loss_scale(
-    state: LossScaleState,
-    finite: tf.Tensor,
-    *,
-    dynamic: bool,
-    growth_steps: int,
-    growth_factor: float,
-    backoff_factor: float,
-    hysteresis: int,
-    min_scale: float,
-    max_scale: float,
-) -> LossScaleState:
+def next_loss_scale(state: LossScaleState, finite: tf.Tensor, *, dynamic: bool, growth_steps: int,
+                    growth_factor: float, backoff_factor: float, hysteresis: int, min_scale: float,
+                    max_scale: float) -> LossScaleState:
     """Returns the loss-scale state after one step.
 
-    The rule, per step:
-
-    * finite gradients: count the step; after `growth_steps` finite steps in a
-      row, multiply the scale by `growth_factor` (capped at `max_scale`),
-      restart the count and refill the hysteresis budget;
-    * non-finite gradients: restart the count; while more than one unit of
-      hysteresis is left, spend one and keep the scale (DeepSpeed's
-      `hysteresis`); otherwise multiply the scale by `backoff_factor`
-      (floored at `min_scale`).
-
-    A fixed scale (`dynamic=False`) never changes. The function is branch-free
-    so that it runs unchanged eagerly, in `tf.function` and under XLA.
+    Finite gradients count a step; after `growth_steps` finite steps in a row
+    the scale grows by `growth_factor` (capped at `max_scale`), the count
+    restarts and the hysteresis budget refills. Non-finite gradients restart
+    the count; while more than one unit of hysteresis is left, one is spent
+    and the scale kept (DeepSpeed's `hysteresis`), else the scale backs off by
+    `backoff_factor` (floored at `min_scale`). A fixed scale never changes.
+    Branch-free, so it runs unchanged eagerly, in `tf.function` and under XLA.
 
     Args:
         state: The state before the step.
@@ -127,74 +93,34 @@ def next_loss_scale(
 
 
 def all_finite(grads: Iterable[Any]) -> tf.Tensor:
-    """Returns a bool scalar: True when every gradient value is finite.
-
-    `None` entries are ignored and `tf.IndexedSlices` are checked through
-    their values.
-    """
-    checks = []
-    for g in grads:
-        if g is None:
-            continue
-        if isinstance(g, tf.IndexedSlices):
-            g = g.values
-        checks.append(tf.reduce_all(tf.math.is_finite(g)))
-    if not checks:
-        return tf.constant(True)
-    return tf.reduce_all(tf.stack(checks))
+    """Returns a bool scalar: True when every gradient value is finite (`None` entries ignored)."""
+    checks = [tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+              for g in grads if g is not None]
+    return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
 
 
 def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], keep: Sequence[bool] = ()) -> list[Any]:
     """Applies `fn` to each gradient's values.
 
-    `None` entries pass through, `tf.IndexedSlices` keep their indices, and
-    entries whose `keep` flag is set (gradients of variables with
-    `overwrite_with_gradient`, which carry a new value rather than a
-    gradient) are returned unchanged.
+    `None` entries and those whose `keep` flag is set (variables with
+    `overwrite_with_gradient` get a new value, not a gradient) pass through;
+    `tf.IndexedSlices` keep their indices. A 16-bit gradient goes through
+    `fn` in float32: a scale above 65504 (float16's max) would otherwise be
+    inf, and a reciprocal of 1/2**25 or less would flush to zero.
     """
+
+    def in_float32(x: tf.Tensor) -> tf.Tensor:
+        if x.dtype in (tf.float16, tf.bfloat16):
+            return tf.cast(fn(tf.cast(x, tf.float32)), x.dtype)
+        return fn(x)
+
     keep = list(keep) + [False] * (len(grads) - len(keep))
-    out = []
-    for g, kept in zip(grads, keep):
-        if g is None or kept:
-            out.append(g)
-        elif isinstance(g, tf.IndexedSlices):
-            out.append(tf.IndexedSlices(fn(g.values), g.indices, g.dense_shape))
-        else:
-            out.append(fn(tf.convert_to_tensor(g)))
-    return out
-
-
-def _divide_gradients(grads: Sequence[Any], scale: tf.Tensor, keep: Sequence[bool] = ()) -> list[Any]:
-    """Divides gradients by `scale`, as Keras 3's `apply` unscales them (see `_map_gradients`)."""
-    return _map_gradients(grads, lambda x: _divide(x, scale), keep)
-
-
-def _divide(x: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
-    # A 16-bit gradient is divided in float32: a scale above 65504 (float16's
-    # max) would otherwise turn into inf and every gradient into zero.
-    if x.dtype in (tf.float16, tf.bfloat16):
-        return tf.cast(tf.cast(x, tf.float32) / scale, x.dtype)
-    return x / tf.cast(scale, x.dtype)
-
-
-def _multiply_gradients(grads: Sequence[Any], factor: tf.Tensor) -> list[Any]:
-    """Multiplies gradients by `factor`, as tf.keras 2's `get_unscaled_gradients`.
-
-    tf.keras 2 multiplies by the float32 reciprocal of the scale rather than
-    dividing; for a power-of-two scale the two are the same bits, for any
-    other scale only the product matches tf.keras 2 bit for bit.
-    """
-    return _map_gradients(grads, lambda x: _multiply(x, factor))
-
-
-def _multiply(x: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
-    # In float32 for 16-bit gradients, where tf.keras 2 cast the reciprocal
-    # to float16 (1/2**25 and below flush to zero there). For a power-of-two
-    # scale up to 2**24, whose reciprocal float16 holds exactly, both round
-    # the same exact product once: the same bits.
-    if x.dtype in (tf.float16, tf.bfloat16):
-        return tf.cast(tf.cast(x, tf.float32) * factor, x.dtype)
-    return x * tf.cast(factor, x.dtype)
+    return [
+        g if g is None or kept
+        else tf.IndexedSlices(in_float32(g.values), g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
+        else in_float32(tf.convert_to_tensor(g))
+        for g, kept in zip(grads, keep)
+    ]
 
 
 def _scale(loss: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
@@ -206,16 +132,8 @@ def _scale(loss: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
 
 
 def _check_positive_number(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not value > 0
-        or value == float("inf")
-    ):
-        raise ValueError(
-            f"`{name}` must be a finite positive number. Received: "
-            f"{name}={value!r}"
-        )
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 or value == float("inf"):
+        raise ValueError(f"`{name}` must be a finite positive number. Received: {name}={value!r}")
     return float(value)
 
 
@@ -225,122 +143,87 @@ def _check_count(name: str, value: Any) -> int:
     return int(value)
 
 
-# -- which API a step used -----------------------------------------------------
-#
-# tf.keras 2's apply_gradients applies gradients as given (the caller unscales
-# them with get_unscaled_gradients); Keras 3's apply divides them by the scale
-# itself. The same gradients must not get both treatments, so each apply looks
-# at the scaling calls made since the previous apply *in the same context*:
-# eagerly, or while tracing the same outermost tf.function. Those are Python
-# calls, so the decision is made once per trace and baked into the graph.
-
-_SCALE_LOSS = "scale_loss"  # Keras 3
-_GET_SCALED_LOSS = "get_scaled_loss"  # tf.keras 2
-_GET_UNSCALED_GRADIENTS = "get_unscaled_gradients"  # tf.keras 2
+_Arguments = collections.namedtuple("_Arguments", "dynamic initial_scale dynamic_growth_steps growth_factor "
+                                    "backoff_factor hysteresis min_scale max_scale")
 
 
-class _Flow(NamedTuple):
-    seen: str  # what the step called, for messages
-    unscale: bool  # whether apply divides the gradients by the scale
+def _checked_arguments(inner_optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: Any,
+                       dynamic_growth_steps: Any, growth_factor: Any, backoff_factor: Any, hysteresis: Any,
+                       min_scale: Any, max_scale: Any) -> _Arguments:
+    """Checks `LossScaleOptimizer`'s arguments; returns them normalised, defaults filled in.
 
-
-_FLOWS = {
-    "keras3": _Flow("scale_loss()", True),
-    "tf_keras2": _Flow("get_scaled_loss() and get_unscaled_gradients()", False),
-    "tf_keras2_scaled_only": _Flow("get_scaled_loss() without get_unscaled_gradients()", False),
-    "tf_keras2_unscaled_only": _Flow("get_unscaled_gradients() without get_scaled_loss()", False),
-    "none": _Flow("no scale_loss(), get_scaled_loss() or get_unscaled_gradients() call", False),
-    "mixed_unscaled": _Flow("scale_loss() (Keras 3) and get_unscaled_gradients() (tf.keras 2)", False),
-    "mixed_scaled": _Flow(
-        "scale_loss() (Keras 3) and get_scaled_loss() (tf.keras 2), without get_unscaled_gradients()", True
-    ),
-    "scaled_inputs": _Flow("the very gradients that went into get_unscaled_gradients()", True),
-}
-# The two complete, unambiguous flows: switching between them is not a mistake.
-_CLEAN_FLOWS = ("keras3", "tf_keras2")
-
-
-class _StepCalls:
-    """The scaling calls one context made since its last apply."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        # Inputs and outputs of get_unscaled_gradients, by position.
-        self.scaled: list[Any] = []
-        self.unscaled: list[Any] = []
-
-
-def _outermost_graph() -> Any:
-    """None when eager; else the outermost graph being traced.
-
-    Nested tf.functions and control-flow branches trace into graphs of their
-    own; a scale call inside one and the apply outside it belong to one step.
+    Positional arguments after `inner_optimizer` follow tf.keras 2
+    (`dynamic, initial_scale, dynamic_growth_steps`) when the first is a bool
+    and Keras 3 (`initial_scale, dynamic_growth_steps`) otherwise.
     """
-    if tf.executing_eagerly():
-        return None
-    graph = tf.compat.v1.get_default_graph()
-    while True:
-        outer = getattr(graph, "outer_graph", None)
-        if outer is None or not getattr(outer, "building_function", False):
-            return graph
-        graph = outer
-
-
-_TF_KERAS2_EXAMPLE = """
-    with tf.GradientTape() as tape:
-      loss = loss_fn()
-      scaled_loss = opt.get_scaled_loss(loss)
-    scaled_grads = tape.gradient(scaled_loss, vars)
-    grads = opt.get_unscaled_gradients(scaled_grads)
-    opt.apply_gradients([(grads, var)])"""
-_TF_KERAS2_DOCS = "https://www.tensorflow.org/api_docs/python/tf/tf_keras/mixed_precision/LossScaleOptimizer"
-
-
-def _tf_keras2_scaling_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: bool) -> str | None:
-    """Returns the warning tf.keras 2's `apply_gradients` logged, or None.
-
-    The text of `_maybe_warn_about_scaling` in
-    tf_keras/src/mixed_precision/loss_scale_optimizer.py (tf_keras 2.21),
-    character for character. As there, the two flags say whether
-    `get_scaled_loss` / `get_unscaled_gradients` were *ever* called on the
-    optimizer. At least one was: a step that called neither gets tfmp's own
-    warning instead.
-    """
-    if loss_has_been_scaled and gradients_have_been_unscaled:
-        return None
-    if not loss_has_been_scaled:
-        return (
-            "You forgot to call LossScaleOptimizer.get_scaled_loss() before "
-            "calling LossScaleOptimizer.apply_gradients() (you did call "
-            "get_unscaled_gradients() however). This will likely result in "
-            "worse model quality, so please call get_scaled_loss() in the "
-            f"correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, "
-            f"see {_TF_KERAS2_DOCS}"
+    names = ("dynamic", "initial_scale", "dynamic_growth_steps")
+    if args and not isinstance(args[0], bool):
+        names = names[1:]
+    if len(args) > len(names):
+        raise ValueError(
+            f"LossScaleOptimizer takes at most {len(names)} positional arguments "
+            f"after inner_optimizer ({', '.join(names)}). Received: {args!r}"
         )
-    return (
-        "You forgot to call LossScaleOptimizer.get_unscaled_gradients() "
-        "before calling LossScaleOptimizer.apply_gradients() (you did call "
-        "get_scaled_loss() however). This will likely result in worse "
-        "model quality, so please call get_unscaled_gradients() in the "
-        f"correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, "
-        f"see {_TF_KERAS2_DOCS}"
-    )
-
-
-_INTERNAL_PREFIXES = tuple(
-    os.path.dirname(module.__file__) + os.sep for module in (keras, tf) if getattr(module, "__file__", None)
-)
-
-
-def _warn(message: str) -> None:
-    """Issues a `RuntimeWarning` attributed to the first frame outside tfmp's
-    loss scaling, Keras and TensorFlow: the user's apply_gradients line."""
-    frame, level = sys._getframe(0), 1
-    while frame is not None and (
-        frame.f_code.co_filename == __file__ or frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES)
-    ):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, RuntimeWarning, stacklevel=level)
+    values = {"dynamic": dynamic, "initial_scale": initial_scale, "dynamic_growth_steps": dynamic_growth_steps}
+    for arg_name, value in zip(names, args):
+        if values[arg_name] is not None:
+            raise ValueError(
+                f"`{arg_name}` was given both positionally and by keyword. "
+                f"Received: {arg_name}={value!r} and {arg_name}={values[arg_name]!r}"
+            )
+        values[arg_name] = value
+    dynamic, initial_scale, dynamic_growth_steps = values.values()
+    if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
+        raise ValueError(
+            f"`inner_optimizer` must be a keras.optimizers.Optimizer. Received: inner_optimizer={inner_optimizer!r}"
+        )
+    if isinstance(inner_optimizer, keras.optimizers.LossScaleOptimizer):
+        raise ValueError(
+            "`inner_optimizer` is already a LossScaleOptimizer; wrapping it again would scale the loss twice. "
+            f"Pass its `inner_optimizer` instead. Received: inner_optimizer={inner_optimizer.name!r}"
+        )
+    dynamic = True if dynamic is None else dynamic
+    if not isinstance(dynamic, bool):
+        raise ValueError(f"`dynamic` must be a bool. Received: dynamic={dynamic!r}")
+    if initial_scale is None and not dynamic:
+        raise ValueError(
+            "A fixed loss scale needs a value: pass `initial_scale` with `dynamic=False`. "
+            "Received: dynamic=False, initial_scale=None"
+        )
+    initial_scale = _check_positive_number(
+        "initial_scale", DEFAULT_INITIAL_SCALE if initial_scale is None else initial_scale)
+    dynamic_growth_steps = _check_count(
+        "dynamic_growth_steps", DEFAULT_GROWTH_STEPS if dynamic_growth_steps is None else dynamic_growth_steps)
+    growth_factor = _check_positive_number("growth_factor", growth_factor)
+    if not growth_factor > 1:
+        raise ValueError(f"`growth_factor` must be > 1. Received: growth_factor={growth_factor!r}")
+    backoff_factor = _check_positive_number("backoff_factor", backoff_factor)
+    if not backoff_factor < 1:
+        raise ValueError(f"`backoff_factor` must be in (0, 1). Received: backoff_factor={backoff_factor!r}")
+    hysteresis = _check_count("hysteresis", hysteresis)
+    min_scale = _check_positive_number("min_scale", min_scale)
+    max_scale = _check_positive_number("max_scale", max_scale)
+    if min_scale > max_scale:
+        raise ValueError(
+            f"`min_scale` must not exceed `max_scale`. Received: min_scale={min_scale!r}, max_scale={max_scale!r}"
+        )
+    if max_scale > _FLOAT32_MAX:
+        raise ValueError(
+            f"`max_scale` must be representable in float32 (at most {_FLOAT32_MAX:g}). "
+            f"Received: max_scale={max_scale!r}"
+        )
+    if not dynamic and initial_scale > max_scale:
+        raise ValueError(
+            f"A fixed `initial_scale` must not exceed `max_scale` = {max_scale!r}; raise `max_scale` if you "
+            f"really mean it. Received: initial_scale={initial_scale!r}"
+        )
+    if dynamic and not min_scale <= initial_scale <= max_scale:
+        raise ValueError(
+            f"A dynamic `initial_scale` must lie within [min_scale, max_scale] = [{min_scale!r}, {max_scale!r}]. "
+            f"Received: initial_scale={initial_scale!r}"
+        )
+    return _Arguments(dynamic, initial_scale, dynamic_growth_steps, growth_factor, backoff_factor, hysteresis,
+                      min_scale, max_scale)
 
 
 @keras.saving.register_keras_serializable(package="tfmp")
@@ -350,49 +233,21 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     Wraps `inner_optimizer`. The loss is multiplied by the loss scale before
     differentiation so that small float16 gradients do not flush to zero; the
     gradients are divided by it again before the inner optimizer sees them.
-    Whenever any gradient is non-finite the whole update is skipped: the
-    variables and the inner optimizer's slots stay untouched, the skip is
-    counted, and (with a dynamic scale) the scale may back off.
+    A step with any non-finite gradient is skipped whole (variables and slots
+    untouched), counted, and may back the scale off.
 
-    Both custom-loop flows work, each with its own API's semantics:
-
-    ```python
-    # tf.keras 2 flow: apply_gradients() applies the gradients as given
-    with tf.GradientTape() as tape:
-        loss = compute_loss()
-        scaled_loss = opt.get_scaled_loss(loss)
-    grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, variables))
-    opt.apply_gradients(zip(grads, variables))
-
-    # Keras 3 flow: apply_gradients() unscales by itself
-    with tf.GradientTape() as tape:
-        scaled_loss = opt.scale_loss(compute_loss())
-    opt.apply_gradients(zip(tape.gradient(scaled_loss, variables), variables))
-    ```
-
-    Each `apply`/`apply_gradients` looks at the scaling calls made since the
-    previous one in the same context (eagerly, or while tracing the same
-    outermost `tf.function`) and decides:
-
-    * only tf.keras 2 methods (`get_scaled_loss`, `get_unscaled_gradients`):
-      tf.keras 2 exactly. The gradients are applied as given, and when one of
-      the two methods was never called, tf.keras 2's own warning is logged
-      (e.g. code that scales the loss but differentiates the unscaled one);
-    * only `scale_loss`: Keras 3 exactly; `apply` divides by the scale;
-    * no scaling call: applied as given (what tf.keras 2 did; gradients of an
-      unscaled loss must not be divided), with a `RuntimeWarning`;
-    * both APIs: gradients from `get_unscaled_gradients` are not divided
-      again; otherwise `scale_loss` wins and they are divided. Handing
-      `apply` the very tensors that went *into* `get_unscaled_gradients`
-      divides them once. Each such step raises a `RuntimeWarning`.
-
-    When an optimizer's decision changes from one apply to the next (other
-    than between the two complete flows), a `RuntimeWarning` says so. For a
-    power-of-two scale (every dynamic scale from the default start) the two
-    complete flows give bit-identical updates.
+    Both custom-loop APIs work, each with its own semantics: Keras 3's
+    `scale_loss` (then `apply_gradients` unscales) and tf.keras 2's
+    `get_scaled_loss` / `get_unscaled_gradients` (then `apply_gradients`
+    applies the gradients as given). Each apply follows the calls made since
+    the previous one in the same context, and warns when they are missing or
+    mixed: see "Which API style a step used" in docs/guides/loss-scaling.md.
 
     Args:
         inner_optimizer: The `keras.optimizers.Optimizer` to wrap.
+        *args: Positional `dynamic, initial_scale, dynamic_growth_steps`
+            (tf.keras 2, when the first is a bool) or `initial_scale,
+            dynamic_growth_steps` (Keras 3).
         dynamic: bool, tf.keras 2's switch. `False` fixes the scale at
             `initial_scale` (non-finite steps are still skipped).
         initial_scale: float, the starting scale. Defaults to 2**15.
@@ -407,10 +262,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         max_scale: float, the highest scale growth may reach, and the
             highest fixed scale accepted.
         name: Optional name of the optimizer.
-
-    Positional arguments after `inner_optimizer` follow tf.keras 2
-    (`dynamic, initial_scale, dynamic_growth_steps`) when the first is a bool
-    and Keras 3 (`initial_scale, dynamic_growth_steps`) when it is a number.
+        **kwargs: Passed to `keras.optimizers.LossScaleOptimizer`.
 
     Example:
 
@@ -420,110 +272,22 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     1024.0
     """
 
-    def __init__(
-        self,
-        inner_optimizer: keras.optimizers.Optimizer,
-        *args: Any,
-        dynamic: bool | None = None,
-        initial_scale: float | None = None,
-        dynamic_growth_steps: int | None = None,
-        growth_factor: float = 2.0,
-        backoff_factor: float = 0.5,
-        hysteresis: int = 1,
-        min_scale: float = 1.0,
-        max_scale: float = DEFAULT_MAX_SCALE,
-        name: str | None = None,
-        **kwargs: Any,
-    ):
-        dynamic, initial_scale, dynamic_growth_steps = _positional_forms(
-            args, dynamic, initial_scale, dynamic_growth_steps
-        )
-        if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
-            raise ValueError(
-                "`inner_optimizer` must be a keras.optimizers.Optimizer. "
-                f"Received: inner_optimizer={inner_optimizer!r}"
-            )
-        if isinstance(inner_optimizer, keras.optimizers.LossScaleOptimizer):
-            raise ValueError(
-                "`inner_optimizer` is already a LossScaleOptimizer; wrapping "
-                "it again would scale the loss twice. Pass its "
-                "`inner_optimizer` instead. Received: "
-                f"inner_optimizer={inner_optimizer.name!r}"
-            )
-        if dynamic is None:
-            dynamic = True
-        if not isinstance(dynamic, bool):
-            raise ValueError(f"`dynamic` must be a bool. Received: dynamic={dynamic!r}")
-        if initial_scale is None:
-            if not dynamic:
-                raise ValueError(
-                    "A fixed loss scale needs a value: pass `initial_scale` "
-                    "with `dynamic=False`. Received: dynamic=False, "
-                    "initial_scale=None"
-                )
-            initial_scale = DEFAULT_INITIAL_SCALE
-        initial_scale = _check_positive_number("initial_scale", initial_scale)
-        if dynamic_growth_steps is None:
-            dynamic_growth_steps = DEFAULT_GROWTH_STEPS
-        dynamic_growth_steps = _check_count("dynamic_growth_steps", dynamic_growth_steps)
-        growth_factor = _check_positive_number("growth_factor", growth_factor)
-        if not growth_factor > 1:
-            raise ValueError(
-                "`growth_factor` must be > 1. Received: "
-                f"growth_factor={growth_factor!r}"
-            )
-        backoff_factor = _check_positive_number("backoff_factor", backoff_factor)
-        if not backoff_factor < 1:
-            raise ValueError(
-                "`backoff_factor` must be in (0, 1). Received: "
-                f"backoff_factor={backoff_factor!r}"
-            )
-        hysteresis = _check_count("hysteresis", hysteresis)
-        min_scale = _check_positive_number("min_scale", min_scale)
-        max_scale = _check_positive_number("max_scale", max_scale)
-        if min_scale > max_scale:
-            raise ValueError(
-                "`min_scale` must not exceed `max_scale`. Received: "
-                f"min_scale={min_scale!r}, max_scale={max_scale!r}"
-            )
-        if max_scale > _FLOAT32_MAX:
-            raise ValueError(
-                "`max_scale` must be representable in float32 (at most "
-                f"{_FLOAT32_MAX:g}). Received: max_scale={max_scale!r}"
-            )
-        if not dynamic and initial_scale > max_scale:
-            raise ValueError(
-                "A fixed `initial_scale` must not exceed `max_scale` = "
-                f"{max_scale!r}; raise `max_scale` if you really mean it. "
-                f"Received: initial_scale={initial_scale!r}"
-            )
-        if dynamic and not min_scale <= initial_scale <= max_scale:
-            raise ValueError(
-                "A dynamic `initial_scale` must lie within [min_scale, "
-                f"max_scale] = [{min_scale!r}, {max_scale!r}]. Received: "
-                f"initial_scale={initial_scale!r}"
-            )
-        super().__init__(
-            inner_optimizer,
-            initial_scale=initial_scale,
-            dynamic_growth_steps=dynamic_growth_steps,
-            name=name,
-            **kwargs,
-        )
-        self.dynamic = dynamic
-        self.growth_factor = growth_factor
-        self.backoff_factor = backoff_factor
-        self.hysteresis = hysteresis
-        self.min_scale = min_scale
-        self.max_scale = max_scale
-        # Scaling calls per thread (tf.distribute runs each replica in a
-        # thread of its own) and per context; see _step_calls.
-        self._calls = threading.local()
-        # tf.keras 2's flags: whether get_scaled_loss / get_unscaled_gradients
-        # were ever called. Only its warnings depend on them.
-        self._loss_has_been_scaled = False
-        self._gradients_have_been_unscaled = False
-        self._last_flow: str | None = None
+    def __init__(self, inner_optimizer: keras.optimizers.Optimizer, *args: Any, dynamic: bool | None = None,
+                 initial_scale: float | None = None, dynamic_growth_steps: int | None = None,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5, hysteresis: int = 1,
+                 min_scale: float = 1.0, max_scale: float = DEFAULT_MAX_SCALE, name: str | None = None,
+                 **kwargs: Any):
+        checked = _checked_arguments(inner_optimizer, args, dynamic, initial_scale, dynamic_growth_steps,
+                                     growth_factor, backoff_factor, hysteresis, min_scale, max_scale)
+        super().__init__(inner_optimizer, initial_scale=checked.initial_scale,
+                         dynamic_growth_steps=checked.dynamic_growth_steps, name=name, **kwargs)
+        self.dynamic = checked.dynamic
+        self.growth_factor = checked.growth_factor
+        self.backoff_factor = checked.backoff_factor
+        self.hysteresis = checked.hysteresis
+        self.min_scale = checked.min_scale
+        self.max_scale = checked.max_scale
+        self._api_style = _api_style.ApiStyle()
         self._create_state_variables()
 
     @_compat.no_automatic_dependency_tracking
@@ -532,13 +296,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         # traced into a tf.function) before the first apply() builds the
         # optimizer, and must read the variable rather than bake in a constant.
         def state(name, dtype, value):
-            return self.add_variable(
-                shape=(),
-                dtype=dtype,
-                initializer=keras.initializers.Constant(value),
-                aggregation="only_first_replica",
-                name=name,
-            )
+            return self.add_variable(shape=(), dtype=dtype, initializer=keras.initializers.Constant(value),
+                                     aggregation="only_first_replica", name=name)
 
         self.dynamic_scale = state("dynamic_scale", "float32", self.initial_scale)
         self.step_counter = state("step_counter", "int64", 0)
@@ -550,8 +309,6 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         """Builds the inner optimizer; the loss-scale state already exists."""
         self.inner_optimizer.build(var_list)
         keras.optimizers.Optimizer.build(self, var_list)
-
-    # -- observable state -------------------------------------------------
 
     @property
     def loss_scale(self) -> tf.Tensor:
@@ -573,26 +330,20 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         """int64 scalar tensor: finite steps since the last growth (tf.keras 2)."""
         return tf.convert_to_tensor(self.step_counter)
 
-    # -- scaling ----------------------------------------------------------
-
     def scale_loss(self, loss: Any) -> tf.Tensor:
-        """Returns `loss` multiplied by the current loss scale (Keras 3 API).
+        """Returns `loss` times the loss scale (Keras 3 API); the next apply divides the gradients.
 
-        The next `apply`/`apply_gradients` in the same context divides the
-        gradients by the scale. A float16 or bfloat16 loss is scaled in
-        float32, so the scaled value itself cannot overflow.
+        A float16 or bfloat16 loss is scaled in float32, so the scaled value cannot overflow.
         """
-        self._note_call(_SCALE_LOSS)
+        self._api_style.note(_api_style.SCALE_LOSS)
         return _scale(tf.convert_to_tensor(loss), self.dynamic_scale)
 
     def get_scaled_loss(self, loss: Any) -> Any:
         """Scales `loss` by the loss scale (tf.keras 2 API).
 
         The next `apply_gradients` in the same context applies its gradients
-        as given, as tf.keras 2 did: unscale them with
-        `get_unscaled_gradients`. A float16 or bfloat16 loss is scaled in
-        float32 (tf.keras 2 scaled it in its own dtype; the gradients are the
-        same, only the returned value cannot overflow).
+        as given, as tf.keras 2 did. A 16-bit loss is scaled in float32 (the
+        gradients are tf.keras 2's; only the returned value cannot overflow).
 
         Args:
             loss: A loss tensor, or a zero-argument callable returning one.
@@ -600,154 +351,42 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         Returns:
             The scaled loss, or a callable returning it if `loss` was callable.
         """
-        self._loss_has_been_scaled = True
-        self._note_call(_GET_SCALED_LOSS)
+        self._api_style.note(_api_style.GET_SCALED_LOSS)
         if callable(loss):
 
             def scaled_loss() -> tf.Tensor:
                 # Called later, maybe in another context: noted there too.
-                self._note_call(_GET_SCALED_LOSS)
+                self._api_style.note(_api_style.GET_SCALED_LOSS)
                 return _scale(tf.convert_to_tensor(loss()), self.dynamic_scale)
 
             return scaled_loss
         return _scale(tf.convert_to_tensor(loss), self.dynamic_scale)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
-        """Multiplies gradients by 1 / loss scale (tf.keras 2 API).
+        """Multiplies gradients by 1 / loss scale, as tf.keras 2 did (tf.keras 2 API).
 
-        The arithmetic is tf.keras 2's (a multiplication by the float32
-        reciprocal). `None` entries pass through and `tf.IndexedSlices` keep
-        their indices. The next `apply_gradients` in the same context applies
-        these gradients as given.
+        Multiplying by the float32 reciprocal rather than dividing gives
+        tf.keras 2's bits for any scale (for a power of two both agree).
 
         Args:
-            grads: A list of gradients of the scaled loss.
+            grads: A list of gradients of the scaled loss; `None` entries pass through.
 
         Returns:
             The list of unscaled gradients.
         """
         grads = list(grads)
-        self._gradients_have_been_unscaled = True
-        calls = self._note_call(_GET_UNSCALED_GRADIENTS)
         reciprocal = 1.0 / tf.convert_to_tensor(self.dynamic_scale)
-        unscaled = _multiply_gradients(grads, reciprocal)
-        # Kept so that apply() can tell the scaled inputs from the unscaled
-        # outputs, and give overwrite_with_gradient variables their inputs.
-        calls.scaled.extend(grads)
-        calls.unscaled.extend(unscaled)
+        unscaled = _map_gradients(grads, lambda x: x * tf.cast(reciprocal, x.dtype))
+        self._api_style.note(_api_style.GET_UNSCALED_GRADIENTS, scaled=grads, unscaled=unscaled)
         return unscaled
-
-    # -- which flow a step used ------------------------------------------
-
-    def _step_calls(self, pop: bool = False) -> _StepCalls:
-        """This thread's scaling calls in the current context (eager or the
-        outermost graph being traced); `pop` takes them away."""
-        local = self._calls
-        if not hasattr(local, "graphs"):
-            local.eager = _StepCalls()
-            # Weak keys: a trace that scales a loss but never applies does not
-            # keep its graph alive (unless it holds its gradients, below).
-            local.graphs = weakref.WeakKeyDictionary()
-        graph = _outermost_graph()
-        if graph is None:
-            calls = local.eager
-            if pop:
-                local.eager = _StepCalls()
-            return calls
-        if pop:
-            return local.graphs.pop(graph, None) or _StepCalls()
-        return local.graphs.setdefault(graph, _StepCalls())
-
-    def _note_call(self, name: str) -> _StepCalls:
-        calls = self._step_calls()
-        calls.seen.add(name)
-        return calls
-
-    def _flow(self, calls: _StepCalls, grads: Sequence[Any]) -> str:
-        """Names the flow of a step (a key of `_FLOWS`)."""
-        seen = calls.seen
-        if _GET_UNSCALED_GRADIENTS in seen:
-            scaled_ids = {id(g) for g in calls.scaled if g is not None}
-            if any(id(g) in scaled_ids for g in grads if g is not None):
-                return "scaled_inputs"
-            if _SCALE_LOSS in seen:
-                return "mixed_unscaled"
-            if _GET_SCALED_LOSS in seen:
-                return "tf_keras2"
-            return "tf_keras2_unscaled_only"
-        if _SCALE_LOSS in seen:
-            return "mixed_scaled" if _GET_SCALED_LOSS in seen else "keras3"
-        if _GET_SCALED_LOSS in seen:
-            return "tf_keras2_scaled_only"
-        return "none"
-
-    def _report(self, flow: str) -> None:
-        """Warns as tf.keras 2 did, or loudly where the flow is unclear."""
-        if flow.startswith("tf_keras2"):
-            message = _tf_keras2_scaling_warning(
-                self._loss_has_been_scaled, self._gradients_have_been_unscaled
-            )
-            if message:
-                tf.get_logger().warning(message)
-        elif flow == "none":
-            _warn(
-                f"LossScaleOptimizer '{self.name}': apply_gradients() saw no "
-                "scale_loss() (Keras 3), get_scaled_loss() or get_unscaled_gradients() "
-                "(tf.keras 2) call in this step, so nothing says whether the gradients "
-                "are scaled. tfmp applies them as given, not divided by the loss scale "
-                "(tf.keras 2's behaviour; Keras 3 would divide). If they are gradients of "
-                "a scale_loss() result, call scale_loss() in the same tf.function (or "
-                "eagerly) as apply_gradients(); if of an unscaled loss, scale the loss, or "
-                "float16 gradients may underflow."
-            )
-        elif flow == "scaled_inputs":
-            _warn(
-                f"LossScaleOptimizer '{self.name}': apply_gradients() received the very "
-                "gradients that went into get_unscaled_gradients() (still scaled), not "
-                "its output. tfmp divides them by the loss scale once, as Keras 3 does "
-                "(tf.keras 2 would have applied them scaled). Apply the output of "
-                "get_unscaled_gradients(), or use scale_loss() without it."
-            )
-        elif flow != "keras3":
-            did = (
-                "divides the gradients by the loss scale"
-                if _FLOWS[flow].unscale
-                else "applies the gradients as given, without dividing them by the loss scale"
-            )
-            _warn(
-                f"LossScaleOptimizer '{self.name}': this step mixed the Keras 3 and "
-                f"tf.keras 2 loss-scaling APIs: apply_gradients() saw {_FLOWS[flow].seen}. "
-                f"tfmp {did}. Use one API: Keras 3 (scale_loss(), then apply_gradients() "
-                "unscales) or tf.keras 2 (get_scaled_loss(), get_unscaled_gradients(), "
-                "then apply_gradients())."
-            )
-        last, self._last_flow = self._last_flow, flow
-        if (
-            last is not None
-            and _FLOWS[last].unscale != _FLOWS[flow].unscale
-            and not (last in _CLEAN_FLOWS and flow in _CLEAN_FLOWS)
-        ):
-
-            def what(name: str) -> str:
-                did = "divided them by the loss scale" if _FLOWS[name].unscale else "applied them as given"
-                return f"saw {_FLOWS[name].seen} and {did}"
-
-            _warn(
-                f"LossScaleOptimizer '{self.name}' changed how it treats gradients: the "
-                f"previous apply_gradients() {what(last)}; this one {what(flow)}. Scaling "
-                "calls are only seen in the context of the apply (eagerly, or in the same "
-                "tf.function trace): keep them in the same function as apply_gradients()."
-            )
-
-    # -- applying ---------------------------------------------------------
 
     def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None) -> None:
         """Applies the gradients unless one is non-finite, then updates the scale.
 
         Whether the gradients are divided by the loss scale first depends on
-        the scaling calls of the step (see the class docstring). Gradients
-        of variables with `overwrite_with_gradient` (Keras's float8 scaling
-        factors) are never divided: they carry the variable's new value.
+        the scaling calls of the step. Gradients of variables with
+        `overwrite_with_gradient` (Keras's float8 scaling factors) are never
+        divided: they carry the variable's new value.
         """
         grads = list(grads)
         if trainable_variables is not None:
@@ -758,18 +397,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             self.built = True
         variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
         overwrite = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
-        calls = self._step_calls(pop=True)
-        flow = self._flow(calls, grads)
-        self._report(flow)
-        if any(overwrite) and calls.unscaled:
-            # get_unscaled_gradients divided every gradient; an overwritten
-            # variable gets the value it was handed, as in Keras 3.
-            originals = {id(u): s for u, s in zip(calls.unscaled, calls.scaled) if u is not None}
-            grads = [
-                originals.get(id(g), g) if keep and g is not None else g
-                for g, keep in zip(grads, overwrite)
-            ]
-        self._apply_if_finite(grads, trainable_variables, unscale=_FLOWS[flow].unscale, keep=overwrite)
+        step = self._api_style.end_step(grads, self.name)
+        if any(overwrite) and step.calls.unscaled:
+            grads = step.calls.handed_back(grads, overwrite)
+        self._apply_if_finite(grads, trainable_variables, unscale=step.unscale, keep=overwrite)
 
     def _apply_if_finite(self, grads, trainable_variables=None, unscale=True, keep=()):
         if tf.distribute.in_cross_replica_context():
@@ -781,17 +412,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             # Keras 3 decides from replica 0's flag alone, so a non-finite
             # gradient on another replica is applied (weights become inf/nan
             # everywhere). Every replica must see the same decision.
-            bad = replica_context.all_reduce(
-                tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(finite), tf.float32)
-            )
+            bad = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(finite), tf.float32))
             finite = tf.equal(bad, 0.0)
 
         if _compat.strategy_supports_no_merge_call():
-            tf.cond(
-                finite,
-                lambda: self._apply_inner(grads, trainable_variables, unscale, keep),
-                lambda: tf.constant(False),
-            )
+            tf.cond(finite, lambda: self._apply_inner(grads, trainable_variables, unscale, keep),
+                    lambda: tf.constant(False))
             self._update_state(finite)
             return
 
@@ -800,9 +426,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             finite = distribution.experimental_local_results(finite)[0]
 
             def apply_fn():
-                distribution.extended.call_for_each_replica(
-                    self._apply_inner, args=(grads, trainable_variables, unscale, keep)
-                )
+                distribution.extended.call_for_each_replica(self._apply_inner,
+                                                            args=(grads, trainable_variables, unscale, keep))
                 return tf.constant(True)
 
             # The cond must be built in cross-replica context: a replica-context
@@ -815,27 +440,17 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def _apply_inner(self, grads, trainable_variables, unscale, keep):
         if unscale:
-            grads = _divide_gradients(grads, self.dynamic_scale, keep)
+            # Divided, as Keras 3's apply unscales.
+            grads = _map_gradients(grads, lambda x: x / tf.cast(self.dynamic_scale, x.dtype), keep)
         self.inner_optimizer.apply(grads, trainable_variables=trainable_variables)
         return tf.constant(True)
 
     def _update_state(self, finite: tf.Tensor) -> None:
-        state = LossScaleState(
-            tf.convert_to_tensor(self.dynamic_scale),
-            tf.convert_to_tensor(self.step_counter),
-            tf.convert_to_tensor(self.hysteresis_counter),
-        )
-        new = next_loss_scale(
-            state,
-            finite,
-            dynamic=self.dynamic,
-            growth_steps=self.dynamic_growth_steps,
-            growth_factor=self.growth_factor,
-            backoff_factor=self.backoff_factor,
-            hysteresis=self.hysteresis,
-            min_scale=self.min_scale,
-            max_scale=self.max_scale,
-        )
+        state = LossScaleState(*map(tf.convert_to_tensor, (self.dynamic_scale, self.step_counter,
+                                                          self.hysteresis_counter)))
+        new = next_loss_scale(state, finite, dynamic=self.dynamic, growth_steps=self.dynamic_growth_steps,
+                              growth_factor=self.growth_factor, backoff_factor=self.backoff_factor,
+                              hysteresis=self.hysteresis, min_scale=self.min_scale, max_scale=self.max_scale)
         skipped = tf.cast(tf.logical_not(finite), tf.int64)
         self.dynamic_scale.assign(new.scale)
         self.step_counter.assign(new.growth_count)
@@ -848,54 +463,17 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         return all_finite(grads)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
-        raise NotImplementedError(
-            "tfmp.LossScaleOptimizer runs on the TensorFlow backend, which has "
-            "no stateless_apply. Received a stateless_apply call."
-        )
-
-    # -- serialization ----------------------------------------------------
+        raise NotImplementedError("tfmp.LossScaleOptimizer runs on the TensorFlow backend, which has "
+                                  "no stateless_apply. Received a stateless_apply call.")
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update(
-            dynamic=self.dynamic,
-            growth_factor=self.growth_factor,
-            backoff_factor=self.backoff_factor,
-            hysteresis=self.hysteresis,
-            min_scale=self.min_scale,
-            max_scale=self.max_scale,
-        )
+        config.update(dynamic=self.dynamic, growth_factor=self.growth_factor, backoff_factor=self.backoff_factor,
+                      hysteresis=self.hysteresis, min_scale=self.min_scale, max_scale=self.max_scale)
         return config
 
 
-def _positional_forms(args, dynamic, initial_scale, dynamic_growth_steps):
-    """Maps positional arguments of either API onto keywords."""
-    if not args:
-        return dynamic, initial_scale, dynamic_growth_steps
-    if isinstance(args[0], bool):
-        names = ("dynamic", "initial_scale", "dynamic_growth_steps")
-    else:
-        names = ("initial_scale", "dynamic_growth_steps")
-    if len(args) > len(names):
-        raise ValueError(
-            f"LossScaleOptimizer takes at most {len(names)} positional arguments "
-            f"after inner_optimizer ({', '.join(names)}). Received: {args!r}"
-        )
-    values = {"dynamic": dynamic, "initial_scale": initial_scale,
-              "dynamic_growth_steps": dynamic_growth_steps}
-    for arg_name, value in zip(names, args):
-        if values[arg_name] is not None:
-            raise ValueError(
-                f"`{arg_name}` was given both positionally and by keyword. "
-                f"Received: {arg_name}={value!r} and {arg_name}={values[arg_name]!r}"
-            )
-        values[arg_name] = value
-    return values["dynamic"], values["initial_scale"], values["dynamic_growth_steps"]
-
-
-def parse_loss_scale(
-    loss_scale: str | float | int | None, max_scale: float = DEFAULT_MAX_SCALE
-) -> str | float:
+def parse_loss_scale(loss_scale: str | float | int | None, max_scale: float = DEFAULT_MAX_SCALE) -> str | float:
     """Normalises a loss-scale setting to `"dynamic"`, `"none"` or a float.
 
     Args:
@@ -941,22 +519,15 @@ def parse_loss_scale(
     return value
 
 
-def wrap_optimizer(
-    optimizer: keras.optimizers.Optimizer,
-    precision: str,
-    loss_scale: str | float | int | None = "dynamic",
-    **loss_scale_kwargs: Any,
-) -> keras.optimizers.Optimizer:
+def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: str,
+                   loss_scale: str | float | int | None = "dynamic", **loss_scale_kwargs: Any
+                   ) -> keras.optimizers.Optimizer:
     """Returns the optimizer a precision needs: loss-scaled only for float16.
 
-    Only `mixed_float16` has a range narrow enough to need loss scaling;
-    bfloat16 has float32's exponent range and float32 needs none. So:
-
-    * `mixed_float16` with `"dynamic"`: a dynamic `LossScaleOptimizer`;
-    * `mixed_float16` with a number: a fixed-scale `LossScaleOptimizer`;
-    * anything else (`"none"`, bfloat16, float32): the bare optimizer.
-
-    An optimizer that is already a Keras or tfmp `LossScaleOptimizer` is
+    Only `mixed_float16` has a range narrow enough to need loss scaling, so
+    it gets a dynamic (`"dynamic"`) or fixed (a number) `LossScaleOptimizer`;
+    anything else (`"none"`, bfloat16, float32) gets the bare optimizer. An
+    optimizer that is already a Keras or tfmp `LossScaleOptimizer` is
     unwrapped first, so the result always matches the request. When the bare
     optimizer is returned under `mixed_float16`, compile the model with
     `auto_scale_loss=False`, or Keras 3 will wrap it again.
@@ -980,6 +551,4 @@ def wrap_optimizer(
         return optimizer
     if loss_scale == "dynamic":
         return LossScaleOptimizer(optimizer, **loss_scale_kwargs)
-    return LossScaleOptimizer(
-        optimizer, dynamic=False, initial_scale=loss_scale, **loss_scale_kwargs
-    )
+    return LossScaleOptimizer(optimizer, dynamic=False, initial_scale=loss_scale, **loss_scale_kwargs)

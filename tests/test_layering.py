@@ -1,0 +1,150 @@
+"""The core (tfmp/*.py, tfmp/trainers/) never imports the run framework (tfmp.run) or the models.
+
+`import tfmp` must stay light: a user of `tfmp.LossScaleOptimizer` or the
+trainers gets neither the run framework nor the model zoo. The models may use
+the core but not the run framework. Checked twice: by importing the core in
+a fresh interpreter, and by scanning every import statement.
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIBRARY = os.path.join(ROOT, "tfmp")
+MODELS = os.path.join(ROOT, "models")
+CORE_MODULES = ("tfmp", "tfmp.precision", "tfmp.loss_scale", "tfmp.trainers", "tfmp.layers", "tfmp.mixed_precision")
+
+
+def _python(code):
+    """Runs `code` in a fresh interpreter at the checkout's root; returns its last stdout line, parsed as JSON."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_core_loads_neither_the_run_framework_nor_the_models():
+    loaded = _python(
+        "import json, sys\n"
+        f"for name in {CORE_MODULES!r}:\n"
+        "    __import__(name)\n"
+        "import tfmp\n"
+        "print(json.dumps([tfmp.__file__, sorted(sys.modules)]))\n"
+    )
+    tfmp_file, modules = loaded
+    assert tfmp_file == os.path.join(LIBRARY, "__init__.py")  # this checkout's core, not another install
+    assert "tfmp.trainers.gan" in modules  # the import ran
+    assert [m for m in modules if m.split(".")[:2] in (["tfmp", "run"], ["tfmp", "models"])] == []
+
+
+# -- the static scan ----------------------------------------------------------------------------
+
+
+def _imported_modules(path, package):
+    """(line, absolute module name) of every module an import statement in `path` names.
+
+    `package` is the package `path` belongs to, for relative imports. For
+    `from X import a, b`, both `X` and `X.a`, `X.b` are listed, since `a` may
+    be a submodule (`from tfmp import run`).
+    """
+    tree = ast.parse(open(path).read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            found.append((node.lineno, module))
+            found.extend((node.lineno, f"{module}.{alias.name}") for alias in node.names)
+    return found
+
+
+def _forbidden_imports(path, package, forbidden):
+    """(line, module) of each import in `path` of a module in or under one of `forbidden`."""
+    return sorted(
+        {(line, module) for line, module in _imported_modules(path, package)
+         if any(module == f or module.startswith(f + ".") for f in forbidden)}
+    )
+
+
+def _core_files():
+    """(path, package) of every Python file of tfmp/ outside tfmp/run/."""
+    files = []
+    for folder, dirs, names in os.walk(LIBRARY):
+        dirs[:] = [d for d in dirs if d not in ("run", "__pycache__")]
+        package = "tfmp" if folder == LIBRARY else "tfmp." + ".".join(os.path.relpath(folder, LIBRARY).split(os.sep))
+        files.extend((os.path.join(folder, name), package) for name in names if name.endswith(".py"))
+    return sorted(files)
+
+
+def test_the_scan_sees_the_whole_core():
+    scanned = {os.path.relpath(path, LIBRARY) for path, _ in _core_files()}
+    assert {"__init__.py", "loss_scale.py", "_moved.py", os.path.join("trainers", "gan.py")} <= scanned
+    assert not any(path.startswith("run" + os.sep) for path in scanned)
+
+
+@pytest.mark.parametrize("path, package", _core_files(), ids=[os.path.relpath(p, ROOT) for p, _ in _core_files()])
+def test_no_core_module_imports_the_run_framework_or_the_models(path, package):
+    assert _forbidden_imports(path, package, ("tfmp.run", "tfmp.models")) == []
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(MODELS) if f.endswith(".py")))
+def test_no_model_imports_the_run_framework(name):
+    assert _forbidden_imports(os.path.join(MODELS, name), "tfmp.models", ("tfmp.run",)) == []
+
+
+def test_the_scan_sees_every_form_of_import(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import tfmp.run.training\n"
+        "import tfmp.run as run_lib\n"
+        "from tfmp.run import config\n"
+        "from tfmp.run.tasks import Task\n"
+        "from tfmp import run\n"
+        "from tfmp import precision, models\n"
+        "from . import run\n"
+        "from .run.data import load_digits\n"
+        "def lazy():\n"
+        "    from tfmp.run import data\n"
+        "import tfmp.runner_like, tfmp.precision\n"  # not tfmp.run: a name that merely starts alike
+        "from tfmp import running\n"
+    )
+    assert [line for line, _ in _forbidden_imports(str(sample), "tfmp", ("tfmp.run", "tfmp.models"))] == [
+        1, 2, 3, 3, 4, 4, 5, 6, 7, 8, 8, 10, 10]
+    # Relative imports are resolved against the file's package.
+    relative = tmp_path / "relative.py"
+    relative.write_text("from .. import run\nfrom ..run.data import load_digits\nfrom . import base\n")
+    assert _forbidden_imports(str(relative), "tfmp.trainers", ("tfmp.run",)) == [
+        (1, "tfmp.run"), (2, "tfmp.run.data"), (2, "tfmp.run.data.load_digits")]
+    clean = tmp_path / "clean.py"
+    clean.write_text("import tfmp\nfrom tfmp import precision, loss_scale\nfrom tfmp.trainers import base\n")
+    assert _forbidden_imports(str(clean), "tfmp", ("tfmp.run", "tfmp.models")) == []
+
+
+# -- the old import paths ----------------------------------------------------------------------
+
+
+def test_an_old_import_path_is_the_new_module_with_a_deprecation_warning():
+    same, messages = _python(
+        "import json, warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import tfmp.training as old\n"
+        "import tfmp.run.training as new\n"
+        "print(json.dumps([old is new, [str(w.message) for w in caught if w.category is DeprecationWarning]]))\n"
+    )
+    assert same
+    assert [m for m in messages if "tfmp.run.training" in m] == [
+        "`tfmp.training` moved to `tfmp.run.training` in tfmp 0.2; import it from there. "
+        "The old path will be removed in tfmp 0.3."
+    ]

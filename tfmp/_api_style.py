@@ -1,0 +1,315 @@
+"""Which loss-scaling API a step used, for `tfmp.LossScaleOptimizer`, and its warnings.
+
+tf.keras 2's `apply_gradients` applies gradients as given (the caller unscales
+them with `get_unscaled_gradients`); Keras 3's `apply` divides them by the
+scale itself. The same gradients must not get both treatments, so each apply
+looks at the scaling calls made since the previous apply *in the same
+context*: eagerly, or while tracing the same outermost `tf.function`. Those
+are Python calls, so the decision is made once per trace and baked into the
+graph.
+
+The optimizer asks an `ApiStyle` two things: `note` each scaling call, and at
+each apply `end_step`, which names the step's flow (a key of `FLOWS`), warns
+where needed and says whether to divide the gradients.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+import weakref
+from typing import Any, NamedTuple, Sequence
+
+import keras
+import tensorflow as tf
+
+__all__ = [
+    "ApiStyle",
+    "CLEAN_FLOWS",
+    "FLOWS",
+    "Flow",
+    "GET_SCALED_LOSS",
+    "GET_UNSCALED_GRADIENTS",
+    "SCALE_LOSS",
+    "Step",
+    "StepCalls",
+    "flow_of",
+    "tf_keras2_warning",
+]
+
+SCALE_LOSS = "scale_loss"  # Keras 3
+GET_SCALED_LOSS = "get_scaled_loss"  # tf.keras 2
+GET_UNSCALED_GRADIENTS = "get_unscaled_gradients"  # tf.keras 2
+
+
+class Flow(NamedTuple):
+    seen: str  # what the step called, for messages
+    unscale: bool  # whether apply divides the gradients by the scale
+
+
+FLOWS = {
+    "keras3": Flow("scale_loss()", True),
+    "tf_keras2": Flow("get_scaled_loss() and get_unscaled_gradients()", False),
+    "tf_keras2_scaled_only": Flow("get_scaled_loss() without get_unscaled_gradients()", False),
+    "tf_keras2_unscaled_only": Flow("get_unscaled_gradients() without get_scaled_loss()", False),
+    "none": Flow("no scale_loss(), get_scaled_loss() or get_unscaled_gradients() call", False),
+    "mixed_unscaled": Flow("scale_loss() (Keras 3) and get_unscaled_gradients() (tf.keras 2)", False),
+    "mixed_scaled": Flow(
+        "scale_loss() (Keras 3) and get_scaled_loss() (tf.keras 2), without get_unscaled_gradients()", True
+    ),
+    "scaled_inputs": Flow("the very gradients that went into get_unscaled_gradients()", True),
+}
+# The two complete, unambiguous flows: switching between them is not a mistake.
+CLEAN_FLOWS = ("keras3", "tf_keras2")
+
+
+class StepCalls:
+    """The scaling calls one context made since its last apply."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        # Inputs and outputs of get_unscaled_gradients, by position.
+        self.scaled: list[Any] = []
+        self.unscaled: list[Any] = []
+
+    def handed_back(self, grads: Sequence[Any], keep: Sequence[bool]) -> list[Any]:
+        """`grads`, with each `keep` entry that get_unscaled_gradients returned
+        replaced by the gradient it was given.
+
+        get_unscaled_gradients divides every gradient, but a variable with
+        `overwrite_with_gradient` gets the value it was handed, as in Keras 3.
+        """
+        originals = {id(u): s for u, s in zip(self.unscaled, self.scaled) if u is not None}
+        return [originals.get(id(g), g) if kept and g is not None else g for g, kept in zip(grads, keep)]
+
+
+class Step(NamedTuple):
+    """What `ApiStyle.end_step` decided about one apply."""
+
+    flow: str  # a key of FLOWS
+    unscale: bool  # whether apply divides the gradients by the scale
+    calls: StepCalls
+
+
+def flow_of(calls: StepCalls, grads: Sequence[Any]) -> str:
+    """Names the flow of a step that made `calls` and applies `grads` (a key of `FLOWS`)."""
+    seen = calls.seen
+    if GET_UNSCALED_GRADIENTS in seen:
+        scaled_ids = {id(g) for g in calls.scaled if g is not None}
+        if any(id(g) in scaled_ids for g in grads if g is not None):
+            return "scaled_inputs"
+        if SCALE_LOSS in seen:
+            return "mixed_unscaled"
+        if GET_SCALED_LOSS in seen:
+            return "tf_keras2"
+        return "tf_keras2_unscaled_only"
+    if SCALE_LOSS in seen:
+        return "mixed_scaled" if GET_SCALED_LOSS in seen else "keras3"
+    if GET_SCALED_LOSS in seen:
+        return "tf_keras2_scaled_only"
+    return "none"
+
+
+def _outermost_graph() -> Any:
+    """None when eager; else the outermost graph being traced.
+
+    Nested tf.functions and control-flow branches trace into graphs of their
+    own; a scale call inside one and the apply outside it belong to one step.
+    """
+    if tf.executing_eagerly():
+        return None
+    graph = tf.compat.v1.get_default_graph()
+    while True:
+        outer = getattr(graph, "outer_graph", None)
+        if outer is None or not getattr(outer, "building_function", False):
+            return graph
+        graph = outer
+
+
+_TF_KERAS2_EXAMPLE = """
+    with tf.GradientTape() as tape:
+      loss = loss_fn()
+      scaled_loss = opt.get_scaled_loss(loss)
+    scaled_grads = tape.gradient(scaled_loss, vars)
+    grads = opt.get_unscaled_gradients(scaled_grads)
+    opt.apply_gradients([(grads, var)])"""
+_TF_KERAS2_DOCS = "https://www.tensorflow.org/api_docs/python/tf/tf_keras/mixed_precision/LossScaleOptimizer"
+
+
+def tf_keras2_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: bool) -> str | None:
+    """Returns the warning tf.keras 2's `apply_gradients` logged, or None.
+
+    The text of `_maybe_warn_about_scaling` in
+    tf_keras/src/mixed_precision/loss_scale_optimizer.py (tf_keras 2.21),
+    character for character. As there, the two flags say whether
+    `get_scaled_loss` / `get_unscaled_gradients` were *ever* called on the
+    optimizer. At least one was: a step that called neither gets tfmp's own
+    warning instead.
+    """
+    if loss_has_been_scaled and gradients_have_been_unscaled:
+        return None
+    if not loss_has_been_scaled:
+        return (
+            "You forgot to call LossScaleOptimizer.get_scaled_loss() before "
+            "calling LossScaleOptimizer.apply_gradients() (you did call "
+            "get_unscaled_gradients() however). This will likely result in "
+            "worse model quality, so please call get_scaled_loss() in the "
+            f"correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, "
+            f"see {_TF_KERAS2_DOCS}"
+        )
+    return (
+        "You forgot to call LossScaleOptimizer.get_unscaled_gradients() "
+        "before calling LossScaleOptimizer.apply_gradients() (you did call "
+        "get_scaled_loss() however). This will likely result in worse "
+        "model quality, so please call get_unscaled_gradients() in the "
+        f"correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, "
+        f"see {_TF_KERAS2_DOCS}"
+    )
+
+
+# The loss-scaling modules' own frames are skipped along with Keras's and
+# TensorFlow's, so that a warning points at the user's apply_gradients line.
+_LOSS_SCALING_FILES = (__file__, os.path.join(os.path.dirname(__file__), "loss_scale.py"))
+_INTERNAL_PREFIXES = tuple(
+    os.path.dirname(module.__file__) + os.sep for module in (keras, tf) if getattr(module, "__file__", None)
+)
+
+
+def _warn(message: str) -> None:
+    """Issues a `RuntimeWarning` attributed to the first frame outside tfmp's
+    loss scaling, Keras and TensorFlow."""
+    frame, level = sys._getframe(0), 1
+    while frame is not None and (
+        frame.f_code.co_filename in _LOSS_SCALING_FILES
+        or frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES)
+    ):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
+
+
+class ApiStyle:
+    """One optimizer's record of the scaling calls of its steps.
+
+    Calls are kept per thread (tf.distribute runs each replica in a thread of
+    its own) and per context (eager, or the outermost graph being traced).
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        # tf.keras 2's flags: whether get_scaled_loss / get_unscaled_gradients
+        # were ever called. Only its warnings depend on them.
+        self.loss_has_been_scaled = False
+        self.gradients_have_been_unscaled = False
+        self.last_flow: str | None = None
+
+    def note(self, call: str, scaled: Sequence[Any] = (), unscaled: Sequence[Any] = ()) -> None:
+        """Records a scaling call (`SCALE_LOSS`, `GET_SCALED_LOSS` or `GET_UNSCALED_GRADIENTS`).
+
+        Args:
+            call: Which method was called.
+            scaled: For get_unscaled_gradients, the gradients it was given.
+            unscaled: For get_unscaled_gradients, the gradients it returned.
+        """
+        if call == GET_SCALED_LOSS:
+            self.loss_has_been_scaled = True
+        elif call == GET_UNSCALED_GRADIENTS:
+            self.gradients_have_been_unscaled = True
+        calls = self._calls()
+        calls.seen.add(call)
+        # Kept so that the apply can tell the scaled inputs from the unscaled
+        # outputs, and give overwrite_with_gradient variables their inputs.
+        calls.scaled.extend(scaled)
+        calls.unscaled.extend(unscaled)
+
+    def end_step(self, grads: Sequence[Any], optimizer_name: str) -> Step:
+        """Takes the calls noted since the last apply in this context and decides.
+
+        Warns as tf.keras 2 did, or with a `RuntimeWarning` where the flow is
+        unclear, mixed, or treats gradients differently from the last step.
+
+        Args:
+            grads: The gradients the apply received.
+            optimizer_name: Named in the warnings.
+
+        Returns:
+            The `Step`: its flow, whether to divide, and the calls it made.
+        """
+        calls = self._calls(pop=True)
+        flow = flow_of(calls, grads)
+        self._report(flow, optimizer_name)
+        return Step(flow, FLOWS[flow].unscale, calls)
+
+    def _calls(self, pop: bool = False) -> StepCalls:
+        """This thread's calls in the current context; `pop` takes them away."""
+        local = self._local
+        if not hasattr(local, "graphs"):
+            local.eager = StepCalls()
+            # Weak keys: a trace that scales a loss but never applies does not
+            # keep its graph alive (unless it holds its gradients).
+            local.graphs = weakref.WeakKeyDictionary()
+        graph = _outermost_graph()
+        if graph is None:
+            calls = local.eager
+            if pop:
+                local.eager = StepCalls()
+            return calls
+        if pop:
+            return local.graphs.pop(graph, None) or StepCalls()
+        return local.graphs.setdefault(graph, StepCalls())
+
+    def _report(self, flow: str, name: str) -> None:
+        if flow.startswith("tf_keras2"):
+            message = tf_keras2_warning(self.loss_has_been_scaled, self.gradients_have_been_unscaled)
+            if message:
+                tf.get_logger().warning(message)
+        elif flow == "none":
+            _warn(
+                f"LossScaleOptimizer '{name}': apply_gradients() saw no "
+                "scale_loss() (Keras 3), get_scaled_loss() or get_unscaled_gradients() "
+                "(tf.keras 2) call in this step, so nothing says whether the gradients "
+                "are scaled. tfmp applies them as given, not divided by the loss scale "
+                "(tf.keras 2's behaviour; Keras 3 would divide). If they are gradients of "
+                "a scale_loss() result, call scale_loss() in the same tf.function (or "
+                "eagerly) as apply_gradients(); if of an unscaled loss, scale the loss, or "
+                "float16 gradients may underflow."
+            )
+        elif flow == "scaled_inputs":
+            _warn(
+                f"LossScaleOptimizer '{name}': apply_gradients() received the very "
+                "gradients that went into get_unscaled_gradients() (still scaled), not "
+                "its output. tfmp divides them by the loss scale once, as Keras 3 does "
+                "(tf.keras 2 would have applied them scaled). Apply the output of "
+                "get_unscaled_gradients(), or use scale_loss() without it."
+            )
+        elif flow != "keras3":
+            did = (
+                "divides the gradients by the loss scale"
+                if FLOWS[flow].unscale
+                else "applies the gradients as given, without dividing them by the loss scale"
+            )
+            _warn(
+                f"LossScaleOptimizer '{name}': this step mixed the Keras 3 and "
+                f"tf.keras 2 loss-scaling APIs: apply_gradients() saw {FLOWS[flow].seen}. "
+                f"tfmp {did}. Use one API: Keras 3 (scale_loss(), then apply_gradients() "
+                "unscales) or tf.keras 2 (get_scaled_loss(), get_unscaled_gradients(), "
+                "then apply_gradients())."
+            )
+        last, self.last_flow = self.last_flow, flow
+        if (
+            last is not None
+            and FLOWS[last].unscale != FLOWS[flow].unscale
+            and not (last in CLEAN_FLOWS and flow in CLEAN_FLOWS)
+        ):
+
+            def what(flow_name: str) -> str:
+                did = "divided them by the loss scale" if FLOWS[flow_name].unscale else "applied them as given"
+                return f"saw {FLOWS[flow_name].seen} and {did}"
+
+            _warn(
+                f"LossScaleOptimizer '{name}' changed how it treats gradients: the "
+                f"previous apply_gradients() {what(last)}; this one {what(flow)}. Scaling "
+                "calls are only seen in the context of the apply (eagerly, or in the same "
+                "tf.function trace): keep them in the same function as apply_gradients()."
+            )

@@ -1,0 +1,304 @@
+"""The seed GAN's training: `SEED_GAN`'s settings, `discriminator_labels` and `GANTrainer`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from tfmp import precision as precision_lib
+from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
+
+__all__ = ["GANTrainer", "SEED_GAN", "SeedGANTraining", "discriminator_labels"]
+
+
+def _replica_rows(batch_size: int | tf.Tensor) -> tuple[int | tf.Tensor, int | tf.Tensor]:
+    """`(offset, global_batch_size)`: where this replica's rows sit in the step's global batch.
+
+    `fit()` under a strategy gives replica `i` rows `i*b .. (i+1)*b - 1` of
+    each global batch (`b` rows each: an even split is assumed, as
+    `tfmp.run.distribute.per_replica_batch` requires). `(0, batch_size)` outside
+    a multi-replica step.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return 0, batch_size
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    return replica * batch_size, context.num_replicas_in_sync * batch_size
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedGANTraining:
+    """How the seed GAN trains (seed 000), defined once.
+
+    `GANTrainer`'s defaults, `tfmp.run.config.GANConfig`'s, and through it the
+    training runs, the benchmark and the diagnosis all read these values.
+    (The architecture's own defaults are in `tfmp.models.gan`.)
+
+    Attributes:
+        generator_learning_rate: The generator's Adam rate.
+        discriminator_learning_rate: The discriminator's RMSprop rate.
+        label_softening: See `discriminator_labels`.
+        label_swap_fraction: See `discriminator_labels`.
+    """
+
+    generator_learning_rate: float = 1e-3
+    discriminator_learning_rate: float = 1e-4
+    label_softening: float = 0.01
+    label_swap_fraction: float = 0.1
+
+    def generator_optimizer(self, learning_rate: float | None = None) -> keras.optimizers.Optimizer:
+        """A fresh `Adam`, the seed generator's optimizer (at `learning_rate` if given)."""
+        return keras.optimizers.Adam(self.generator_learning_rate if learning_rate is None else learning_rate)
+
+    def discriminator_optimizer(self, learning_rate: float | None = None) -> keras.optimizers.Optimizer:
+        """A fresh `RMSprop`, the seed discriminator's optimizer (at `learning_rate` if given)."""
+        return keras.optimizers.RMSprop(
+            self.discriminator_learning_rate if learning_rate is None else learning_rate)
+
+
+SEED_GAN = SeedGANTraining()
+
+
+def discriminator_labels(
+    batch_size: int | tf.Tensor, softening: float, swap_fraction: float,
+    offset: int | tf.Tensor = 0, global_batch_size: int | tf.Tensor | None = None,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The seed's discriminator targets: softened, with a few rows swapped.
+
+    The seed labels real images 0 and fake images 1, softened towards each
+    other by `softening` (real `softening`, fake `1 - softening`). Its stated
+    aim is to "invert a few of the discriminator labels" each step: the first
+    `floor(batch_size * swap_fraction)` rows of each batch get the other
+    class's label. (The published code, with `soften=0.1`, moved those rows to
+    the hard labels 0 and 1 instead of inverting them; tfmp inverts them.)
+
+    Args:
+        batch_size: Images per batch (may be a scalar tensor).
+        softening: Distance of each label from the hard 0/1 target.
+        swap_fraction: Share of rows whose real and fake labels are swapped.
+        offset: The first row's index in the step's global batch (a
+            replica's share of it starts there under a distribution strategy).
+        global_batch_size: The global batch, whose first rows are swapped;
+            default `batch_size`.
+
+    Returns:
+        `(real_labels, fake_labels)`, float32 of shape `(batch_size, 1)`.
+    """
+    rows = tf.range(batch_size) + offset
+    total = batch_size if global_batch_size is None else global_batch_size
+    n_swap = tf.cast(tf.floor(tf.cast(total, tf.float32) * swap_fraction), tf.int32)
+    swapped = (rows < n_swap)[:, None]
+    real, fake = tf.constant(softening, tf.float32), tf.constant(1.0 - softening, tf.float32)
+    return tf.where(swapped, fake, real), tf.where(swapped, real, fake)
+
+
+class GANTrainer(MixedPrecisionTrainer):
+    """Trains the seed's GAN: generator step, then discriminator step.
+
+    Each step draws fresh noise uniform in [-1, 1] and updates the generator
+    (target: the discriminator calls its images real) and then the
+    discriminator (real images against freshly generated ones), each with its
+    own forward pass, optimizer and loss scale, as the seed does. The loss is
+    the mean sigmoid cross-entropy on float32 logits; labels follow
+    `discriminator_labels` (real 0, fake 1, softened, 10% swapped).
+
+    `fit()` takes a dataset of real images (a `(images, labels)` dataset
+    works; labels are ignored). Calling the trainer on noise runs the
+    generator, so `predict(noise)` makes images.
+
+    Args:
+        generator: Maps `(batch, latent_dim)` noise to images.
+        discriminator: Maps images to `(batch, 1)` float32 logits.
+        label_softening: See `discriminator_labels` (the seed's: `SEED_GAN`).
+        label_swap_fraction: See `discriminator_labels` (the seed's: `SEED_GAN`).
+        seed: Seed of the noise generator.
+        **kwargs: Passed to `keras.Model`.
+    """
+
+    loss_scale_prefixes = ("g_", "d_")
+    images_per_example = 2
+
+    def __init__(
+        self,
+        generator: keras.Model,
+        discriminator: keras.Model,
+        label_softening: float = SEED_GAN.label_softening,
+        label_swap_fraction: float = SEED_GAN.label_swap_fraction,
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
+        kwargs.setdefault("name", "gan_trainer")
+        super().__init__(**kwargs)
+        if not 0 <= label_softening < 0.5:
+            raise ValueError(f"label_softening must be in [0, 0.5). Received: label_softening={label_softening!r}")
+        if not 0 <= label_swap_fraction <= 1:
+            raise ValueError(
+                f"label_swap_fraction must be in [0, 1]. Received: label_swap_fraction={label_swap_fraction!r}"
+            )
+        self.generator = generator
+        self.discriminator = discriminator
+        self.latent_dim = int(generator.input_shape[-1])
+        self.label_softening = float(label_softening)
+        self.label_swap_fraction = float(label_swap_fraction)
+        self.noise_seed = keras.random.SeedGenerator(seed)
+        self.g_loss_tracker = keras.metrics.Mean(name="g_loss")
+        self.d_loss_tracker = keras.metrics.Mean(name="d_loss")
+        self.bce = keras.losses.BinaryCrossentropy(from_logits=True)
+        self.generator_optimizer = None
+        self.discriminator_optimizer = None
+        self.built = generator.built and discriminator.built
+
+    @property
+    def metrics(self) -> list[keras.metrics.Metric]:
+        # Listed here so fit() and evaluate() reset them every epoch.
+        return [self.g_loss_tracker, self.d_loss_tracker]
+
+    def call(self, noise: Any, training: bool = False) -> Any:
+        return self.generator(noise, training=training)
+
+    def compile(
+        self,
+        generator_optimizer: str | keras.optimizers.Optimizer | None = None,
+        discriminator_optimizer: str | keras.optimizers.Optimizer | None = None,
+        loss_scale: str | float | None = "dynamic",
+        skip_nonfinite: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Configures training.
+
+        Args:
+            generator_optimizer: Defaults to the seed's (`SEED_GAN.generator_optimizer()`).
+            discriminator_optimizer: Defaults to the seed's (`SEED_GAN.discriminator_optimizer()`).
+            loss_scale: `"dynamic"`, `"none"` or a fixed scale, applied to
+                each optimizer separately when its model computes in float16.
+            skip_nonfinite: Skip (and count) steps with a non-finite gradient
+                even without loss scaling; see `prepare_optimizer`.
+            **kwargs: Other `keras.Model.compile` arguments, e.g. `jit_compile`.
+        """
+        kwargs["auto_scale_loss"] = False
+        super().compile(optimizer=None, **kwargs)
+        self.generator_optimizer = prepare_optimizer(
+            generator_optimizer or SEED_GAN.generator_optimizer(), self.generator, loss_scale, skip_nonfinite
+        )
+        self.discriminator_optimizer = prepare_optimizer(
+            discriminator_optimizer or SEED_GAN.discriminator_optimizer(), self.discriminator, loss_scale,
+            skip_nonfinite,
+        )
+        self.generator_optimizer.build(self.generator.trainable_variables)
+        self.discriminator_optimizer.build(self.discriminator.trainable_variables)
+
+    def sample_noise(self, batch_size: int | tf.Tensor) -> tf.Tensor:
+        """Noise uniform in [-1, 1], float32 `(batch_size, latent_dim)`.
+
+        In a multi-replica step every replica holds the same seed, so each
+        draws the global batch's noise and keeps its own rows: replicas get
+        different noise, the noise a single device would draw.
+        """
+        offset, total = _replica_rows(batch_size)
+        noise = keras.random.uniform((total, self.latent_dim), minval=-1.0, maxval=1.0, seed=self.noise_seed)
+        return noise if total is batch_size else noise[offset:offset + batch_size]
+
+    def _loss(self, logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        return self.bce(labels, tf.cast(logits, tf.float32))
+
+    def generator_loss(self, batch_size: int | tf.Tensor, training: bool) -> tf.Tensor:
+        """The generator's loss on fresh noise: its images should pass as real."""
+        fake_logits = self.discriminator(self.generator(self.sample_noise(batch_size), training=training), training=training)
+        real_target = tf.fill((batch_size, 1), tf.constant(self.label_softening, tf.float32))
+        return self._loss(fake_logits, real_target)
+
+    def discriminator_loss(self, real: tf.Tensor, fake: tf.Tensor, training: bool) -> tf.Tensor:
+        """The discriminator's loss: the mean of its real and fake losses."""
+        batch_size = tf.shape(real)[0]
+        offset, total = _replica_rows(batch_size)
+        real_labels, fake_labels = discriminator_labels(
+            batch_size, self.label_softening, self.label_swap_fraction, offset, total
+        )
+        real_loss = self._loss(self.discriminator(real, training=training), real_labels)
+        fake_loss = self._loss(self.discriminator(fake, training=training), fake_labels)
+        return 0.5 * (real_loss + fake_loss)
+
+    @staticmethod
+    def _real_images(data: Any) -> tf.Tensor:
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        return x
+
+    @property
+    def networks(self) -> dict[str, keras.Model]:
+        return {"generator": self.generator, "discriminator": self.discriminator}
+
+    @property
+    def loss_networks(self) -> dict[str, keras.Model]:
+        return {"discriminator": self.discriminator}
+
+    @property
+    def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
+        return {"generator": self.generator_optimizer, "discriminator": self.discriminator_optimizer}
+
+    def objectives(self, data: Any) -> list[Objective]:
+        """The generator's and the discriminator's losses on one batch.
+
+        The discriminator's fakes are drawn once, from the current generator
+        (`train_step` draws them after the generator's update).
+        """
+        real = self._real_images(data)
+        batch_size = tf.shape(real)[0]
+        fake = self.generator(self.sample_noise(batch_size), training=True)
+        return [
+            Objective("generator", self.generator_optimizer, self.generator.trainable_variables,
+                      lambda: self.generator_loss(batch_size, training=True)),
+            Objective("discriminator", self.discriminator_optimizer, self.discriminator.trainable_variables,
+                      lambda: self.discriminator_loss(real, fake, training=True)),
+        ]
+
+    def float32_copy(self) -> "GANTrainer":
+        copy = GANTrainer(
+            precision_lib.float32_copy(self.generator), precision_lib.float32_copy(self.discriminator),
+            self.label_softening, self.label_swap_fraction,
+        )
+        copy.noise_seed.state.assign(self.noise_seed.state)
+        copy.compile(keras.optimizers.SGD(), keras.optimizers.SGD(), loss_scale="none")
+        return copy
+
+    def train_step(self, data: Any) -> dict[str, Any]:
+        real = self._real_images(data)
+        batch_size = tf.shape(real)[0]
+        g_loss, _ = self.optimize(
+            self.generator_optimizer,
+            self.generator.trainable_variables,
+            lambda: (self.generator_loss(batch_size, training=True), None),
+        )
+        d_loss, _ = self.optimize(
+            self.discriminator_optimizer,
+            self.discriminator.trainable_variables,
+            lambda: (self._discriminator_step_loss(real, batch_size), None),
+        )
+        return self._logs(g_loss, d_loss)
+
+    def _discriminator_step_loss(self, real: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
+        # The fakes come from the freshly updated generator, inside the
+        # discriminator's update: a skipped discriminator step also undoes
+        # what generating them wrote into the generator's BatchNorm
+        # statistics. No gradient flows back into the generator. The noise is
+        # drawn after the generator step's, as before, so the stream is the same.
+        fake = tf.stop_gradient(self.generator(self.sample_noise(batch_size), training=True))
+        return self.discriminator_loss(real, fake, training=True)
+
+    def test_step(self, data: Any) -> dict[str, Any]:
+        real = self._real_images(data)
+        batch_size = tf.shape(real)[0]
+        g_loss = self.generator_loss(batch_size, training=False)
+        fake = self.generator(self.sample_noise(batch_size), training=False)
+        d_loss = self.discriminator_loss(real, fake, training=False)
+        return self._logs(g_loss, d_loss)
+
+    def _logs(self, g_loss: tf.Tensor, d_loss: tf.Tensor) -> dict[str, Any]:
+        self.g_loss_tracker.update_state(self._unscale_for_distribution(g_loss))
+        self.d_loss_tracker.update_state(self._unscale_for_distribution(d_loss))
+        logs = {m.name: m.result() for m in self.metrics}
+        logs.update(self.loss_scale_logs(self.generator_optimizer, "g_"))
+        logs.update(self.loss_scale_logs(self.discriminator_optimizer, "d_"))
+        return logs
