@@ -96,8 +96,8 @@ def build_mobilenet_v2_classifier(
         A functional `keras.Model` whose output is float32, shape
         `(batch, num_classes)`.
     """
-    if not alpha > 0:
-        raise ValueError(f"alpha must be > 0. Received: alpha={alpha!r}")
+    if not 0 < alpha < math.inf:  # inf: Keras cannot turn alpha * 32 into a width (OverflowError)
+        raise ValueError(f"alpha must be a finite number > 0. Received: alpha={alpha!r}")
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes must be an integer >= 2. Received: num_classes={num_classes!r}")
     if len(input_shape) != 3 or input_shape[-1] != 3:

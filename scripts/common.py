@@ -220,7 +220,8 @@ def to_flags(message: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
       `resume=True` -> `--resume` (`=False` -> `--noresume`);
     * a bare name with an underscore, which no English word has:
       `another run_name or checkpoint_dir` -> `another --run_name or
-      --checkpoint_dir`.
+      --checkpoint_dir`; or any name that opens the message as the subject
+      of a rule: `alpha must be ...` -> `--alpha must be ...`.
 
     A one-word name without `=` is prose and stays ("the dataset", "resume
     needs", "epochs"), as do names inside paths and dotted names
@@ -249,7 +250,8 @@ def to_flags(message: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
 
     def flag(match: re.Match) -> str:
         name, equals, boolean = match.groups()
-        if equals is None and "_" not in name:
+        subject = match.start() == 0 and match.string.startswith(" must ", match.end())
+        if equals is None and "_" not in name and not subject:
             return match.group(0)  # a one-word name in prose: an English word
         if boolean is not None and flag_values[name].boolean:
             return f"--{name}" if boolean == "True" else f"--no{name}"

@@ -77,3 +77,10 @@ def test_the_cpu_bfloat16_advice_names_the_depthwise_convolutions_onednn_lacks(s
     assert {layer.compute_dtype for layer in depthwise if layer.name in expected} == {"float32"}
     assert {layer.compute_dtype for layer in depthwise if layer.name not in expected} == {"bfloat16"}
     assert model.layers[1].get_layer("block_1_depthwise_BN").compute_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("alpha", [float("inf"), float("nan")])
+def test_a_non_finite_alpha_is_refused_naming_it(alpha):
+    # inf used to reach Keras, which failed turning alpha * 32 into a width (OverflowError).
+    with pytest.raises(ValueError, match=f"alpha must be a finite number > 0. Received: alpha={alpha}"):
+        build_mobilenet_v2_classifier(alpha=alpha)

@@ -192,3 +192,15 @@ def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv(autotune.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert autotune.cache_file() == str(tmp_path / "xdg" / "tfmp" / "auto_precision.json")
+
+
+def test_a_cache_that_cannot_be_written_says_so_instead_of_cached(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the cache directory should be
+    path = str(blocker / "sub" / "auto.json")
+    choice = autotune.choose("sig", Probe(CPU_FIGURES), CPU, path)
+    assert (choice.precision, choice.cached) == ("float32", False)
+    assert str(choice).endswith(
+        f"(float32 850 img/s, mixed_bfloat16 381 img/s (0.45x); measured now, not cached: {blocker / 'sub'} is not "
+        f"writable (Not a directory); set {autotune.CACHE_ENV} to a writable directory)")
+    assert "cached in" not in str(choice)

@@ -258,7 +258,8 @@ def test_a_difference_names_the_nested_key_and_both_values_in_full(tmp_path):
     with pytest.raises(checkpoint.CheckpointError) as error:
         again.restore(again.latest())
     message = str(error.value)
-    assert message.endswith("Differences: config.seed: checkpoint 0, this run 7")
+    # A setting (under the signature's "config") as a config names it, which the scripts turn into a flag.
+    assert message.endswith("Differences: seed=0 in the checkpoint, seed=7 in this run")
 
 
 def _files(directory):
@@ -329,6 +330,46 @@ def test_an_invalid_state_file_is_refused_saying_what_to_do(tmp_path):
     with pytest.raises(checkpoint.CheckpointError) as error:
         checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {})
     assert str(tmp_path / "checkpoint") in str(error.value) and "delete it" in str(error.value)
+
+
+def _snapshot(directory):
+    """Every file under `directory`, by its path relative to it, with its bytes."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("listed", ["{other}/ckpt-1", "../other/ckpt-1", "ckpt-*"])
+def test_a_state_file_listing_files_outside_the_directory_is_refused_and_deletes_nothing(listed, tmp_path):
+    directory, other = tmp_path / "checkpoints", tmp_path / "other"
+    other.mkdir()
+    for name in ("ckpt-1.index", "ckpt-1.data-00000-of-00001", "notes.txt"):
+        (other / name).write_text("another run's")
+    trainer = _tiny_classifier_trainer()
+    ckpt = checkpoint.RunCheckpoint(str(directory), trainer, {}, keep=2)
+    ckpt.save(1)
+    ckpt.save(2)
+    # Hand-edited (or copied from elsewhere): an entry first in the list, with its timestamp.
+    listed = listed.format(other=other)
+    state = directory / checkpoint.STATE_FILE
+    lines = state.read_text().splitlines()
+    paths = lines.index('all_model_checkpoint_paths: "ckpt-1"')
+    stamps = next(i for i, line in enumerate(lines) if line.startswith("all_model_checkpoint_timestamps"))
+    lines[stamps:stamps] = [lines[stamps]]
+    lines[paths:paths] = [f'all_model_checkpoint_paths: "{listed}"']
+    state.write_text("\n".join(lines) + "\n")
+    before = _snapshot(tmp_path)
+
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        resumed = checkpoint.RunCheckpoint(str(directory), _tiny_classifier_trainer(), {}, keep=2)
+        resumed.save(3)  # beyond keep=2, the manager deleted the oldest listed: the files `listed` names
+    message = str(error.value)
+    assert f"The checkpoint state file {state} lists 1 checkpoint(s) that are not ckpt-N files of {directory}: " \
+           f"{os.path.join(directory, listed)}. " in message
+    assert "nothing was deleted or read" in message and "delete it, and resume finds those" in message
+    assert _snapshot(tmp_path) == before
+    # What the message says to do works: without the state file, the directory's own checkpoints resume.
+    state.unlink()
+    found = checkpoint.RunCheckpoint(str(directory), trainer, {}).latest(print_fn=lambda line: None)
+    assert found.path == str(directory / "ckpt-2")
 
 
 def test_keep_must_be_positive(tmp_path):
@@ -440,7 +481,7 @@ def test_resuming_with_another_model_or_precision_names_the_mismatch(tmp_path):
         training.train_gan(dataclasses.replace(config, resume=True, generator_widths=(16, 8, 8)),
                            print_fn=lambda line: None)
     assert checkpoint_file in str(error.value)
-    assert "config.generator_widths: checkpoint [8, 8, 8], this run [16, 8, 8]" in str(error.value)
+    assert "generator_widths=[8, 8, 8] in the checkpoint, generator_widths=[16, 8, 8] in this run" in str(error.value)
     # Without --resume the run's checkpoints are not overwritten.
     with pytest.raises(training.ConfigError, match="already holds checkpoints"):
         training.train_gan(config, print_fn=lambda line: None)

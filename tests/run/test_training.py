@@ -107,6 +107,24 @@ def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tm
     assert {("generator/underflow_fraction", 1), ("discriminator/overflow_fraction", 2)} <= tags
 
 
+def test_diagnose_run_refuses_a_run_directory_a_training_run_holds(tmp_path):
+    from tfmp.run import rundir
+
+    config = dataclasses.replace(TINY_GAN, precision="float32", logdir=str(tmp_path), run_name="run")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lines = []
+    with rundir.RunDirLock(str(run_dir)):  # the training run
+        with pytest.raises(rundir.RunDirInUseError) as error:
+            training.diagnose_run(config, print_fn=lines.append)
+    assert f"{run_dir} is in use by another run: pid {os.getpid()} on host" in str(error.value)
+    assert not any(line.startswith("diagnosing") for line in lines)  # refused before building anything
+    assert os.listdir(run_dir) == []  # no histograms written into the training run's directory
+    # Once the run has ended, diagnosing there writes its histograms and lets the directory go again.
+    training.diagnose_run(config, print_fn=None)
+    assert os.listdir(run_dir) == ["diagnostics"] and rundir.holder(str(run_dir)) is None
+
+
 # `auto` measures on the device it sees. The tests inject the device (`autotune.detect_hardware`) and, but
 # for one real tiny probe, the timing (`runner._time_steps`), so every branch runs the same on any machine.
 H100 = autotune.GPU("NVIDIA H100 80GB HBM3", (9, 0))

@@ -104,6 +104,8 @@ def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
                                                        "--learning_rate=inf"),
         ("train_gan.py", "--generator_learning_rate=inf", "generator_learning_rate=inf"),
         ("train_gan.py", "--discriminator_learning_rate=nan", "discriminator_learning_rate=nan"),
+        # inf used to reach MobileNetV2 and end in a Keras traceback (OverflowError).
+        ("train_classifier.py", "--alpha=inf", "--alpha must be a finite number > 0. Received: --alpha=inf"),
     ],
 )
 def test_bad_flags_fail_before_training(script, flag, expected, tmp_path):
@@ -338,6 +340,40 @@ def test_a_corrupt_newest_checkpoint_falls_back_and_a_ruined_run_names_its_files
     assert "Traceback" not in ruined.stderr
 
 
+def test_a_resume_with_other_settings_names_them_as_flags(tmp_path):
+    flags = ["--dataset=digits", "--steps_per_epoch=1", "--epochs=1", "--precision=float32", "--warmup_steps=0",
+             f"--logdir={tmp_path}", "--run_name=run"]
+    assert _run("train_gan.py", *flags, "--batch_size=32").returncode == 0
+    resumed = _run("train_gan.py", *flags, "--batch_size=16", "--seed=1", "--resume", "--epochs=2")
+    assert resumed.returncode == 1, resumed.stderr[-3000:]
+    assert "Traceback" not in resumed.stderr
+    assert ("Differences: --batch_size=32 in the checkpoint, --batch_size=16 in this run; "
+            "--seed=0 in the checkpoint, --seed=1 in this run") in resumed.stderr
+    assert "config." not in resumed.stderr
+
+
+def test_a_state_file_listing_files_elsewhere_is_refused_and_they_stay(tmp_path):
+    flags = ["--dataset=digits", "--batch_size=32", "--steps_per_epoch=1", "--precision=float32",
+             "--warmup_steps=0", f"--logdir={tmp_path / 'logs'}", "--run_name=sf"]
+    assert _run("train_gan.py", *flags, "--epochs=2").returncode == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("ckpt-1.index", "ckpt-1.data-00000-of-00001", "notes.txt"):
+        (other / name).write_text("not this run's")
+    state = tmp_path / "logs" / "sf" / "checkpoints" / "checkpoint"
+    lines = state.read_text().splitlines()
+    stamps = next(i for i, line in enumerate(lines) if line.startswith("all_model_checkpoint_timestamps"))
+    lines[stamps:stamps] = [lines[stamps]]
+    lines.insert(1, f'all_model_checkpoint_paths: "{other}/ckpt-1"')  # first in the list: the oldest
+    state.write_text("\n".join(lines) + "\n")
+    resumed = _run("train_gan.py", *flags, "--epochs=3", "--resume")
+    # The third epoch's checkpoint used to make the manager delete the oldest listed one: other/ckpt-1.*.
+    assert resumed.returncode == 1, resumed.stdout[-3000:]
+    assert f"error: The checkpoint state file {state} lists 1 checkpoint(s) that are not ckpt-N files" in resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    assert sorted(os.listdir(other)) == ["ckpt-1.data-00000-of-00001", "ckpt-1.index", "notes.txt"]
+
+
 @pytest.mark.parametrize(
     "flags, expected",
     [
@@ -460,6 +496,12 @@ TRAINING_FLAGS = ("run_name", "checkpoint_dir", "dataset", "epochs", "seed", "ba
         ("Pass resume to continue it; the dataset, seed and epochs must match; batch size 30",) * 2,
         ("written to /logs/run_name/checkpoints/ckpt-3 and test_run_name0/x",) * 2,
         ("config.batch_size: checkpoint 32, this run 64",) * 2,
+        # A one-word name opening the message as the subject of a rule is the setting.
+        ("epochs must be an integer >= 1. Received: epochs=0", "--epochs must be an integer >= 1. Received: --epochs=0"),
+        # A resume's differing settings, as the library names them.
+        ("batch_size=32 in the checkpoint, batch_size=64 in this run; seed=0 in the checkpoint, seed=7 in this run",
+         "--batch_size=32 in the checkpoint, --batch_size=64 in this run; --seed=0 in the checkpoint, --seed=7 in "
+         "this run"),
         ("another --run_name or --checkpoint_dir",) * 2,
         ("json_out='x', learning_rate=inf, logdir='/tmp'",) * 2,
     ],

@@ -203,6 +203,9 @@ class Choice:
             compute capability.
         reason: Why nothing was measured, when nothing was.
         labels: Display names of candidates (e.g. `float32 with TF32`).
+        not_cached: Why a measurement could not be cached (the cache
+            directory is not writable); empty when it was, or nothing was
+            measured.
     """
 
     precision: str
@@ -212,6 +215,7 @@ class Choice:
     device: str = "this CPU"
     reason: str = ""
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    not_cached: str = ""
 
     def __str__(self) -> str:
         if not self.images_per_sec:
@@ -221,7 +225,12 @@ class Choice:
         for precision, value in self.images_per_sec.items():
             ratio = f" ({value / base:.2f}x)" if precision != "float32" and base > 0 else ""
             figures.append(f"{self.labels.get(precision, precision)} {value:.0f} img/s{ratio}")
-        source = f"cached in {self.path}" if self.cached else f"measured now, cached in {self.path}"
+        if self.cached:
+            source = f"cached in {self.path}"
+        elif self.not_cached:
+            source = f"measured now, not cached: {self.not_cached}"
+        else:
+            source = f"measured now, cached in {self.path}"
         return (f"auto precision: {self.precision}, the fastest on {self.device} for this model "
                 f"({', '.join(figures)}; {source})")
 
@@ -237,16 +246,21 @@ def _load(path: str) -> dict:
     return cache.get("entries", {}) if isinstance(cache.get("entries"), dict) else {}
 
 
-def _store(path: str, entries: dict) -> None:
-    """Writes the cache atomically; a cache that cannot be written is only a lost shortcut."""
+def _store(path: str, entries: dict) -> str:
+    """Writes the cache atomically; returns why it could not ("" when it could).
+
+    A cache that cannot be written is only a lost shortcut: the next run measures again.
+    """
+    directory = os.path.dirname(path)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".auto_precision.")
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".auto_precision.")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"version": _CACHE_VERSION, "entries": entries}, f, indent=1, sort_keys=True)
         os.replace(tmp, path)
-    except OSError:
-        pass
+    except OSError as e:
+        return f"{directory} is not writable ({e.strerror or e}); set {CACHE_ENV} to a writable directory"
+    return ""
 
 
 def _cached_figures(entry: object, wanted: tuple[str, ...]) -> dict[str, float] | None:
@@ -298,6 +312,7 @@ def choose(
     if not cached:
         figures = {precision: float(measure(precision)) for precision in wanted}
     best = max(wanted, key=figures.__getitem__)
+    not_cached = ""
     if not cached:
         entries[key] = {
             "images_per_sec": figures,
@@ -306,5 +321,5 @@ def choose(
             "device": hardware.description,
             "measured": datetime.datetime.now().isoformat(timespec="seconds"),
         }
-        _store(path, entries)
-    return Choice(best, figures, cached, path, hardware.description, "", labels)
+        not_cached = _store(path, entries)
+    return Choice(best, figures, cached, path, hardware.description, "", labels, not_cached)

@@ -30,7 +30,9 @@ A `RunCheckpoint` holds everything a step changes, as one object-based
   data follow (`tfmp.run.training` replays the data stream to that position);
 * `signature`: what must not change between the run that wrote a
   checkpoint and the one that resumes from it (model, precision, loss
-  scaling, optimizers, data order). A mismatch is refused, naming it.
+  scaling, optimizers, data order). A mismatch is refused, naming it; a
+  setting under the signature's `SETTINGS_KEY` entry as a config names it
+  (`batch_size=32 in the checkpoint, batch_size=64 in this run`).
 
 TensorFlow stores each variable once, under the shortest path that reaches
 it: a network's trainable weights therefore appear under their optimizer
@@ -64,7 +66,10 @@ lost by a sync tool or an interrupted copy): a directory holding `ckpt-N`
 files holds checkpoints, and `latest()` then finds them by their files. A
 `ckpt-N` this run did not write is never overwritten (`save` renames its
 files to `*.old` first) nor deleted (the manager only deletes, beyond
-`keep`, checkpoints that the state file or this run's saves list).
+`keep`, checkpoints that the state file or this run's saves list). Nor is
+anything outside the directory: a state file that lists anything but the
+directory's own `ckpt-N` (hand-edited, copied from another run) is refused,
+naming the paths, before anything is read or deleted.
 
 Typical use (what `tfmp.run.training` does):
 
@@ -99,6 +104,8 @@ __all__ = ["CheckpointError", "Found", "RunCheckpoint"]
 _STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 _SIGNATURE_KEY = "signature/.ATTRIBUTES/VARIABLE_VALUE"
 STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's list of the checkpoints
+# The signature entry holding the run's settings (`tfmp.run.config` fields), whose differences name the setting.
+SETTINGS_KEY = "config"
 # The files of checkpoint N, as tf.train.CheckpointManager names them (prefix "ckpt").
 _CHECKPOINT_FILE = re.compile(r"^ckpt-(\d+)\.(?:index|data-\d{5}-of-\d{5})$")
 
@@ -138,12 +145,21 @@ def _read_all(path: str) -> tuple[int, dict[str, Any]]:
 
 
 def _differences(saved: Any, current: Any, key: str = "") -> list[str]:
-    """`key: checkpoint <value>, this run <value>` for each differing leaf; nested keys joined with dots."""
+    """One line per differing leaf, naming both values in full.
+
+    `key: checkpoint <value>, this run <value>`, nested keys joined with
+    dots; a setting (a key under `SETTINGS_KEY`) as a config names it,
+    `batch_size=32 in the checkpoint, batch_size=64 in this run`, which the
+    scripts turn into flag names.
+    """
     if isinstance(saved, Mapping) and isinstance(current, Mapping):
         return [line for name in sorted(set(saved) | set(current), key=str)
                 for line in _differences(saved.get(name), current.get(name), f"{key}.{name}" if key else str(name))]
     if saved == current:
         return []
+    group, _, setting = key.partition(".")
+    if group == SETTINGS_KEY and setting:
+        return [f"{setting}={saved!r} in the checkpoint, {setting}={current!r} in this run"]
     return [f"{key}: checkpoint {json.dumps(saved, sort_keys=True)}, this run {json.dumps(current, sort_keys=True)}"]
 
 
@@ -163,6 +179,13 @@ def _checkpoint_files(directory: str) -> dict[int, list[str]]:
 def _on_disk(directory: str) -> list[str]:
     """The checkpoints whose files are in `directory`, listed or not, oldest (lowest number) first."""
     return [os.path.join(directory, f"ckpt-{n}") for n in sorted(_checkpoint_files(directory))]
+
+
+def _not_own(directory: str, paths: Iterable[str]) -> list[str]:
+    """The `paths` that are not a `ckpt-N` directly in `directory` (symbolic links resolved), in order."""
+    home = os.path.realpath(directory or ".")
+    return [path for path in paths if not re.fullmatch(r"ckpt-\d+", os.path.basename(path))
+            or os.path.realpath(os.path.dirname(path) or ".") != home]
 
 
 def _files_of(prefix: str) -> list[str]:
@@ -342,13 +365,26 @@ class RunCheckpoint:
         self._written: set[str] = set()  # the checkpoints this object wrote
 
     def _new_manager(self, directory: str, keep: int) -> tf.train.CheckpointManager:
+        """A manager of `directory`'s checkpoints, refusing a state file that names files elsewhere."""
+        state = os.path.join(directory, STATE_FILE)
         try:
-            return tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=keep)
+            manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=keep)
         except ValueError as e:  # a state file without a latest checkpoint (emptied, hand-edited)
             raise CheckpointError(
-                f"The checkpoint state file {os.path.join(directory, STATE_FILE)} is invalid ({e}). It only lists "
+                f"The checkpoint state file {state} is invalid ({e}). It only lists "
                 "the checkpoints: delete it, and resume finds them by their files."
             ) from None
+        # The manager deletes the files of every listed checkpoint beyond `keep` (its names are glob
+        # patterns, too), so a hand-edited or copied state file must not reach beyond this directory's own.
+        foreign = _not_own(directory, manager.checkpoints)
+        if foreign:
+            raise CheckpointError(
+                f"The checkpoint state file {state} lists {len(foreign)} checkpoint(s) that are not ckpt-N files "
+                f"of {directory}: {', '.join(foreign)}. A run deletes the oldest checkpoints its state file lists, "
+                "so it is not used (nothing was deleted or read). It only lists the checkpoints: delete it, and "
+                f"resume finds those in {directory} by their files."
+            )
+        return manager
 
     @property
     def checkpoints(self) -> list[str]:

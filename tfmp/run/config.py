@@ -4,14 +4,20 @@
 GAN, its defaults the seed's) and `ClassifierConfig` (MobileNetV2, seed 002)
 add their models' own. `validate()` is pure: it reads nothing from disk and
 creates nothing, and raises `ConfigError` naming the first impossible value.
+It first checks every setting against the type its field declares (an int
+where `int`, not a bool; a number where `float`; `X | None`; tuples of the
+declared length), then the values.
 What a config builds is `tfmp.run.tasks`; how a run of it goes is `tfmp.run.runner`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
+import types
+import typing
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -163,6 +169,7 @@ class TrainConfig:
         `checkpoint_dir` can be written is found when the run creates them
         (`tfmp.run.runner`), before any training.
         """
+        _check_types(self)
         try:
             precision_lib.canonical_precision(self.precision)
             resolved_loss_scale(self.loss_scale)
@@ -175,8 +182,6 @@ class TrainConfig:
         _check_int("diagnose_every", self.diagnose_every, minimum=0)
         _check_choice("strategy", self.strategy, STRATEGIES)
         if self.profile_steps is not None:
-            if len(self.profile_steps) != 2:
-                raise ConfigError(f"profile_steps must be (start, end). Received: profile_steps={self.profile_steps!r}")
             start, end = self.profile_steps
             _check_int("profile_steps start", start, minimum=1)
             _check_int("profile_steps end", end, minimum=start)
@@ -195,11 +200,9 @@ class TrainConfig:
                 f"Received: dataset={self.dataset!r}"
             )
         for field in dataclasses.fields(self):
-            # inf would turn the first applied update into NaN weights; NaN fails every comparison.
-            if field.name.endswith("learning_rate") and not 0 < getattr(self, field.name) < float("inf"):
-                raise ConfigError(
-                    f"{field.name} must be a finite number > 0. Received: {field.name}={getattr(self, field.name)!r}"
-                )
+            # inf would turn the first applied update into NaN weights.
+            if field.name.endswith("learning_rate"):
+                _check_finite_positive(field.name, getattr(self, field.name))
         _check_int("checkpoint_every", self.checkpoint_every, minimum=0)
         _check_int("keep_checkpoints", self.keep_checkpoints, minimum=1)
         _check_choice("console", self.console, CONSOLE_MODES)
@@ -227,6 +230,58 @@ def resolved_loss_scale(loss_scale: str | float | None) -> str | float:
     as `"none"`, and library users passing None keep that meaning.
     """
     return loss_scale_lib.parse_loss_scale(loss_scale) if loss_scale_is_set(loss_scale) else "dynamic"
+
+
+# What a value of each declared field type may be: numpy scalars count; a bool is not an int, and is not a number.
+_INSTANCE_OF = {
+    bool: (bool, np.bool_),
+    int: (int, np.integer),
+    float: (int, float, np.integer, np.floating),
+    str: (str,),
+    type(None): (type(None),),
+}
+# Each type in words, one and several.
+_KIND_NAMES = {bool: ("a boolean", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
+               str: ("a string", "strings"), type(None): ("None", "None values")}
+
+
+def _is_a(value: Any, kind: Any) -> bool:
+    """Whether `value` is of the declared type `kind`: a class, `X | Y`, or `tuple[X, Y, ...]` (that length)."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return any(_is_a(value, option) for option in typing.get_args(kind))
+    if typing.get_origin(kind) is tuple:
+        items = typing.get_args(kind)
+        return isinstance(value, tuple) and len(value) == len(items) and all(map(_is_a, value, items))
+    if isinstance(value, bool) and kind is not bool:  # a bool is a Python int, but True is no batch size
+        return False
+    return isinstance(value, _INSTANCE_OF[kind])
+
+
+def _describe(kind: Any) -> str:
+    """`kind` in words: `a string`, `a tuple of 2 integers or None`."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        options = [_describe(option) for option in typing.get_args(kind)]
+        return ", ".join(options[:-1]) + " or " + options[-1]
+    if typing.get_origin(kind) is tuple:
+        items = typing.get_args(kind)
+        return f"a tuple of {len(items)} {_KIND_NAMES[items[0]][1]}"  # the configs' tuples hold one type
+    return _KIND_NAMES[kind][0]
+
+
+def _check_types(config: TrainConfig) -> None:
+    """Raises `ConfigError` naming the first field whose value is not of the type the field declares."""
+    declared = typing.get_type_hints(type(config))
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if not _is_a(value, declared[field.name]):
+            raise ConfigError(
+                f"{field.name} must be {_describe(declared[field.name])}. Received: {field.name}={value!r}")
+
+
+def _check_finite_positive(name: str, value: float) -> None:
+    # NaN fails every comparison; inf overflows where a size or an update is computed from the value.
+    if not 0 < value < math.inf:
+        raise ConfigError(f"{name} must be a finite number > 0. Received: {name}={value!r}")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -284,10 +339,7 @@ class GANConfig(TrainConfig):
         _check_int("latent_dim", self.latent_dim, minimum=1)
         _check_int("num_samples", self.num_samples, minimum=1)
         for name in ("generator_widths", "discriminator_widths"):
-            widths = getattr(self, name)
-            if len(widths) != 3:
-                raise ConfigError(f"{name} must be three integers. Received: {name}={widths!r}")
-            for width in widths:
+            for width in getattr(self, name):
                 _check_int(name, width, minimum=1)
         if not 0 <= self.label_softening < 0.5:
             raise ConfigError(f"label_softening must be in [0, 0.5). Received: label_softening={self.label_softening!r}")
@@ -334,8 +386,7 @@ class ClassifierConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        if not self.alpha > 0:
-            raise ConfigError(f"alpha must be > 0. Received: alpha={self.alpha!r}")
+        _check_finite_positive("alpha", self.alpha)  # inf: MobileNetV2 cannot turn alpha * 32 into a width
         if not 0 <= self.batch_norm_momentum < 1:
             raise ConfigError(
                 f"batch_norm_momentum must be in [0, 1). Received: batch_norm_momentum={self.batch_norm_momentum!r}"

@@ -331,7 +331,7 @@ def _signature(config: TrainConfig, setting: Setting, trainer: trainers.MixedPre
     """What a resumed run must share with the run that wrote its checkpoint."""
     return {
         "trainer": type(trainer).__name__,
-        "config": {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE},
+        checkpoint_lib.SETTINGS_KEY: {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE},
         "precision": setting.precision,
         "loss_scale": str(setting.loss_scale),
         "networks": {name: _network_signature(network) for name, network in trainer.networks.items()},

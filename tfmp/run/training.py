@@ -27,6 +27,7 @@ The scripts in `scripts/` are thin absl front ends to these functions.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Callable, Sequence
 
@@ -34,6 +35,7 @@ import keras
 
 from tfmp.run import diagnostics
 from tfmp import precision as precision_lib
+from tfmp.run import rundir
 from tfmp.run import runner as runner_lib
 from tfmp.run import tasks
 from tfmp.run.config import (
@@ -95,28 +97,34 @@ def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = p
     numerics); `tfmp.run.diagnostics.diagnose` then runs the four reports on the
     first `batch_size` training examples (fewer if the dataset is smaller;
     the alignment report checks `batch_size` itself). With `config.run_name`
-    set, the gradient histograms are also written to `<logdir>/<run_name>`.
+    set, the gradient histograms are also written to `<logdir>/<run_name>`,
+    holding that directory (`tfmp.run.rundir.RunDirLock`) as a training run
+    does, so that neither writes into the other's.
 
     Raises:
         ConfigError: for an impossible setting.
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
+        tfmp.run.rundir.RunDirInUseError: when another run (a training run)
+            holds `<logdir>/<run_name>`, naming it, before anything is built.
     """
     task = tasks.task_for(config)
     print_fn = print_fn or (lambda line: None)
     setting = runner_lib.resolve(task, print_fn, check_steps=False)
-    if config.run_name:
-        runner_lib.make_writable_dir("logdir", setting.run_dir)
-    keras.utils.set_random_seed(config.seed)
-    with precision_lib.precision_scope(setting.precision):
-        built = task.build(setting.precision, setting.loss_scale, False, 1, setting.split)
-        runner_lib.announce_float32_layers(task, built, setting.precision, print_fn)
-        print_fn(f"diagnosing {built.trainer.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
-                 f"batch_size={config.batch_size} dataset={config.dataset}\n")
-        diagnosis = diagnostics.diagnose(
-            built.trainer, task.probe(setting.split), batch_size=config.batch_size, print_fn=print_fn)
-    if config.run_name:
-        diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)
-        print_fn(f"\nlog2|g| histograms: tensorboard --logdir {setting.run_dir}")
+    with contextlib.ExitStack() as held:
+        if config.run_name:
+            runner_lib.make_writable_dir("logdir", setting.run_dir)
+            held.enter_context(rundir.RunDirLock(setting.run_dir, print_fn))
+        keras.utils.set_random_seed(config.seed)
+        with precision_lib.precision_scope(setting.precision):
+            built = task.build(setting.precision, setting.loss_scale, False, 1, setting.split)
+            runner_lib.announce_float32_layers(task, built, setting.precision, print_fn)
+            print_fn(f"diagnosing {built.trainer.name}: precision={setting.precision} "
+                     f"loss_scale={setting.loss_scale} batch_size={config.batch_size} dataset={config.dataset}\n")
+            diagnosis = diagnostics.diagnose(
+                built.trainer, task.probe(setting.split), batch_size=config.batch_size, print_fn=print_fn)
+        if config.run_name:
+            diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)
+            print_fn(f"\nlog2|g| histograms: tensorboard --logdir {setting.run_dir}")
     return diagnosis
 
 
