@@ -1,4 +1,5 @@
-"""The core (tfmp/*.py, tfmp/trainers/) never imports the run framework (tfmp.run) or the models.
+"""The layers: the core (tfmp/*.py, tfmp/trainers/) never imports the run framework (tfmp.run) or the models,
+and each layer of the run framework imports only from the layers below it.
 
 `import tfmp` must stay light: a user of `tfmp.LossScaleOptimizer` or the
 trainers gets neither the run framework nor the model zoo. The models may use
@@ -17,7 +18,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBRARY = os.path.join(ROOT, "tfmp")
 MODELS = os.path.join(ROOT, "models")
-CORE_MODULES = ("tfmp", "tfmp.precision", "tfmp.loss_scale", "tfmp.trainers", "tfmp.layers", "tfmp.mixed_precision")
+CORE_MODULES = ("tfmp", "tfmp.precision", "tfmp.loss_scale", "tfmp.optimizers", "tfmp.trainers", "tfmp.layers",
+                "tfmp.mixed_precision")
 
 
 def _python(code):
@@ -129,6 +131,70 @@ def test_the_scan_sees_every_form_of_import(tmp_path):
     clean = tmp_path / "clean.py"
     clean.write_text("import tfmp\nfrom tfmp import precision, loss_scale\nfrom tfmp.trainers import base\n")
     assert _forbidden_imports(str(clean), "tfmp", ("tfmp.run", "tfmp.models")) == []
+
+
+# -- the run framework's own layers ------------------------------------------------------------
+
+# Bottom to top, as docs/guides/architecture.md draws them. A module of tfmp/run imports only from
+# layers below its own (and from inside its own package), so an upward import fails here.
+RUN_LAYERS = (
+    ("data", "determinism", "legacy_checkpoint", "memory", "rundir", "preemption", "autotune"),  # leaves
+    ("config",),  # the settings a run is checked against
+    ("distribute", "checkpoint", "diagnostics"),  # run services
+    ("callbacks",),  # a run's side effects, built on the services
+    ("tasks",),  # what one config builds
+    ("runner",),  # one run
+    ("training", "benchmark", "reporting"),  # entry points
+    ("parity",),  # paired runs of the entry points
+)
+RUN = os.path.join(LIBRARY, "run")
+
+
+def _run_files():
+    """(path, package, top-level name under tfmp/run) of every Python file of tfmp/run."""
+    files = []
+    for folder, dirs, names in os.walk(RUN):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        package = ".".join(["tfmp"] + os.path.relpath(folder, LIBRARY).split(os.sep))
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                files.append((path, package, os.path.relpath(path, RUN).split(os.sep)[0].removesuffix(".py")))
+    return sorted(files)
+
+
+def _layer(name):
+    return next(i for i, layer in enumerate(RUN_LAYERS) if name in layer)
+
+
+def _run_imports(path, package):
+    """The top-level names under tfmp/run that `path` imports from ('runner' for tfmp.run.runner.Runner)."""
+    return {module.split(".")[2] for _, module in _imported_modules(path, package)
+            if module.split(".")[:2] == ["tfmp", "run"] and len(module.split(".")) > 2}
+
+
+def test_every_run_module_has_one_layer():
+    layered = [name for layer in RUN_LAYERS for name in layer]
+    assert len(layered) == len(set(layered))
+    assert {own for _, _, own in _run_files()} - {"__init__"} == set(layered)
+
+
+@pytest.mark.parametrize("path, package, own", _run_files(), ids=[os.path.relpath(p, ROOT) for p, _, _ in _run_files()])
+def test_each_run_module_imports_only_from_the_layers_below_it(path, package, own):
+    imported = _run_imports(path, package)
+    if own == "__init__":
+        assert imported == set()  # importing tfmp.run loads nothing
+        return
+    upward = sorted(name for name in imported - {own} if _layer(name) >= _layer(own))
+    assert upward == [], f"{own} (layer {_layer(own)}) imports {upward} from its own layer or above"
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("from tfmp.run import runner, data\nimport tfmp.run.tasks\n")
+    imported = _run_imports(str(sample), "tfmp.run")
+    assert imported == {"runner", "data", "tasks"}
+    assert sorted(n for n in imported if _layer(n) >= _layer("callbacks")) == ["runner", "tasks"]
 
 
 # -- the old import paths ----------------------------------------------------------------------

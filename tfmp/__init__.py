@@ -23,7 +23,8 @@ are `tfmp.models`.
 from tfmp import _moved
 
 from tfmp import mixed_precision, trainers
-from tfmp.loss_scale import LossScaleOptimizer, parse_loss_scale, wrap_optimizer
+from tfmp.loss_scale import LossScaleOptimizer
+from tfmp.optimizers import parse_loss_scale, wrap_optimizer
 from tfmp.precision import (
     PRECISIONS,
     canonical_precision,

@@ -2,8 +2,8 @@
 
 `next_loss_scale` is the per-step state transition; `LossScaleOptimizer`
 extends Keras 3's with the tf.keras 2 custom-loop API, hysteresis, scale
-bounds, a skipped-step counter and a finite check all replicas agree on;
-`wrap_optimizer` decides whether a precision needs loss scaling at all.
+bounds, a skipped-step counter and a finite check all replicas agree on.
+Whether a precision needs loss scaling at all is `tfmp.optimizers`'s business.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import tensorflow as tf
 
 from tfmp import _api_style
 from tfmp import _compat
-from tfmp import precision as precision_lib
 
-__all__ = ["LossScaleOptimizer", "LossScaleState", "next_loss_scale", "parse_loss_scale", "wrap_optimizer"]
+__all__ = ["LossScaleOptimizer", "LossScaleState", "next_loss_scale"]
 
 DEFAULT_INITIAL_SCALE = 2.0**15
 DEFAULT_GROWTH_STEPS = 2000
@@ -28,7 +27,6 @@ DEFAULT_GROWTH_STEPS = 2000
 # 0.004) already overflows, so a larger scale skips nearly every step.
 DEFAULT_MAX_SCALE = 2.0**24
 _FLOAT32_MAX = float(tf.float32.max)
-LOSS_SCALE_NAMES = ("dynamic", "none")
 
 
 class LossScaleState(NamedTuple):
@@ -471,84 +469,3 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         config.update(dynamic=self.dynamic, growth_factor=self.growth_factor, backoff_factor=self.backoff_factor,
                       hysteresis=self.hysteresis, min_scale=self.min_scale, max_scale=self.max_scale)
         return config
-
-
-def parse_loss_scale(loss_scale: str | float | int | None, max_scale: float = DEFAULT_MAX_SCALE) -> str | float:
-    """Normalises a loss-scale setting to `"dynamic"`, `"none"` or a float.
-
-    Args:
-        loss_scale: `"dynamic"`, `"none"` (or `None`), a positive number, or a
-            string holding one (as a command-line flag does, e.g. `"128"`).
-        max_scale: The largest fixed scale accepted; `LossScaleOptimizer`'s
-            `max_scale` (2**24 by default, see `DEFAULT_MAX_SCALE`).
-
-    Returns:
-        `"dynamic"`, `"none"`, or the fixed scale as a float.
-
-    Raises:
-        ValueError: for an unknown string, or a number outside (0, max_scale].
-    """
-    if loss_scale is None:
-        return "none"
-    if isinstance(loss_scale, str):
-        text = loss_scale.strip().lower()
-        if text in LOSS_SCALE_NAMES:
-            return text
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(
-                "Unknown loss scale. Expected 'dynamic', 'none' or a positive "
-                f"number. Received: loss_scale={loss_scale!r}"
-            ) from None
-    else:
-        value = loss_scale
-    try:
-        value = _check_positive_number("loss_scale", value)
-    except ValueError:
-        value = None
-    if value is None or value > max_scale:
-        bound = "2**24" if max_scale == DEFAULT_MAX_SCALE else f"max_scale={max_scale!r}"
-        raise ValueError(
-            f"A fixed loss scale must be a number in (0, {max_scale:.0f}] ({bound}), "
-            "or 'dynamic' / 'none'. The bound is the largest scale dynamic loss "
-            f"scaling reaches: at {max_scale:.0f}, any float16 gradient above "
-            f"65504 / {max_scale:.0f} already overflows, so a larger scale would skip "
-            f"nearly every step. Received: loss_scale={loss_scale!r}"
-        )
-    return value
-
-
-def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: str,
-                   loss_scale: str | float | int | None = "dynamic", **loss_scale_kwargs: Any
-                   ) -> keras.optimizers.Optimizer:
-    """Returns the optimizer a precision needs: loss-scaled only for float16.
-
-    Only `mixed_float16` has a range narrow enough to need loss scaling, so
-    it gets a dynamic (`"dynamic"`) or fixed (a number) `LossScaleOptimizer`;
-    anything else (`"none"`, bfloat16, float32) gets the bare optimizer. An
-    optimizer that is already a Keras or tfmp `LossScaleOptimizer` is
-    unwrapped first, so the result always matches the request. When the bare
-    optimizer is returned under `mixed_float16`, compile the model with
-    `auto_scale_loss=False`, or Keras 3 will wrap it again.
-
-    Args:
-        optimizer: A Keras optimizer.
-        precision: A precision name or alias accepted by
-            `tfmp.precision.canonical_precision` (`"auto"` is resolved).
-        loss_scale: `"dynamic"`, `"none"`, or a positive fixed scale.
-        **loss_scale_kwargs: Extra `LossScaleOptimizer` keywords
-            (e.g. `hysteresis=2`).
-
-    Returns:
-        The optimizer to train with.
-    """
-    policy = precision_lib.resolve_precision(precision)
-    loss_scale = parse_loss_scale(loss_scale, loss_scale_kwargs.get("max_scale", DEFAULT_MAX_SCALE))
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        optimizer = optimizer.inner_optimizer
-    if policy != "mixed_float16" or loss_scale == "none":
-        return optimizer
-    if loss_scale == "dynamic":
-        return LossScaleOptimizer(optimizer, **loss_scale_kwargs)
-    return LossScaleOptimizer(optimizer, dynamic=False, initial_scale=loss_scale, **loss_scale_kwargs)

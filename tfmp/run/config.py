@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from tfmp.run import data as data_lib
-from tfmp import loss_scale as loss_scale_lib
+from tfmp import optimizers as optimizers_lib
 from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.models import gan as gan_model
@@ -224,12 +224,12 @@ def loss_scale_is_set(loss_scale: str | float | None) -> bool:
 
 
 def resolved_loss_scale(loss_scale: str | float | None) -> str | float:
-    """A config's loss scale normalised (`tfmp.loss_scale.parse_loss_scale`); `"auto"` (not set) is dynamic.
+    """A config's loss scale normalised (`tfmp.optimizers.parse_loss_scale`); `"auto"` (not set) is dynamic.
 
     `"auto"` rather than None marks "not set": `parse_loss_scale` reads None
     as `"none"`, and library users passing None keep that meaning.
     """
-    return loss_scale_lib.parse_loss_scale(loss_scale) if loss_scale_is_set(loss_scale) else "dynamic"
+    return optimizers_lib.parse_loss_scale(loss_scale) if loss_scale_is_set(loss_scale) else "dynamic"
 
 
 # What a value of each declared field type may be: numpy scalars count; a bool is not an int, and is not a number.

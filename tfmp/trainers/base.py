@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tfmp import _compat
 from tfmp import loss_scale as loss_scale_lib
+from tfmp import optimizers as optimizers_lib
 
 __all__ = ["MixedPrecisionTrainer", "Objective", "computes_in_float16", "prepare_optimizer"]
 
@@ -67,14 +68,14 @@ def prepare_optimizer(
         return optimizer
     kwargs = {}
     if (isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-            and loss_scale_lib.parse_loss_scale(loss_scale) == "dynamic"):
+            and optimizers_lib.parse_loss_scale(loss_scale) == "dynamic"):
         # Keep the stock optimizer's dynamic settings.
         kwargs = {
             "initial_scale": optimizer.initial_scale,
             "dynamic_growth_steps": optimizer.dynamic_growth_steps,
         }
     precision = "mixed_float16" if computes_in_float16(model) else "float32"
-    optimizer = loss_scale_lib.wrap_optimizer(optimizer, precision, loss_scale, **kwargs)
+    optimizer = optimizers_lib.wrap_optimizer(optimizer, precision, loss_scale, **kwargs)
     if skip_nonfinite and not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
         optimizer = loss_scale_lib.LossScaleOptimizer(optimizer, dynamic=False, initial_scale=1.0)
     return optimizer
