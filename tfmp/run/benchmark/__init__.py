@@ -23,23 +23,11 @@ from tfmp.run.benchmark.settings import (DEFAULT_RESNET_INPUT_SIZE, MODELS, MODE
                                          BenchmarkConfig, canonical_models, canonical_precisions, default_specs)
 from tfmp.run.benchmark.workload import Workload, build_workload
 
-__all__ = [
-    "BenchmarkConfig",
-    "DEFAULT_RESNET_INPUT_SIZE",
-    "MODELS",
-    "MODES",
-    "PIPELINE_MODELS",
-    "PRECISIONS",
-    "Pipeline",
-    "PipelineRecord",
-    "Record",
-    "Workload",
-    "build_workload",
-    "canonical_models",
-    "canonical_precisions",
-    "compare",
-    "default_specs",
-    "epoch_batch_sizes",
-    "input_pipeline",
-    "training_pipeline",
+__all__ = [  # by defining module: settings, records, workload, pipeline, modes
+    "BenchmarkConfig", "DEFAULT_RESNET_INPUT_SIZE", "MODELS", "MODES", "PIPELINE_MODELS", "PRECISIONS",
+    "canonical_models", "canonical_precisions", "default_specs",
+    "PipelineRecord", "Record",
+    "Workload", "build_workload",
+    "Pipeline", "epoch_batch_sizes", "training_pipeline",
+    "compare", "input_pipeline",
 ]
