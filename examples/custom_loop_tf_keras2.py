@@ -34,14 +34,16 @@ previous_policy = mixed_precision.global_policy()
 mixed_precision.set_global_policy("mixed_float16")
 try:
     digits = load_digits(image_size=(8, 8))
-    model = keras.Sequential([
-        keras.Input((8, 8, 1)),
-        keras.layers.Flatten(),
-        keras.layers.Dense(128, activation="relu"),  # computes in float16
-        keras.layers.Dense(10),
-        # The softmax, and so the loss, must stay float32 under a mixed policy.
-        keras.layers.Activation("softmax", dtype="float32"),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128, activation="relu"),  # computes in float16
+            keras.layers.Dense(10),
+            # The softmax, and so the loss, must stay float32 under a mixed policy.
+            keras.layers.Activation("softmax", dtype="float32"),
+        ]
+    )
     optimizer = mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(1e-3))
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
 
@@ -56,8 +58,12 @@ try:
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
-    dataset = (tf.data.Dataset.from_tensor_slices((digits.x_train, digits.y_train))
-               .shuffle(len(digits.y_train), seed=0).repeat().batch(BATCH_SIZE))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((digits.x_train, digits.y_train))
+        .shuffle(len(digits.y_train), seed=0)
+        .repeat()
+        .batch(BATCH_SIZE)
+    )
     for step, (x, y) in enumerate(dataset.take(STEPS), start=1):
         loss = float(train_step(x, y))
         if step % 100 == 0:

@@ -35,8 +35,12 @@ BATCH_SIZE = 64
 LOGDIR = os.path.join("logs", "fit_bfloat16")
 
 digits = load_digits(image_size=(28, 28))
-train = (tf.data.Dataset.from_tensor_slices((digits.x_train, digits.y_train))
-         .shuffle(len(digits.y_train), seed=0).repeat().batch(BATCH_SIZE))
+train = (
+    tf.data.Dataset.from_tensor_slices((digits.x_train, digits.y_train))
+    .shuffle(len(digits.y_train), seed=0)
+    .repeat()
+    .batch(BATCH_SIZE)
+)
 validation = tf.data.Dataset.from_tensor_slices((digits.x_val, digits.y_val)).batch(256)
 
 with tfmp.precision_scope("mixed_bfloat16"):
@@ -45,15 +49,26 @@ with tfmp.precision_scope("mixed_bfloat16"):
 
 timer = callbacks.StepTimer(images_per_step=BATCH_SIZE, warmup_steps=1)
 logger = callbacks.ConsoleLogger(
-    timer, fields=(("Loss", "loss"), ("Accuracy", "accuracy")), log_every=25, logdir=LOGDIR)
+    timer, fields=(("Loss", "loss"), ("Accuracy", "accuracy")), log_every=25, logdir=LOGDIR
+)
 # Keras's TensorBoard layout: val_x under validation/, the rest under train/.
 summaries = callbacks.Summaries(
-    LOGDIR, route=lambda key: ("validation", key[4:]) if key.startswith("val_") else ("train", key),
-    hparams={"precision": "mixed_bfloat16", "batch_size": BATCH_SIZE}, log_every=10, timer=timer)
+    LOGDIR,
+    route=lambda key: ("validation", key[4:]) if key.startswith("val_") else ("train", key),
+    hparams={"precision": "mixed_bfloat16", "batch_size": BATCH_SIZE},
+    log_every=10,
+    timer=timer,
+)
 
 history = trainer.fit(
-    train, validation_data=validation, epochs=EPOCHS, steps_per_epoch=max(1, STEPS // EPOCHS),
-    callbacks=[timer, logger, summaries], verbose=0, shuffle=False)  # StepTimer goes before the callbacks that read it
+    train,
+    validation_data=validation,
+    epochs=EPOCHS,
+    steps_per_epoch=max(1, STEPS // EPOCHS),
+    callbacks=[timer, logger, summaries],
+    verbose=0,
+    shuffle=False,
+)  # StepTimer goes before the callbacks that read it
 
 loss = history.history["loss"][-1]
 accuracy = history.history["val_accuracy"][-1]

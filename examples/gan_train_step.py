@@ -76,12 +76,15 @@ class GAN(keras.Model):
 
         def discriminator_loss():
             fake = self.generator(self._noise(batch), training=True)
-            return 0.5 * (self.bce(real_labels, self.discriminator(real, training=True))
-                          + self.bce(fake_labels, self.discriminator(fake, training=True)))
+            return 0.5 * (
+                self.bce(real_labels, self.discriminator(real, training=True))
+                + self.bce(fake_labels, self.discriminator(fake, training=True))
+            )
 
         self.g_loss.update_state(self._step(self.g_optimizer, self.generator.trainable_variables, generator_loss))
         self.d_loss.update_state(
-            self._step(self.d_optimizer, self.discriminator.trainable_variables, discriminator_loss))
+            self._step(self.d_optimizer, self.discriminator.trainable_variables, discriminator_loss)
+        )
         return {"g_loss": self.g_loss.result(), "d_loss": self.d_loss.result()}
 
 

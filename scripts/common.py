@@ -81,16 +81,16 @@ def import_tensorflow_quietly() -> None:
 
 import_tensorflow_quietly()
 
-import tensorflow as tf  # noqa: E402  (after the quiet import above)
+import tensorflow as tf
 
-import tfmp  # noqa: E402
-from tfmp.run import callbacks  # noqa: E402
-from tfmp.run import checkpoint  # noqa: E402
-from tfmp.run import data as data_lib  # noqa: E402
-from tfmp.run import distribute  # noqa: E402
-from tfmp.run import preemption  # noqa: E402
-from tfmp.run import rundir  # noqa: E402
-from tfmp.run import training  # noqa: E402
+import tfmp
+from tfmp.run import callbacks
+from tfmp.run import checkpoint
+from tfmp.run import data as data_lib
+from tfmp.run import distribute
+from tfmp.run import preemption
+from tfmp.run import rundir
+from tfmp.run import training
 
 
 def define_classifier_flags(

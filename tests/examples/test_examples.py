@@ -22,8 +22,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_example_runs_and_ends_with_a_finite_loss(name, event_dirs, tmp_path):
     env = dict(os.environ, TFMP_EXAMPLE_STEPS="2", CUDA_VISIBLE_DEVICES="")
     # cwd is a temporary directory because an example may write TensorBoard logs under ./logs.
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", name)], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", name)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("final loss: ") and "(finite: True)" in last, proc.stdout[-3000:]
