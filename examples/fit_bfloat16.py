@@ -65,10 +65,10 @@ history = trainer.fit(
     validation_data=validation,
     epochs=EPOCHS,
     steps_per_epoch=max(1, STEPS // EPOCHS),
-    callbacks=[timer, logger, summaries],
-    verbose=0,
-    shuffle=False,
-)  # StepTimer goes before the callbacks that read it
+    callbacks=[timer, logger, summaries],  # the StepTimer first: the other two read it
+    verbose=0,  # the ConsoleLogger prints instead
+    shuffle=False,  # the dataset shuffles
+)
 
 loss = history.history["loss"][-1]
 accuracy = history.history["val_accuracy"][-1]

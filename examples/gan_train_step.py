@@ -36,6 +36,8 @@ SOFTENING, SWAP_FRACTION = 0.01, 0.1
 
 
 class GAN(keras.Model):
+    """The seed's GAN: a generator step, then a discriminator step, each with its own loss-scaled optimizer."""
+
     def __init__(self, generator, discriminator, seed=0):
         super().__init__()
         self.generator, self.discriminator = generator, discriminator
