@@ -7,7 +7,12 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tfmp-wheel-check.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-python3 -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$WORK/dist" "$ROOT"
+# Built from a copy of the files git tracks or would track: setuptools builds in the source tree, and
+# a stale build/ there would put modules deleted since into the wheel.
+mkdir "$WORK/src"
+git -C "$ROOT" ls-files -z --cached --others --exclude-standard | tar -C "$ROOT" --null -T - -cf - \
+    | tar -C "$WORK/src" -xf -
+python3 -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$WORK/dist" "$WORK/src"
 WHEEL="$(ls "$WORK"/dist/tfmp-*.whl)"
 
 # Every module of tfmp/, models/ (installed as tfmp.models) and scripts/ (tfmp_scripts), the data
