@@ -1,4 +1,4 @@
-"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written step.
+r"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written step.
 
     python3 scripts/benchmark.py --models=gan,mobilenet_v2,resnet50 \
         --precisions=float32,mixed_bfloat16 --xla=false --steps=10 --repeats=3 \
@@ -20,15 +20,16 @@ from typing import Any, Iterable
 from absl import app
 from absl import flags
 
-from tfmp.run import benchmark
-from tfmp.run import data as data_lib
-from tfmp import precision as precision_lib
-from tfmp.run import reporting
-
+# common first: importing it imports TensorFlow quietly.
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common
 except ImportError:  # pragma: no cover
     import common
+
+from tfmp.run import benchmark
+from tfmp.run import data as data_lib
+from tfmp import precision as precision_lib
+from tfmp.run import reporting
 
 _DEFAULTS = benchmark.BenchmarkConfig()
 _MODE = flags.DEFINE_enum(
@@ -210,7 +211,7 @@ def main(argv):
 
 def run():
     """Console entry point (`tfmp-benchmark`)."""
-    app.run(main)
+    common.run_app(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -3,27 +3,92 @@
 The defaults live once, in the `tfmp.run.training` config dataclasses; this module
 only turns them into absl flags and back, and the library's messages, which
 name settings as the configs do (`run_name`, `resume=True`), into flag names
-(`--run_name`, `--resume`): see `to_flags`.
+(`--run_name`, `--resume`): see `to_flags`. It also gives every script its
+console behaviour: a quiet TensorFlow start-up (importing this module imports
+TensorFlow, so a script imports it first), `--help` listing all of the
+script's flags by group (`run_app`), and a note when float16 runs emulated on a
+CPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import signal
 import sys
-from typing import Any, Callable
+import tempfile
+import types
+from typing import Any, Callable, Iterable, Sequence
 
 from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
+# What TF_CPP_MIN_LOG_LEVEL hides: 3 hides INFO, WARNING and ERROR lines, keeping FATAL.
+_CPP_SEVERITIES = {"I": 0, "W": 1, "E": 2}
+# A line of TensorFlow's C++ (absl) log: `E0000 00:00:1795536065.870533   27039 port.cc:153] ...` (before
+# absl's logging is initialised the time reads 00:00 and the seconds since the epoch).
+_CPP_LOG_LINE = re.compile(r"^([IWE])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\s\]]+:\d+\] ")
+_ABSL_PRE_INIT_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
+
+def _kept(line: str, min_level: int) -> bool:
+    """Whether TF_CPP_MIN_LOG_LEVEL=`min_level` lets a line written while TensorFlow loads through."""
+    if line.rstrip("\n") == _ABSL_PRE_INIT_NOTICE:
+        return min_level < 1  # absl's notice of the lines below: warning level
+    match = _CPP_LOG_LINE.match(line)
+    return match is None or _CPP_SEVERITIES[match.group(1)] >= min_level
+
+
+def import_tensorflow_quietly() -> None:
+    """Imports TensorFlow without its C++ start-up chatter, unless the user set TF_CPP_MIN_LOG_LEVEL.
+
+    A fresh import prints, twice, the oneDNN notice and "Could not find cuda
+    drivers", then the CPU feature guard and "failed call to cuInit" on a
+    machine without a GPU, and "oneDNN supports DT_HALF only on platforms
+    with AVX-512" in a float16 run on such a CPU. The level defaults to 3 here,
+    which hides C++ INFO, WARNING and ERROR lines (the cuInit failure is an
+    ERROR) and keeps FATAL ones; tfmp's own warnings and errors are Python
+    prints and exceptions, which no level touches. TensorFlow ignores the level
+    for the lines logged while its libraries load (absl writes everything to
+    stderr until `absl::InitializeLog`), so during the import stderr goes to a
+    file and only the lines the level allows are written back. A level the
+    user set is applied to those lines in the same way.
+    """
+    min_level = os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if "tensorflow" in sys.modules:
+        return
+    try:
+        min_level = int(min_level)
+    except ValueError:  # TensorFlow reads an unparsable level as 0
+        min_level = 0
+    sys.stderr.flush()
+    saved_stderr = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved_stderr, 2)
+            os.close(saved_stderr)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if _kept(line, min_level)))
+            sys.stderr.flush()
+
+
+import_tensorflow_quietly()
+
+import tensorflow as tf
+
 import tfmp
 from tfmp.run import callbacks
 from tfmp.run import checkpoint
 from tfmp.run import data as data_lib
-from tfmp.run import preemption
 from tfmp.run import distribute
+from tfmp.run import preemption
 from tfmp.run import rundir
 from tfmp.run import training
 
@@ -204,6 +269,82 @@ def make_main(
     return main
 
 
+# `--help`'s sections after the script's own flags; a script shows those of its flags listed here.
+HELP_GROUPS = (
+    ("precision", ("precision", "loss_scale", "xla", "tf32", "float32_layers")),
+    ("model and optimizer", ("alpha", "learning_rate", "lr_schedule", "from_logits", "batch_norm_momentum")),
+    ("training", ("epochs", "batch_size", "steps_per_epoch", "strategy", "seed", "on_nonfinite", "deterministic")),
+    ("data", ("dataset", "data_dir")),
+    ("logs and console", ("logdir", "run_name", "log_every", "console", "warmup_steps", "diagnose_every",
+                          "profile_steps")),
+    ("checkpoints", ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume")),
+)
+_HELP_ARGS = ("--help", "-help", "--helpshort", "-helpshort", "-?")
+
+
+def grouped_help(module: types.ModuleType, program: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
+    """A script's `--help`: its docstring, then every flag it accepts, by `HELP_GROUPS`, with defaults.
+
+    The flags are the key flags of the script's module: those it defines and
+    those it adopts from this module (`flags.adopt_module_key_flags(common)`),
+    so TensorFlow's and absl's own flags stay under `--helpfull`. The script's
+    own flags come first, under its name; each group is rendered by absl.
+
+    Args:
+        module: The script's module.
+        program: The command's name, heading the script's own flags.
+        flag_values: Where the flags are defined; default absl's global `FLAGS`.
+
+    Returns:
+        The help text.
+    """
+    key_flags = {flag.name: flag for flag in flag_values.get_key_flags_for_module(module.__name__)}
+    grouped = {name for _, names in HELP_GROUPS for name in names}
+    sections = [(program, sorted(set(key_flags) - grouped))] + list(HELP_GROUPS)
+    parts = [(module.__doc__ or f"USAGE: {program} [flags]").rstrip() + "\n\nflags:"]  # absl's layout
+    for title, names in sections:
+        section = flags.FlagValues()
+        for name in names:
+            if name in key_flags:
+                flags.DEFINE_flag(key_flags[name], flag_values=section, module_name=title)
+        if names and section.get_key_flags_for_module(title):
+            parts.append(section.module_help(title))
+    parts.append("\nTry --helpfull to get a list of all flags, absl's and TensorFlow's included.")
+    return "\n".join(parts) + "\n"
+
+
+def run_app(main: Callable[[list[str]], None], module: types.ModuleType) -> None:
+    """Runs a script's `main` with absl (`app.run`), its `--help` from `grouped_help`.
+
+    absl's own `--help` lists the key flags of the module named `sys.argv[0]`
+    under `__main__`'s docstring: under a console command (`tfmp-train-gan`)
+    that is pip's wrapper, with neither. `--help` (`-?`, `--helpshort`)
+    therefore prints `grouped_help` and exits 0; `--helpfull` stays absl's.
+    A usage error raised by `main` prints its message and a pointer to
+    `--help` rather than the flag list above the message.
+
+    Args:
+        main: The script's `main(argv)`.
+        module: The script's module (its docstring and flags).
+    """
+
+    def parse(argv: list[str]) -> list[str]:
+        arguments = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+        if any(argument in _HELP_ARGS for argument in arguments):
+            sys.stdout.write(grouped_help(module, os.path.basename(argv[0])))
+            sys.exit(0)
+        return app.parse_flags_with_usage(argv)
+
+    def main_with_short_usage(argv: list[str]) -> None:
+        try:
+            main(argv)
+        except app.UsageError as e:
+            sys.stderr.write(f"error: {e}\nPass --help to see the flags.\n")
+            sys.exit(e.exitcode)
+
+    app.run(main_with_short_usage, flags_parser=parse)
+
+
 # The library's names for what the scripts offer another way.
 _LIBRARY_TO_SCRIPTS = {"tfmp.run.training.diagnose_run": "scripts/diagnose.py (tfmp-diagnose)"}
 _TRAINING_CONFIGS = (training.ClassifierConfig, training.GANConfig)
@@ -269,8 +410,55 @@ def print_line(line: str) -> None:
     print(to_flags(line) if line.startswith("warning:") else line, flush=True)
 
 
-def run(train_fn: Callable[..., Any], config: Any) -> Any:
+FLOAT16_ON_CPU_NOTE = (
+    "note: float16 is emulated on a CPU (no native float16 arithmetic): slower than float32, useful to check "
+    "numerics before a GPU run; bfloat16 is the CPU's 16-bit type.")
+
+
+def _emulates_float16(precisions: Iterable[str]) -> bool:
+    """Whether one of `precisions` is float16 and no GPU is visible: a float16 run on the CPU."""
+    for precision in precisions:
+        try:
+            if tfmp.canonical_precision(precision) == "mixed_float16":
+                return not tf.config.list_physical_devices("GPU")
+        except ValueError:
+            continue  # the run refuses it, naming it
+    return False
+
+
+def with_float16_note(print_fn: Callable[[str], None], precisions: Iterable[str]) -> Callable[[str], None]:
+    """`print_fn`, adding `FLOAT16_ON_CPU_NOTE` after the run's first line when it runs float16 on a CPU.
+
+    The note stands for TensorFlow's "oneDNN supports DT_HALF only on
+    platforms with AVX-512" line, which the scripts' quiet start-up hides
+    (`import_tensorflow_quietly`). It follows the run's first line, so a run
+    its settings stop before it starts prints none.
+
+    Args:
+        print_fn: Where the run's lines go.
+        precisions: The precisions the run trains in (names or aliases).
+
+    Returns:
+        `print_fn` itself when no float16 runs on a CPU, otherwise a wrapper.
+    """
+    if not _emulates_float16(precisions):
+        return print_fn
+    pending = [FLOAT16_ON_CPU_NOTE]
+
+    def print_and_note(line: str) -> None:
+        print_fn(line)
+        while pending:
+            print_fn(pending.pop())
+
+    return print_and_note
+
+
+def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | None = None) -> Any:
     """Runs `train_fn(config, print_fn=print_line)`, turning the expected failures into clean exits.
+
+    With float16 on a CPU among `precisions` (default: the config's
+    `precisions`, or else its `precision`), the run's first line is followed
+    by `FLOAT16_ON_CPU_NOTE` (`with_float16_note`).
 
     Bad settings become usage errors; missing or corrupt data, an unusable
     checkpoint or a failed checkpoint write, a run directory another run
@@ -284,7 +472,9 @@ def run(train_fn: Callable[..., Any], config: Any) -> Any:
         if getattr(config, "console", None) == "auto":
             # What the library decides for print (a progress bar on a terminal); it cannot tell for print_line.
             config = dataclasses.replace(config, console=callbacks.console_mode("auto", sys.stdout))
-        return train_fn(config, print_fn=print_line)
+        if precisions is None:
+            precisions = getattr(config, "precisions", None) or (getattr(config, "precision", ""),)
+        return train_fn(config, print_fn=with_float16_note(print_line, precisions))
     except training.ConfigError as e:
         raise app.UsageError(to_flags(str(e))) from None
     except (data_lib.DatasetNotFoundError, data_lib.CorruptDatasetError, checkpoint.CheckpointError,

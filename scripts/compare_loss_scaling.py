@@ -11,24 +11,28 @@ Precision and loss-scale flags are set by the comparison itself.
 """
 
 import os
+import sys
 
-from absl import app
+from absl import flags
 
-from tfmp.run import training
-
+# common first: importing it imports TensorFlow quietly.
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common
 except ImportError:  # pragma: no cover
     import common
 
+from tfmp.run import training
+
 _DEFAULTS = training.GANConfig(logdir=os.path.join("logs", "compare_loss_scaling"))
 _FLAGS = common.define_training_flags(_DEFAULTS, exclude=("precision", "loss_scale", "run_name"))
+flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 
 def main(argv):
     common.check_no_arguments(argv)
     config = common.config_from_flags(training.GANConfig, _FLAGS)
-    results = common.run(training.compare_loss_scaling, config)
+    results = common.run(training.compare_loss_scaling, config,
+                          precisions=[precision for _, precision, _ in training.COMPARISON])
     print()
     print(training.comparison_table(results))
     print()
@@ -37,7 +41,7 @@ def main(argv):
 
 def run():
     """Console entry point (`tfmp-compare-loss-scaling`)."""
-    app.run(main)
+    common.run_app(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -14,18 +14,21 @@ static loss scale), and the first non-finite layer, if any. With
 its "bad sizes" variant (widths 63/31/7, batch 4090) side by side.
 """
 
+import sys
+
 from absl import app
 from absl import flags
+
+# common first: importing it imports TensorFlow quietly.
+try:  # installed: the tfmp_scripts package; run from a checkout: this folder
+    from tfmp_scripts import common
+except ImportError:  # pragma: no cover
+    import common
 
 import tfmp
 from tfmp.models.gan import build_generator
 from tfmp.run import diagnostics
 from tfmp.run import training
-
-try:  # installed: the tfmp_scripts package; run from a checkout: this folder
-    from tfmp_scripts import common
-except ImportError:  # pragma: no cover
-    import common
 
 _CONFIGS = {"gan": training.GANConfig, "mobilenet_v2": training.ClassifierConfig}
 _DEFAULTS = training.TrainConfig(precision="mixed_float16", batch_size=256, dataset="digits")
@@ -41,6 +44,7 @@ _GENERATOR_WIDTHS = flags.DEFINE_list(
 _ALPHA = flags.DEFINE_float("alpha", training.ClassifierConfig.alpha, "mobilenet_v2: the width multiplier.")
 _SEED_VARIANTS = flags.DEFINE_bool(
     "seed_variants", False, "Only print the alignment of seed 000's generator and of its bad-sizes variant.")
+flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 
 def _model_values() -> dict:
@@ -80,7 +84,7 @@ def main(argv):
 
 def run():
     """Console entry point (`tfmp-diagnose`)."""
-    app.run(main)
+    common.run_app(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Does mixed precision keep float32's accuracy? Paired runs of the classifier over seeds.
+r"""Does mixed precision keep float32's accuracy? Paired runs of the classifier over seeds.
 
     python3 scripts/parity.py --seeds=0,1,2,3,4 --precisions=float32,mixed_float16,mixed_bfloat16 \
         --json_out=parity.json
@@ -13,18 +13,20 @@ mean paired gap to float32 with its spread. The method is in
 """
 
 import os
+import sys
 
 from absl import app
 from absl import flags
 
-from tfmp.run import parity
-from tfmp.run import reporting
-from tfmp.run import training
-
+# common first: importing it imports TensorFlow quietly.
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common
 except ImportError:  # pragma: no cover
     import common
+
+from tfmp.run import parity
+from tfmp.run import reporting
+from tfmp.run import training
 
 _DEFAULTS = parity.ParityConfig()
 _CLASSIFIER = _DEFAULTS.classifier
@@ -39,6 +41,7 @@ _PRECISIONS = flags.DEFINE_list(
 _PARENT = flags.DEFINE_string(
     "run_name", "", "Directory of the runs under --logdir (each <precision>_seed<seed>); default: parity_<time>.")
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the records to this JSON file.")
+flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 
 def _seeds(values: list[str]) -> tuple[int, ...]:
@@ -73,7 +76,7 @@ def main(argv):
 
 def run():
     """Console entry point (`tfmp-parity`)."""
-    app.run(main)
+    common.run_app(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

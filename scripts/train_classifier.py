@@ -1,4 +1,4 @@
-"""Trains the MobileNetV2 classifier (seed 002) with mixed precision.
+r"""Trains the MobileNetV2 classifier (seed 002) with mixed precision.
 
     python3 scripts/train_classifier.py --dataset=digits --alpha=0.35 --epochs=5 \
         --precision=mixed_bfloat16
@@ -7,23 +7,27 @@
 Defaults: CIFAR-10, batch 128, Adam(1e-3), a float32 softmax.
 """
 
-from absl import app
+import sys
 
-from tfmp.run import training
+from absl import flags
 
+# common first: importing it imports TensorFlow quietly.
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common
 except ImportError:  # pragma: no cover
     import common
 
+from tfmp.run import training
+
 _DEFAULTS = training.ClassifierConfig()
 _FLAGS = common.define_classifier_flags(_DEFAULTS)
+flags.adopt_module_key_flags(common)  # --help lists common's flags too
 main = common.make_main(training.ClassifierConfig, training.train_classifier, _FLAGS)
 
 
 def run():
     """Console entry point (`tfmp-train-classifier`)."""
-    app.run(main)
+    common.run_app(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Trains the seed's GAN (generator + discriminator) with mixed precision.
+r"""Trains the seed's GAN (generator + discriminator) with mixed precision.
 
     python3 scripts/train_gan.py --dataset=digits --batch_size=256 --epochs=3 \
         --precision=mixed_float16 --loss_scale=dynamic
@@ -7,15 +7,17 @@
 Defaults are the seed's: MNIST, batch 4096, Adam(1e-3) / RMSprop(1e-4).
 """
 
-from absl import app
+import sys
+
 from absl import flags
 
-from tfmp.run import training
-
+# common first: importing it imports TensorFlow quietly.
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
     from tfmp_scripts import common
 except ImportError:  # pragma: no cover
     import common
+
+from tfmp.run import training
 
 _DEFAULTS = training.GANConfig()
 _FLAGS = {
@@ -27,12 +29,13 @@ _FLAGS = {
         "discriminator_learning_rate", _DEFAULTS.discriminator_learning_rate,
         "Discriminator RMSprop learning rate."),
 }
+flags.adopt_module_key_flags(common)  # --help lists common's flags too
 main = common.make_main(training.GANConfig, training.train_gan, _FLAGS)
 
 
 def run():
     """Console entry point (`tfmp-train-gan`)."""
-    app.run(main)
+    common.run_app(main, sys.modules[__name__])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ def _run(command, *flags, timeout=600):
     if command.endswith(".py"):
         command = [sys.executable, os.path.join(ROOT, "scripts", command)]
     else:
-        executable = shutil.which(command)
+        # The command installed with the Python running the tests first (a venv's bin/ need not be on PATH).
+        executable = shutil.which(command, path=os.path.dirname(sys.executable)) or shutil.which(command)
         if executable is None:
             pytest.fail(f"console command {command} is not installed; run pip install -e .")
         command = [executable]
@@ -555,3 +556,114 @@ def test_a_library_error_reads_in_flag_terms_from_the_script(tmp_path):
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert ("resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
             "Received: --resume, --run_name='', --checkpoint_dir=''") in proc.stderr
+
+
+# --- --help, a quiet start-up and the float16-on-CPU note (scripts/common.py) ----------
+
+SCRIPTS = ("train_gan.py", "train_classifier.py", "compare_loss_scaling.py", "diagnose.py", "parity.py", "benchmark.py")
+# Flags TensorFlow and absl define, which --help must leave to --helpfull.
+FOREIGN_FLAGS = ("--op_conversion_fallback_to_while_loop", "--hbm_oom_exit", "--tt_check_filter", "--logtostderr",
+                 "--flagfile", "--verbosity")
+
+
+def _help_flags(text, sections=None):
+    """The flags listed in absl-style help text, only under the given section headings if any."""
+    found, keep = set(), sections is None
+    for line in text.splitlines():
+        if re.match(r"^\S.*:$", line):
+            keep = sections is None or line[:-1] in sections
+        elif keep and (match := re.match(r"^  --(?:\[no\])?(\w+)", line)):
+            found.add(match.group(1))
+    return found
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_lists_every_flag_of_the_script_and_none_of_tensorflows(script):
+    proc = _run(script, "--help")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    full = _run(script, "--helpfull").stdout
+    # --helpfull groups flags by the module defining them: the script's own (by path) and scripts/common.py's.
+    own = {line[:-1] for line in full.splitlines() if line.endswith(f"{script}:") or line.endswith("common:")}
+    accepted = _help_flags(full, own)
+    assert accepted and _help_flags(proc.stdout) == accepted, proc.stdout
+    assert not [flag for flag in FOREIGN_FLAGS if flag in proc.stdout], proc.stdout
+    assert proc.stdout.rstrip().endswith("Try --helpfull to get a list of all flags, absl's and TensorFlow's included.")
+
+
+def test_train_gan_help_groups_the_flags_with_their_defaults():
+    proc = _run("train_gan.py", "--help")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for flag in ("--precision", "--loss_scale", "--xla", "--batch_size", "--resume", "--latent_dim"):
+        assert re.search(rf"^  --(?:\[no\])?{flag[2:]}: ", proc.stdout, re.M), flag
+    assert not [flag for flag in FOREIGN_FLAGS if flag in proc.stdout], proc.stdout
+    sections = [line[:-1] for line in proc.stdout.splitlines() if re.match(r"^\S.*:$", line)]
+    assert sections == ["flags", "train_gan.py", "precision", "training", "data", "logs and console", "checkpoints"]
+    assert "  --batch_size: Examples per step" in proc.stdout and "(default: '4096')" in proc.stdout
+    assert proc.stdout.startswith("Trains the seed's GAN")
+
+
+def test_the_console_command_help_has_the_scripts_docstring_and_flags():
+    proc = _run("tfmp-train-gan", "--help")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("Trains the seed's GAN")
+    assert "\ntfmp-train-gan:\n  --discriminator_learning_rate:" in proc.stdout
+    assert {"precision", "loss_scale", "resume", "latent_dim"} <= _help_flags(proc.stdout)
+
+
+def test_a_usage_error_prints_the_message_and_points_to_help_not_the_flag_list(tmp_path):
+    proc = _run("train_gan.py", "--dataset=digits", "--run_name=../outside", f"--logdir={tmp_path}")
+    assert proc.returncode == 1
+    assert re.search(r"^error: .*--run_name='\.\./outside'", proc.stderr, re.M), proc.stderr[-3000:]
+    assert proc.stderr.rstrip().endswith("Pass --help to see the flags.")
+    assert "--batch_size" not in proc.stderr
+
+
+def test_a_fresh_start_prints_no_tensorflow_log_line_before_the_runs_first_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # as on a machine without a GPU: TensorFlow then logs cuInit's failure
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "train_gan.py"), "--dataset=digits", "--epochs=1",
+         "--steps_per_epoch=2", "--batch_size=32", "--precision=float32", f"--logdir={tmp_path}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = proc.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("training gan_trainer: precision=float32"))
+    before = lines[:first]
+    assert not [line for line in before if re.match(r"^[EIW]0000 ", line) or "absl::InitializeLog" in line], before
+    assert not [line for line in lines if line.startswith("note: float16")]
+
+
+@pytest.mark.parametrize(
+    "level, kept",
+    [(0, {"I", "W", "E", "notice", "other"}), (1, {"W", "E", "other"}), (2, {"E", "other"}), (3, {"other"})],
+)
+def test_the_quiet_import_keeps_the_lines_the_log_level_allows(level, kept):
+    from scripts import common
+
+    lines = {
+        "notice": "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+        "I": "I0000 00:00:1795536065.870533   27039 port.cc:153] oneDNN custom operations are on.\n",
+        "W": "W0000 00:00:1795536065.870533   27039 cuda_dnn.cc:8] Unable to register cuDNN factory\n",
+        "E": "E0000 00:00:1795536066.024370   27039 cuda_platform.cc:52] failed call to cuInit: INTERNAL\n",
+        "other": "/usr/lib/python3/warnings.py:109: UserWarning: a Python warning\n",
+    }
+    assert {name for name, line in lines.items() if common._kept(line, level)} == kept
+
+
+@pytest.mark.parametrize(
+    "precisions, gpus, noted",
+    [(("fp16",), [], True), (("float32", "mixed_float16"), [], True), (("mixed_float16",), ["GPU:0"], False),
+     (("bf16", "float32"), [], False), (("fp8",), [], False)],
+)
+def test_float16_on_a_cpu_is_noted_after_the_runs_first_line(precisions, gpus, noted, monkeypatch):
+    from scripts import common
+
+    monkeypatch.setattr(common.tf.config, "list_physical_devices", lambda kind=None: gpus)
+    lines = []
+    record = lines.append
+    print_fn = common.with_float16_note(record, precisions)
+    print_fn("training gan_trainer: ...")
+    print_fn("(0, 0), ...")
+    note = [common.FLOAT16_ON_CPU_NOTE] if noted else []
+    assert lines == ["training gan_trainer: ...", *note, "(0, 0), ..."]
+    assert (print_fn is record) != noted

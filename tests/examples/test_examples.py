@@ -1,0 +1,39 @@
+"""The scripts in examples/, run as a user runs them (a subprocess), shortened to two steps."""
+
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize(
+    "name, event_dirs",
+    [
+        ("custom_loop_tf_keras2.py", ()),
+        ("fit_bfloat16.py", ("logs/fit_bfloat16/train", "logs/fit_bfloat16/validation")),
+        ("gan_train_step.py", ()),
+    ],
+)
+def test_example_runs_and_ends_with_a_finite_loss(name, event_dirs, tmp_path):
+    env = dict(os.environ, TFMP_EXAMPLE_STEPS="2", CUDA_VISIBLE_DEVICES="")
+    # cwd is a temporary directory because an example may write TensorBoard logs under ./logs.
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", name)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("final loss: ") and "(finite: True)" in last, proc.stdout[-3000:]
+    losses = [float(v) for v in re.findall(r"(?<![\w.])(?:-?\d+\.\d+|nan|inf)", last.split("(finite:")[0])]
+    assert losses and all(math.isfinite(loss) for loss in losses), last
+    for directory in event_dirs:
+        assert [f for f in os.listdir(tmp_path / directory) if f.startswith("events")], directory
