@@ -15,7 +15,7 @@ BatchNorm layers run TensorFlow's fused kernel
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import keras
 
@@ -91,9 +91,7 @@ def build_generator(
     x = batch_norm(name="batch_norm_4")(x)
     # The output layer runs in float32 whatever the policy: the sigmoid
     # saturates early in 16 bits, and the images feed a float32 loss.
-    images = layers.Conv2D(
-        1, 5, padding="same", activation="sigmoid", dtype="float32", name="conv_final"
-    )(x)
+    images = layers.Conv2D(1, 5, padding="same", activation="sigmoid", dtype="float32", name="conv_final")(x)
     return keras.Model(noise, images, name=name)
 
 

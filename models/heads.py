@@ -21,7 +21,5 @@ def classifier_on_backbone(
     x = keras.layers.Dense(num_classes, name="logits")(x)
     # Outputs must be float32 under a mixed policy: the softmax, and the loss
     # computed from it, lose too much in 16 bits.
-    outputs = keras.layers.Activation(
-        "linear" if from_logits else "softmax", dtype="float32", name="outputs"
-    )(x)
+    outputs = keras.layers.Activation("linear" if from_logits else "softmax", dtype="float32", name="outputs")(x)
     return keras.Model(inputs, outputs, name=name)

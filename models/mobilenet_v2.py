@@ -18,8 +18,8 @@ import math
 
 import keras
 
-from tfmp.models.heads import classifier_on_backbone
 from tfmp.layers import fuse_batch_norms
+from tfmp.models.heads import classifier_on_backbone
 
 __all__ = ["build_mobilenet_v2_classifier", "cpu_bfloat16_float32_layers"]
 
@@ -27,9 +27,23 @@ __all__ = ["build_mobilenet_v2_classifier", "cpu_bfloat16_float32_layers"]
 # their strides (Sandler et al. 2018, Table 2); the stem convolution before
 # them has stride 2.
 _DEPTHWISE_STRIDES = (
-    ("expanded_conv", 1), ("block_1", 2), ("block_2", 1), ("block_3", 2), ("block_4", 1), ("block_5", 1),
-    ("block_6", 2), ("block_7", 1), ("block_8", 1), ("block_9", 1), ("block_10", 1), ("block_11", 1),
-    ("block_12", 1), ("block_13", 2), ("block_14", 1), ("block_15", 1), ("block_16", 1),
+    ("expanded_conv", 1),
+    ("block_1", 2),
+    ("block_2", 1),
+    ("block_3", 2),
+    ("block_4", 1),
+    ("block_5", 1),
+    ("block_6", 2),
+    ("block_7", 1),
+    ("block_8", 1),
+    ("block_9", 1),
+    ("block_10", 1),
+    ("block_11", 1),
+    ("block_12", 1),
+    ("block_13", 2),
+    ("block_14", 1),
+    ("block_15", 1),
+    ("block_16", 1),
 )
 # Below this input side oneDNN has no depthwise backward-filter kernel.
 _ONEDNN_MIN_DEPTHWISE_SIDE = 4
@@ -103,9 +117,7 @@ def build_mobilenet_v2_classifier(
     if len(input_shape) != 3 or input_shape[-1] != 3:
         raise ValueError(f"input_shape must be (height, width, 3). Received: input_shape={input_shape!r}")
     inputs = keras.Input(input_shape, name="images")
-    backbone = keras.applications.MobileNetV2(
-        input_shape=input_shape, alpha=alpha, include_top=False, weights=None
-    )
+    backbone = keras.applications.MobileNetV2(input_shape=input_shape, alpha=alpha, include_top=False, weights=None)
     if fused_batch_norm:
         backbone = fuse_batch_norms(backbone)
     if batch_norm_momentum is not None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import keras
 
-from tfmp.models.heads import classifier_on_backbone
 from tfmp.layers import fuse_batch_norms
+from tfmp.models.heads import classifier_on_backbone
 
 __all__ = ["MIN_INPUT_SIZE", "build_resnet50_classifier"]
 
@@ -54,7 +54,12 @@ def build_resnet50_classifier(
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes must be an integer >= 2. Received: num_classes={num_classes!r}")
     shape = tuple(input_shape) if isinstance(input_shape, (tuple, list)) else ()
-    if len(shape) != 3 or shape[-1] != 3 or not all(isinstance(d, int) for d in shape) or min(shape[:2]) < MIN_INPUT_SIZE:
+    if (
+        len(shape) != 3
+        or shape[-1] != 3
+        or not all(isinstance(d, int) for d in shape)
+        or min(shape[:2]) < MIN_INPUT_SIZE
+    ):
         raise ValueError(
             f"input_shape must be (height, width, 3) with height and width >= {MIN_INPUT_SIZE}. "
             f"Received: input_shape={input_shape!r}"

@@ -15,10 +15,10 @@ tuples `benchmark.BenchmarkConfig` holds.
 
 import os
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 # common first: importing it imports TensorFlow quietly.
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
@@ -26,46 +26,62 @@ try:  # installed: the tfmp_scripts package; run from a checkout: this folder
 except ImportError:  # pragma: no cover
     import common
 
-from tfmp.run import benchmark
-from tfmp.run import data as data_lib
 from tfmp import precision as precision_lib
-from tfmp.run import reporting
+from tfmp.run import benchmark, reporting
+from tfmp.run import data as data_lib
 
 _DEFAULTS = benchmark.BenchmarkConfig()
 _MODE = flags.DEFINE_enum(
-    "mode", "compare", list(benchmark.MODES),
+    "mode",
+    "compare",
+    list(benchmark.MODES),
     "compare: the trainer per precision, against float32 and a hand-written step; "
-    "input_pipeline: the trainer fed by the real tf.data pipeline against in-memory tensors.")
+    "input_pipeline: the trainer fed by the real tf.data pipeline against in-memory tensors.",
+)
 _MODELS = flags.DEFINE_list(
-    "models", [],
+    "models",
+    [],
     f"Models, from {', '.join(benchmark.MODELS)}. Empty: all three for compare, "
-    f"{', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline.")
+    f"{', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline.",
+)
 _PRECISIONS = flags.DEFINE_list(
-    "precisions", list(_DEFAULTS.precisions),
-    "Precisions: float32, mixed_bfloat16, mixed_float16 (or fp32, bf16, fp16).")
+    "precisions",
+    list(_DEFAULTS.precisions),
+    "Precisions: float32, mixed_bfloat16, mixed_float16 (or fp32, bf16, fp16).",
+)
 _XLA = flags.DEFINE_list("xla", ["false", "true"], "XLA settings to measure: false, true, auto (on with a GPU).")
 _BATCH_SIZES = flags.DEFINE_list(
-    "batch_sizes", [], "Batch sizes for every model. Empty: gan 512, mobilenet_v2 128, resnet50 32.")
+    "batch_sizes", [], "Batch sizes for every model. Empty: gan 512, mobilenet_v2 128, resnet50 32."
+)
 _RESNET_INPUT_SIZE = flags.DEFINE_integer(
-    "resnet_input_size", _DEFAULTS.resnet_input_size, "Side of ResNet-50's square input (>= 32; ImageNet: 224).")
+    "resnet_input_size", _DEFAULTS.resnet_input_size, "Side of ResNet-50's square input (>= 32; ImageNet: 224)."
+)
 _WARMUP_STEPS = flags.DEFINE_integer(
-    "warmup_steps", _DEFAULTS.warmup_steps, "Untimed steps per path before timing (the first traces).")
+    "warmup_steps", _DEFAULTS.warmup_steps, "Untimed steps per path before timing (the first traces)."
+)
 _STEPS = flags.DEFINE_integer("steps", _DEFAULTS.steps, "Timed steps per path per repeat.")
 _REPEATS = flags.DEFINE_integer("repeats", _DEFAULTS.repeats, "Timed rounds; medians are taken over them.")
 _SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of weights, synthetic data and noise.")
 _DATASET = flags.DEFINE_string(
-    "dataset", _DEFAULTS.dataset,
-    f"Real data of --mode=input_pipeline: {', '.join(data_lib.DATASETS)} (digits is embedded).")
+    "dataset",
+    _DEFAULTS.dataset,
+    f"Real data of --mode=input_pipeline: {', '.join(data_lib.DATASETS)} (digits is embedded).",
+)
 _FLOAT32_LAYERS = flags.DEFINE_string(
-    "float32_layers", _DEFAULTS.float32_layers,
+    "float32_layers",
+    _DEFAULTS.float32_layers,
     "Layers computing in float32, as in training: auto (each model's advice; MobileNetV2 under bfloat16 on "
-    "CPU: its depthwise convolutions), none, or a regex searched in layer paths.")
+    "CPU: its depthwise convolutions), none, or a regex searched in layer paths.",
+)
 _TF32 = flags.DEFINE_bool(
-    "tf32", _DEFAULTS.tf32, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs); --notf32 measures "
-    "true float32.")
+    "tf32",
+    _DEFAULTS.tf32,
+    "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs); --notf32 measures true float32.",
+)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the records to this JSON file.")
 _PLOT_OUT = flags.DEFINE_string(
-    "plot_out", None, 'Write a PNG bar chart here (--mode=compare; needs pip install "tfmp[plot]").')
+    "plot_out", None, 'Write a PNG bar chart here (--mode=compare; needs pip install "tfmp[plot]").'
+)
 
 
 def _split(values: str | Iterable[str]) -> list[str]:
@@ -148,8 +164,7 @@ def parse_batch_sizes(values: str | Iterable[str | int]) -> tuple[int, ...]:
 
 def _config() -> benchmark.BenchmarkConfig:
     """The config from the flags; a bad value is a usage error naming it."""
-    models = _MODELS.value or list(
-        benchmark.MODELS if _MODE.value == "compare" else benchmark.PIPELINE_MODELS)
+    models = _MODELS.value or list(benchmark.MODELS if _MODE.value == "compare" else benchmark.PIPELINE_MODELS)
     try:
         config = benchmark.BenchmarkConfig(
             models=parse_models(models),

@@ -19,10 +19,10 @@ import signal
 import sys
 import tempfile
 import types
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from absl import app
-from absl import flags
+from absl import app, flags
 from absl import logging as absl_logging
 
 # What TF_CPP_MIN_LOG_LEVEL hides: 3 hides INFO, WARNING and ERROR lines, keeping FATAL.
@@ -84,13 +84,8 @@ import_tensorflow_quietly()
 import tensorflow as tf
 
 import tfmp
-from tfmp.run import callbacks
-from tfmp.run import checkpoint
+from tfmp.run import callbacks, checkpoint, distribute, preemption, rundir, training
 from tfmp.run import data as data_lib
-from tfmp.run import distribute
-from tfmp.run import preemption
-from tfmp.run import rundir
-from tfmp.run import training
 
 
 def define_classifier_flags(
@@ -106,22 +101,26 @@ def define_classifier_flags(
         **define_training_flags(defaults, exclude=exclude),
         "alpha": flags.DEFINE_float("alpha", defaults.alpha, "MobileNetV2 width multiplier."),
         "learning_rate": flags.DEFINE_float(
-            "learning_rate", defaults.learning_rate, "Adam (peak, with --lr_schedule=cosine) learning rate."),
+            "learning_rate", defaults.learning_rate, "Adam (peak, with --lr_schedule=cosine) learning rate."
+        ),
         "lr_schedule": flags.DEFINE_enum(
-            "lr_schedule", defaults.lr_schedule, list(training.LR_SCHEDULES),
-            "cosine: decay the learning rate to zero over the run; constant: keep it."),
+            "lr_schedule",
+            defaults.lr_schedule,
+            list(training.LR_SCHEDULES),
+            "cosine: decay the learning rate to zero over the run; constant: keep it.",
+        ),
         "from_logits": flags.DEFINE_bool(
-            "from_logits", defaults.from_logits,
-            "Output float32 logits with a from-logits loss instead of a softmax."),
+            "from_logits", defaults.from_logits, "Output float32 logits with a from-logits loss instead of a softmax."
+        ),
         "batch_norm_momentum": flags.DEFINE_float(
-            "batch_norm_momentum", defaults.batch_norm_momentum,
-            "BatchNorm moving-statistics momentum (Keras's MobileNetV2: 0.999, too slow for small data)."),
+            "batch_norm_momentum",
+            defaults.batch_norm_momentum,
+            "BatchNorm moving-statistics momentum (Keras's MobileNetV2: 0.999, too slow for small data).",
+        ),
     }
 
 
-def define_training_flags(
-    defaults: training.TrainConfig, exclude: tuple[str, ...] = ()
-) -> dict[str, flags.FlagHolder]:
+def define_training_flags(defaults: training.TrainConfig, exclude: tuple[str, ...] = ()) -> dict[str, flags.FlagHolder]:
     """Defines the flags every training script has; returns their holders.
 
     Args:
@@ -130,83 +129,134 @@ def define_training_flags(
     """
     definitions = {
         "precision": lambda: flags.DEFINE_enum(
-            "precision", defaults.precision, list(tfmp.PRECISIONS) + ["fp32", "fp16", "bf16"],
+            "precision",
+            defaults.precision,
+            list(tfmp.PRECISIONS) + ["fp32", "fp16", "bf16"],
             "Compute precision. auto: the fastest for this model on this device, measured once and cached "
             "(GPU 8.0+: float32, bfloat16, float16; 7.x: float32, float16; CPU with bfloat16: float32, bfloat16); "
-            "multi_worker: by GPU compute capability."),
+            "multi_worker: by GPU compute capability.",
+        ),
         "loss_scale": lambda: flags.DEFINE_string(
-            "loss_scale", str(defaults.loss_scale),
+            "loss_scale",
+            str(defaults.loss_scale),
             "dynamic, none, or a positive fixed scale. Only mixed_float16 uses it; auto (not set): dynamic there. "
-            "A scale set under another precision is ignored with a note."),
+            "A scale set under another precision is ignored with a note.",
+        ),
         "xla": lambda: flags.DEFINE_enum(
-            "xla", str(defaults.xla), ["auto", "true", "false"],
-            "Compile the train step with XLA. auto: on with a GPU, off on CPU."),
+            "xla",
+            str(defaults.xla),
+            ["auto", "true", "false"],
+            "Compile the train step with XLA. auto: on with a GPU, off on CPU.",
+        ),
         "tf32": lambda: flags.DEFINE_bool(
-            "tf32", defaults.tf32, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs)."),
-        "epochs": lambda: flags.DEFINE_integer("epochs", defaults.epochs, "Passes over the training data.", lower_bound=1),
+            "tf32", defaults.tf32, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs)."
+        ),
+        "epochs": lambda: flags.DEFINE_integer(
+            "epochs", defaults.epochs, "Passes over the training data.", lower_bound=1
+        ),
         "batch_size": lambda: flags.DEFINE_integer(
-            "batch_size", defaults.batch_size,
-            "Examples per step: the global batch, split evenly across the --strategy's replicas.", lower_bound=1),
+            "batch_size",
+            defaults.batch_size,
+            "Examples per step: the global batch, split evenly across the --strategy's replicas.",
+            lower_bound=1,
+        ),
         "strategy": lambda: flags.DEFINE_enum(
-            "strategy", defaults.strategy, list(distribute.STRATEGIES),
+            "strategy",
+            defaults.strategy,
+            list(distribute.STRATEGIES),
             "default: one device; mirrored: every local GPU; multi_worker: the hosts of TF_CONFIG "
-            "(start this script on each; only the chief writes logs)."),
+            "(start this script on each; only the chief writes logs).",
+        ),
         "steps_per_epoch": lambda: flags.DEFINE_integer(
-            "steps_per_epoch", defaults.steps_per_epoch, "Optional cap on the steps of an epoch.", lower_bound=1),
+            "steps_per_epoch", defaults.steps_per_epoch, "Optional cap on the steps of an epoch.", lower_bound=1
+        ),
         "dataset": lambda: flags.DEFINE_enum(
-            "dataset", defaults.dataset, list(defaults.datasets),
-            "Training data. digits is embedded (no download); synthetic is random data for benchmarks."),
+            "dataset",
+            defaults.dataset,
+            list(defaults.datasets),
+            "Training data. digits is embedded (no download); synthetic is random data for benchmarks.",
+        ),
         "data_dir": lambda: flags.DEFINE_string(
-            "data_dir", defaults.data_dir,
-            "Directory holding the downloaded dataset; default: keras.datasets' cache (~/.keras/datasets)."),
+            "data_dir",
+            defaults.data_dir,
+            "Directory holding the downloaded dataset; default: keras.datasets' cache (~/.keras/datasets).",
+        ),
         "logdir": lambda: flags.DEFINE_string("logdir", defaults.logdir, "Parent directory of the TensorBoard runs."),
         "run_name": lambda: flags.DEFINE_string(
-            "run_name", defaults.run_name,
+            "run_name",
+            defaults.run_name,
             "Run directory under --logdir (a relative path inside it, e.g. sweep/lr-3); default: time, precision "
-            "and loss scale. One run at a time: a second run in the same directory is refused."),
+            "and loss scale. One run at a time: a second run in the same directory is refused.",
+        ),
         "seed": lambda: flags.DEFINE_integer("seed", defaults.seed, "Seed of weights, noise, shuffling and splits."),
         "log_every": lambda: flags.DEFINE_integer(
-            "log_every", defaults.log_every,
+            "log_every",
+            defaults.log_every,
             "Print the step line every N steps of an epoch; write per-step TensorBoard scalars every N global steps.",
-            lower_bound=1),
+            lower_bound=1,
+        ),
         "console": lambda: flags.DEFINE_enum(
-            "console", defaults.console, list(callbacks.CONSOLE_MODES),
+            "console",
+            defaults.console,
+            list(callbacks.CONSOLE_MODES),
             "progress: a Keras progress bar per epoch; lines: the seed's step line every --log_every steps; "
-            "auto: progress on a terminal, lines otherwise (pipes, files)."),
+            "auto: progress on a terminal, lines otherwise (pipes, files).",
+        ),
         "warmup_steps": lambda: flags.DEFINE_integer(
-            "warmup_steps", defaults.warmup_steps, "Leading steps left out of the mean throughput.", lower_bound=0),
+            "warmup_steps", defaults.warmup_steps, "Leading steps left out of the mean throughput.", lower_bound=0
+        ),
         "diagnose_every": lambda: flags.DEFINE_integer(
-            "diagnose_every", defaults.diagnose_every,
+            "diagnose_every",
+            defaults.diagnose_every,
             "Every N steps, log the gradients' float16 underflow/overflow fractions to TensorBoard; 0: never.",
-            lower_bound=0),
+            lower_bound=0,
+        ),
         "profile_steps": lambda: flags.DEFINE_string(
-            "profile_steps", "",
+            "profile_steps",
+            "",
             "START,END: capture a TensorFlow profiler trace of these steps (from 1, inclusive) into the "
-            "run's logdir, for TensorBoard's Profile tab. Start after the warm-up steps."),
+            "run's logdir, for TensorBoard's Profile tab. Start after the warm-up steps.",
+        ),
         "float32_layers": lambda: flags.DEFINE_string(
-            "float32_layers", defaults.float32_layers,
+            "float32_layers",
+            defaults.float32_layers,
             "Regex (re.search on layer paths such as model/block_1_expand_BN): those layers compute in "
             "float32 under a mixed policy. none: no layer; auto: the model's advice (MobileNetV2 under "
-            "bfloat16 on CPU: the depthwise convolutions), none otherwise."),
+            "bfloat16 on CPU: the depthwise convolutions), none otherwise.",
+        ),
         "checkpoint_dir": lambda: flags.DEFINE_string(
-            "checkpoint_dir", defaults.checkpoint_dir, "Where checkpoints go; default: <logdir>/<run_name>/checkpoints."),
+            "checkpoint_dir", defaults.checkpoint_dir, "Where checkpoints go; default: <logdir>/<run_name>/checkpoints."
+        ),
         "checkpoint_every": lambda: flags.DEFINE_integer(
-            "checkpoint_every", defaults.checkpoint_every,
-            "Also checkpoint every N steps; 0: at each epoch end only (and on SIGTERM/SIGINT).", lower_bound=0),
+            "checkpoint_every",
+            defaults.checkpoint_every,
+            "Also checkpoint every N steps; 0: at each epoch end only (and on SIGTERM/SIGINT).",
+            lower_bound=0,
+        ),
         "keep_checkpoints": lambda: flags.DEFINE_integer(
-            "keep_checkpoints", defaults.keep_checkpoints,
-            "Checkpoints kept; with 2 or more a corrupt newest one falls back to the previous.", lower_bound=1),
+            "keep_checkpoints",
+            defaults.keep_checkpoints,
+            "Checkpoints kept; with 2 or more a corrupt newest one falls back to the previous.",
+            lower_bound=1,
+        ),
         "resume": lambda: flags.DEFINE_bool(
-            "resume", defaults.resume,
+            "resume",
+            defaults.resume,
             "Continue the run named by --run_name (or --checkpoint_dir) exactly where its newest readable "
-            "checkpoint stopped; start from step 0 if it has none."),
+            "checkpoint stopped; start from step 0 if it has none.",
+        ),
         "on_nonfinite": lambda: flags.DEFINE_enum(
-            "on_nonfinite", defaults.on_nonfinite, list(training.ON_NONFINITE),
+            "on_nonfinite",
+            defaults.on_nonfinite,
+            list(training.ON_NONFINITE),
             "A step with a NaN/Inf gradient is never applied. skip: count it and go on; stop: stop with the "
-            "epoch, step and first non-finite layer (not with dynamic loss scaling, which skips by design)."),
+            "epoch, step and first non-finite layer (not with dynamic loss scaling, which skips by design).",
+        ),
         "deterministic": lambda: flags.DEFINE_bool(
-            "deterministic", defaults.deterministic,
-            "Turn on TensorFlow op determinism, so a resumed run repeats the uninterrupted one bit for bit."),
+            "deterministic",
+            defaults.deterministic,
+            "Turn on TensorFlow op determinism, so a resumed run repeats the uninterrupted one bit for bit.",
+        ),
     }
     return {name: define() for name, define in definitions.items() if name not in exclude}
 
@@ -275,8 +325,10 @@ HELP_GROUPS = (
     ("model and optimizer", ("alpha", "learning_rate", "lr_schedule", "from_logits", "batch_norm_momentum")),
     ("training", ("epochs", "batch_size", "steps_per_epoch", "strategy", "seed", "on_nonfinite", "deterministic")),
     ("data", ("dataset", "data_dir")),
-    ("logs and console", ("logdir", "run_name", "log_every", "console", "warmup_steps", "diagnose_every",
-                          "profile_steps")),
+    (
+        "logs and console",
+        ("logdir", "run_name", "log_every", "console", "warmup_steps", "diagnose_every", "profile_steps"),
+    ),
     ("checkpoints", ("checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume")),
 )
 _HELP_ARGS = ("--help", "-help", "--helpshort", "-helpshort", "-?")
@@ -329,7 +381,7 @@ def run_app(main: Callable[[list[str]], None], module: types.ModuleType) -> None
     """
 
     def parse(argv: list[str]) -> list[str]:
-        arguments = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+        arguments = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
         if any(argument in _HELP_ARGS for argument in arguments):
             sys.stdout.write(grouped_help(module, os.path.basename(argv[0])))
             sys.exit(0)
@@ -386,8 +438,9 @@ def to_flags(message: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
     if not names:
         return message
     # Not inside a word, a path, a dotted name or a flag already; then `=value`, if any.
-    pattern = re.compile(r"(?<![\w./-])(" + "|".join(map(re.escape, names))
-                         + r")(?![\w/-]|\.\w)(=(?:(True|False)(?!\w))?)?")
+    pattern = re.compile(
+        r"(?<![\w./-])(" + "|".join(map(re.escape, names)) + r")(?![\w/-]|\.\w)(=(?:(True|False)(?!\w))?)?"
+    )
 
     def flag(match: re.Match) -> str:
         name, equals, boolean = match.groups()
@@ -412,7 +465,8 @@ def print_line(line: str) -> None:
 
 FLOAT16_ON_CPU_NOTE = (
     "note: float16 is emulated on a CPU (no native float16 arithmetic): slower than float32, useful to check "
-    "numerics before a GPU run; bfloat16 is the CPU's 16-bit type.")
+    "numerics before a GPU run; bfloat16 is the CPU's 16-bit type."
+)
 
 
 def _emulates_float16(precisions: Iterable[str]) -> bool:
@@ -477,8 +531,13 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
         return train_fn(config, print_fn=with_float16_note(print_line, precisions))
     except training.ConfigError as e:
         raise app.UsageError(to_flags(str(e))) from None
-    except (data_lib.DatasetNotFoundError, data_lib.CorruptDatasetError, checkpoint.CheckpointError,
-            rundir.RunDirInUseError, callbacks.NonFiniteStepError) as e:
+    except (
+        data_lib.DatasetNotFoundError,
+        data_lib.CorruptDatasetError,
+        checkpoint.CheckpointError,
+        rundir.RunDirInUseError,
+        callbacks.NonFiniteStepError,
+    ) as e:
         sys.exit(f"error: {to_flags(str(e))}")
     except preemption.Preempted as e:
         print(to_flags(str(e)), file=sys.stderr, flush=True)

@@ -31,8 +31,9 @@ flags.adopt_module_key_flags(common)  # --help lists common's flags too
 def main(argv):
     common.check_no_arguments(argv)
     config = common.config_from_flags(training.GANConfig, _FLAGS)
-    results = common.run(training.compare_loss_scaling, config,
-                          precisions=[precision for _, precision, _ in training.COMPARISON])
+    results = common.run(
+        training.compare_loss_scaling, config, precisions=[precision for _, precision, _ in training.COMPARISON]
+    )
     print()
     print(training.comparison_table(results))
     print()

@@ -16,8 +16,7 @@ its "bad sizes" variant (widths 63/31/7, batch 4090) side by side.
 
 import sys
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 # common first: importing it imports TensorFlow quietly.
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
@@ -27,23 +26,34 @@ except ImportError:  # pragma: no cover
 
 import tfmp
 from tfmp.models.gan import build_generator
-from tfmp.run import diagnostics
-from tfmp.run import training
+from tfmp.run import diagnostics, training
 
 _CONFIGS = {"gan": training.GANConfig, "mobilenet_v2": training.ClassifierConfig}
 _DEFAULTS = training.TrainConfig(precision="mixed_float16", batch_size=256, dataset="digits")
 _MODEL = flags.DEFINE_enum("model", "gan", list(_CONFIGS), "The model to diagnose.")
 _FLAGS = common.define_training_flags(
     _DEFAULTS,
-    exclude=("xla", "tf32", "epochs", "steps_per_epoch", "log_every", "warmup_steps", "diagnose_every",
-             "profile_steps", "strategy"),
+    exclude=(
+        "xla",
+        "tf32",
+        "epochs",
+        "steps_per_epoch",
+        "log_every",
+        "warmup_steps",
+        "diagnose_every",
+        "profile_steps",
+        "strategy",
+    ),
 )
 _GENERATOR_WIDTHS = flags.DEFINE_list(
-    "generator_widths", ",".join(map(str, training.GANConfig.generator_widths)),
-    "gan: the generator's three conv widths (seed 000's bad sizes: 63,31,7).")
+    "generator_widths",
+    ",".join(map(str, training.GANConfig.generator_widths)),
+    "gan: the generator's three conv widths (seed 000's bad sizes: 63,31,7).",
+)
 _ALPHA = flags.DEFINE_float("alpha", training.ClassifierConfig.alpha, "mobilenet_v2: the width multiplier.")
 _SEED_VARIANTS = flags.DEFINE_bool(
-    "seed_variants", False, "Only print the alignment of seed 000's generator and of its bad-sizes variant.")
+    "seed_variants", False, "Only print the alignment of seed 000's generator and of its bad-sizes variant."
+)
 flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 
@@ -65,8 +75,10 @@ def _model_values() -> dict:
 
 def _seed_variants(precision: str) -> None:
     seed = training.GANConfig()  # the seed's widths and batch; its "bad sizes" variant: widths one below, batch 4090
-    for title, widths, batch_size in (("seed 000's generator", seed.generator_widths, seed.batch_size),
-                                      ("seed 000's bad sizes", tuple(w - 1 for w in seed.generator_widths), 4090)):
+    for title, widths, batch_size in (
+        ("seed 000's generator", seed.generator_widths, seed.batch_size),
+        ("seed 000's bad sizes", tuple(w - 1 for w in seed.generator_widths), 4090),
+    ):
         print(f"== {title}: widths {widths}, batch {batch_size}, {precision} ==")
         with tfmp.precision_scope(precision):
             diagnostics.tensor_core_report(build_generator(widths=widths), batch_size)

@@ -15,8 +15,7 @@ mean paired gap to float32 with its spread. The method is in
 import os
 import sys
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 # common first: importing it imports TensorFlow quietly.
 try:  # installed: the tfmp_scripts package; run from a checkout: this folder
@@ -24,22 +23,34 @@ try:  # installed: the tfmp_scripts package; run from a checkout: this folder
 except ImportError:  # pragma: no cover
     import common
 
-from tfmp.run import parity
-from tfmp.run import reporting
-from tfmp.run import training
+from tfmp.run import parity, reporting, training
 
 _DEFAULTS = parity.ParityConfig()
 _CLASSIFIER = _DEFAULTS.classifier
 # Set per run by the benchmark, or meaningless for a sweep of fresh runs.
-_EXCLUDED = ("precision", "seed", "run_name", "strategy", "resume", "checkpoint_dir", "checkpoint_every",
-             "keep_checkpoints", "on_nonfinite", "profile_steps", "diagnose_every")
+_EXCLUDED = (
+    "precision",
+    "seed",
+    "run_name",
+    "strategy",
+    "resume",
+    "checkpoint_dir",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "on_nonfinite",
+    "profile_steps",
+    "diagnose_every",
+)
 _FLAGS = common.define_classifier_flags(_CLASSIFIER, exclude=_EXCLUDED)
 _SEEDS = flags.DEFINE_list("seeds", [str(s) for s in _DEFAULTS.seeds], "Seeds; every precision runs each one.")
 _PRECISIONS = flags.DEFINE_list(
-    "precisions", list(_DEFAULTS.precisions),
-    "Precisions: float32 (the reference, required), mixed_float16, mixed_bfloat16 (or fp32, fp16, bf16).")
+    "precisions",
+    list(_DEFAULTS.precisions),
+    "Precisions: float32 (the reference, required), mixed_float16, mixed_bfloat16 (or fp32, fp16, bf16).",
+)
 _PARENT = flags.DEFINE_string(
-    "run_name", "", "Directory of the runs under --logdir (each <precision>_seed<seed>); default: parity_<time>.")
+    "run_name", "", "Directory of the runs under --logdir (each <precision>_seed<seed>); default: parity_<time>."
+)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the records to this JSON file.")
 flags.adopt_module_key_flags(common)  # --help lists common's flags too
 

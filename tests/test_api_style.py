@@ -154,20 +154,33 @@ def test_tf_keras2_flags_are_sticky_as_in_tf_keras2():
 @pytest.mark.parametrize(
     "seen, applies_inputs, expected",
     [
-        ((), False, "LossScaleOptimizer 'opt': apply_gradients() saw no scale_loss() (Keras 3), "
-                    "get_scaled_loss() or get_unscaled_gradients() (tf.keras 2) call in this step, "
-                    "so nothing says whether the gradients are scaled. tfmp applies them as given"),
-        ((SCALE_LOSS, GET_UNSCALED_GRADIENTS), True,
-         "LossScaleOptimizer 'opt': apply_gradients() received the very gradients that went into "
-         "get_unscaled_gradients() (still scaled), not its output. tfmp divides them by the loss scale once"),
-        ((SCALE_LOSS, GET_UNSCALED_GRADIENTS), False,
-         "LossScaleOptimizer 'opt': this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: "
-         "apply_gradients() saw scale_loss() (Keras 3) and get_unscaled_gradients() (tf.keras 2). tfmp applies "
-         "the gradients as given, without dividing them by the loss scale. Use one API"),
-        ((SCALE_LOSS, GET_SCALED_LOSS), False,
-         "LossScaleOptimizer 'opt': this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: "
-         "apply_gradients() saw scale_loss() (Keras 3) and get_scaled_loss() (tf.keras 2), without "
-         "get_unscaled_gradients(). tfmp divides the gradients by the loss scale. Use one API"),
+        (
+            (),
+            False,
+            "LossScaleOptimizer 'opt': apply_gradients() saw no scale_loss() (Keras 3), "
+            "get_scaled_loss() or get_unscaled_gradients() (tf.keras 2) call in this step, "
+            "so nothing says whether the gradients are scaled. tfmp applies them as given",
+        ),
+        (
+            (SCALE_LOSS, GET_UNSCALED_GRADIENTS),
+            True,
+            "LossScaleOptimizer 'opt': apply_gradients() received the very gradients that went into "
+            "get_unscaled_gradients() (still scaled), not its output. tfmp divides them by the loss scale once",
+        ),
+        (
+            (SCALE_LOSS, GET_UNSCALED_GRADIENTS),
+            False,
+            "LossScaleOptimizer 'opt': this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: "
+            "apply_gradients() saw scale_loss() (Keras 3) and get_unscaled_gradients() (tf.keras 2). tfmp applies "
+            "the gradients as given, without dividing them by the loss scale. Use one API",
+        ),
+        (
+            (SCALE_LOSS, GET_SCALED_LOSS),
+            False,
+            "LossScaleOptimizer 'opt': this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: "
+            "apply_gradients() saw scale_loss() (Keras 3) and get_scaled_loss() (tf.keras 2), without "
+            "get_unscaled_gradients(). tfmp divides the gradients by the loss scale. Use one API",
+        ),
     ],
 )
 def test_unclear_and_mixed_steps_warn_at_the_callers_line(seen, applies_inputs, expected):
@@ -176,7 +189,7 @@ def test_unclear_and_mixed_steps_warn_at_the_callers_line(seen, applies_inputs, 
     for call in seen:
         api.note(call, **({"scaled": [grad], "unscaled": [object()]} if call == GET_UNSCALED_GRADIENTS else {}))
     _, log, runtime = _end_step(api, [grad if applies_inputs else object()])
-    assert [str(w.message)[:len(expected)] for w in runtime] == [expected]
+    assert [str(w.message)[: len(expected)] for w in runtime] == [expected]
     assert runtime[0].filename == __file__  # not _api_style.py: the frame that called end_step
     assert log == []
 
@@ -201,7 +214,8 @@ def test_a_change_of_treatment_between_steps_warns():
     assert texts[1].startswith(
         "LossScaleOptimizer 'opt' changed how it treats gradients: the previous apply_gradients() saw "
         "scale_loss() and divided them by the loss scale; this one saw no scale_loss(), get_scaled_loss() or "
-        "get_unscaled_gradients() call and applied them as given.")
+        "get_unscaled_gradients() call and applied them as given."
+    )
     # The same treatment again: only the step's own warning.
     assert ["nothing says" in str(w.message) for w in _end_step(api)[2]] == [True]
 

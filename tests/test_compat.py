@@ -45,8 +45,11 @@ def _own_names(tree):
             names.add(node.name)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names
-                         if alias.name.split(".")[0] in OWN_PACKAGES)
+            names.update(
+                (alias.asname or alias.name).split(".")[0]
+                for alias in node.names
+                if alias.name.split(".")[0] in OWN_PACKAGES
+            )
         elif isinstance(node, ast.ImportFrom) and (node.level or node.module.split(".")[0] in OWN_PACKAGES):
             names.update(alias.asname or alias.name for alias in node.names)
     return names
@@ -71,20 +74,31 @@ def _private_uses(path):
         if isinstance(node, ast.Call):
             callee = node.func.value if isinstance(node.func, ast.Attribute) else node.func
             if not _is_own(callee, own):
-                found += [(kw.lineno, f"{ast.unparse(node.func)}({kw.arg}=...)")
-                          for kw in node.keywords if kw.arg and _is_private(kw.arg)]
-            if (isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
-                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-                    and isinstance(node.args[1].value, str) and _is_private(node.args[1].value)
-                    and not _is_own(node.args[0], own)):
+                found += [
+                    (kw.lineno, f"{ast.unparse(node.func)}({kw.arg}=...)")
+                    for kw in node.keywords
+                    if kw.arg and _is_private(kw.arg)
+                ]
+            if (
+                isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+                and _is_private(node.args[1].value)
+                and not _is_own(node.args[0], own)
+            ):
                 found.append((node.lineno, ast.unparse(node)))
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
             if module and (module.startswith("keras.src") or module.startswith("tensorflow.python")):
                 found.append((node.lineno, f"import {module}"))
             elif isinstance(node, ast.ImportFrom) and not node.level and module.split(".")[0] not in OWN_PACKAGES:
-                found += [(node.lineno, f"from {module} import {alias.name}") for alias in node.names
-                          if _is_private(alias.name)]
+                found += [
+                    (node.lineno, f"from {module} import {alias.name}")
+                    for alias in node.names
+                    if _is_private(alias.name)
+                ]
     return sorted(found)
 
 
@@ -99,12 +113,25 @@ def _scanned_files(root=ROOT):
 
 
 def test_the_scan_finds_every_module_of_the_packages_and_their_subpackages(tmp_path):
-    for path in ("tfmp/_compat.py", "tfmp/core.py", "tfmp/run/runner.py", "tfmp/run/later/deep/new.py",
-                 "models/gan.py", "scripts/train_gan.py", "scripts/data.txt", "tests/test_x.py"):
+    for path in (
+        "tfmp/_compat.py",
+        "tfmp/core.py",
+        "tfmp/run/runner.py",
+        "tfmp/run/later/deep/new.py",
+        "models/gan.py",
+        "scripts/train_gan.py",
+        "scripts/data.txt",
+        "tests/test_x.py",
+    ):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text("")
     assert _scanned_files(str(tmp_path)) == [
-        "models/gan.py", "scripts/train_gan.py", "tfmp/core.py", "tfmp/run/later/deep/new.py", "tfmp/run/runner.py"]
+        "models/gan.py",
+        "scripts/train_gan.py",
+        "tfmp/core.py",
+        "tfmp/run/later/deep/new.py",
+        "tfmp/run/runner.py",
+    ]
     assert {"tfmp/run/runner.py", "models/gan.py", "scripts/train_gan.py"} <= set(_scanned_files())
 
 
@@ -124,7 +151,11 @@ def test_the_checker_sees_private_uses(tmp_path):
         "    return tf.__internal__.distribute, model._flatten_layers(), self._ok\n"
     )
     assert [text for _, text in _private_uses(str(sample))] == [
-        "import tensorflow.python.ops", "layer._inbound_nodes", "model._flatten_layers", "tf.__internal__"]
+        "import tensorflow.python.ops",
+        "layer._inbound_nodes",
+        "model._flatten_layers",
+        "tf.__internal__",
+    ]
 
 
 def test_the_checker_sees_private_keyword_arguments_and_names(tmp_path):
@@ -143,5 +174,7 @@ def test_the_checker_sees_private_keyword_arguments_and_names(tmp_path):
         "    return getattr(layer, '_inbound_nodes'), getattr(layer, '__name__'), getattr(self, '_ok')\n"
     )
     assert [text for _, text in _private_uses(str(sample))] == [
-        "from keras.optimizers import _private_optimizer", "tf.profiler.experimental.Trace(_r=...)",
-        "getattr(layer, '_inbound_nodes')"]
+        "from keras.optimizers import _private_optimizer",
+        "tf.profiler.experimental.Trace(_r=...)",
+        "getattr(layer, '_inbound_nodes')",
+    ]

@@ -18,15 +18,21 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBRARY = os.path.join(ROOT, "tfmp")
 MODELS = os.path.join(ROOT, "models")
-CORE_MODULES = ("tfmp", "tfmp.precision", "tfmp.loss_scale", "tfmp.optimizers", "tfmp.trainers", "tfmp.layers",
-                "tfmp.mixed_precision")
+CORE_MODULES = (
+    "tfmp",
+    "tfmp.precision",
+    "tfmp.loss_scale",
+    "tfmp.optimizers",
+    "tfmp.trainers",
+    "tfmp.layers",
+    "tfmp.mixed_precision",
+)
 
 
 def _python(code):
     """Runs `code` in a fresh interpreter at the checkout's root; returns its last stdout line, parsed as JSON."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -74,8 +80,11 @@ def _imported_modules(path, package):
 def _forbidden_imports(path, package, forbidden):
     """(line, module) of each import in `path` of a module in or under one of `forbidden`."""
     return sorted(
-        {(line, module) for line, module in _imported_modules(path, package)
-         if any(module == f or module.startswith(f + ".") for f in forbidden)}
+        {
+            (line, module)
+            for line, module in _imported_modules(path, package)
+            if any(module == f or module.startswith(f + ".") for f in forbidden)
+        }
     )
 
 
@@ -122,12 +131,28 @@ def test_the_scan_sees_every_form_of_import(tmp_path):
         "from tfmp import running\n"
     )
     assert [line for line, _ in _forbidden_imports(str(sample), "tfmp", ("tfmp.run", "tfmp.models"))] == [
-        1, 2, 3, 3, 4, 4, 5, 6, 7, 8, 8, 10, 10]
+        1,
+        2,
+        3,
+        3,
+        4,
+        4,
+        5,
+        6,
+        7,
+        8,
+        8,
+        10,
+        10,
+    ]
     # Relative imports are resolved against the file's package.
     relative = tmp_path / "relative.py"
     relative.write_text("from .. import run\nfrom ..run.data import load_digits\nfrom . import base\n")
     assert _forbidden_imports(str(relative), "tfmp.trainers", ("tfmp.run",)) == [
-        (1, "tfmp.run"), (2, "tfmp.run.data"), (2, "tfmp.run.data.load_digits")]
+        (1, "tfmp.run"),
+        (2, "tfmp.run.data"),
+        (2, "tfmp.run.data.load_digits"),
+    ]
     clean = tmp_path / "clean.py"
     clean.write_text("import tfmp\nfrom tfmp import precision, loss_scale\nfrom tfmp.trainers import base\n")
     assert _forbidden_imports(str(clean), "tfmp", ("tfmp.run", "tfmp.models")) == []
@@ -169,8 +194,11 @@ def _layer(name):
 
 def _run_imports(path, package):
     """The top-level names under tfmp/run that `path` imports from ('runner' for tfmp.run.runner.Runner)."""
-    return {module.split(".")[2] for _, module in _imported_modules(path, package)
-            if module.split(".")[:2] == ["tfmp", "run"] and len(module.split(".")) > 2}
+    return {
+        module.split(".")[2]
+        for _, module in _imported_modules(path, package)
+        if module.split(".")[:2] == ["tfmp", "run"] and len(module.split(".")) > 2
+    }
 
 
 def test_every_run_module_has_one_layer():

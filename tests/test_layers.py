@@ -72,8 +72,10 @@ def _run(layer, batches, mask=None, jit_compile=False):
 def _batches(shape, n=3):
     rng = np.random.default_rng(1)
     return [
-        (tf.constant(rng.normal(1.5, 3.0, shape).astype(np.float32)),
-         tf.constant(rng.normal(0.0, 1.0, shape).astype(np.float32)))
+        (
+            tf.constant(rng.normal(1.5, 3.0, shape).astype(np.float32)),
+            tf.constant(rng.normal(0.0, 1.0, shape).astype(np.float32)),
+        )
         for _ in range(n)
     ]
 
@@ -145,8 +147,14 @@ def test_runs_one_fused_op_on_4d_channels_last_inputs():
 
 @pytest.mark.parametrize(
     "shape, kwargs",
-    [((6, 5, 8), {}), ((6, 8), {}), ((4, 8, 3, 3), {"axis": 1}), ((4, 3, 3, 8), {"synchronized": True}),
-     ((4, 3, 3, 8), {"renorm": True}), ((4, 3, 3, 8), {"epsilon": 1e-6})],
+    [
+        ((6, 5, 8), {}),
+        ((6, 8), {}),
+        ((4, 8, 3, 3), {"axis": 1}),
+        ((4, 3, 3, 8), {"synchronized": True}),
+        ((4, 3, 3, 8), {"renorm": True}),
+        ((4, 3, 3, 8), {"epsilon": 1e-6}),
+    ],
     ids=["3d", "2d", "channels_first", "synchronized", "renorm", "tiny_epsilon"],
 )
 def test_falls_back_to_keras_where_the_fused_op_does_not_apply(shape, kwargs):
@@ -249,8 +257,11 @@ def test_fuse_batch_norms_swaps_the_layers_and_keeps_the_weights():
     assert type(model.get_layer("tiny").get_layer("bn")) is keras.layers.BatchNormalization  # original unchanged
     assert [w.path for w in fused.weights] == [w.path for w in model.weights]
     np.testing.assert_allclose(
-        np.asarray(fused(x, training=False), np.float32), np.asarray(model(x, training=False), np.float32),
-        rtol=2e-2, atol=2e-2)
+        np.asarray(fused(x, training=False), np.float32),
+        np.asarray(model(x, training=False), np.float32),
+        rtol=2e-2,
+        atol=2e-2,
+    )
 
 
 def test_per_replica_statistics_under_mirrored_strategy():
@@ -280,6 +291,7 @@ def test_per_replica_statistics_under_mirrored_strategy():
         print("ok")
     """)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from tfmp.run import distribute
 from tfmp import loss_scale as ls
+from tfmp.run import distribute
 
 INF, NAN = float("inf"), float("nan")
 
@@ -121,8 +121,15 @@ def test_fixed_scale_never_changes_and_still_skips(mode):
 
 def test_next_loss_scale_pure_function():
     state = ls.LossScaleState(tf.constant(8.0), tf.constant(1, tf.int64), tf.constant(2, tf.int64))
-    kwargs = dict(dynamic=True, growth_steps=2, growth_factor=2.0, backoff_factor=0.5,
-                  hysteresis=2, min_scale=1.0, max_scale=2.0**24)
+    kwargs = dict(
+        dynamic=True,
+        growth_steps=2,
+        growth_factor=2.0,
+        backoff_factor=0.5,
+        hysteresis=2,
+        min_scale=1.0,
+        max_scale=2.0**24,
+    )
     grown = ls.next_loss_scale(state, tf.constant(True), **kwargs)
     assert (float(grown.scale), int(grown.growth_count), int(grown.hysteresis_left)) == (16, 0, 2)
     spent = ls.next_loss_scale(state, tf.constant(False), **kwargs)
@@ -162,16 +169,18 @@ def _random_settings(rng, n):
     for _ in range(n):
         min_scale = float(rng.choice([0.5, 1.0, 3.0]))
         max_scale = float(rng.choice([48.0, 2.0**10, 5000.0]))
-        settings.append(dict(
-            dynamic=bool(rng.random() < 0.9),
-            growth_steps=int(rng.choice([1, 2, 3, 5])),
-            growth_factor=float(rng.choice([2.0, 3.0, 1.5])),
-            backoff_factor=float(rng.choice([0.5, 0.25, 0.7])),
-            hysteresis=int(rng.choice([1, 2, 3])),
-            min_scale=min_scale,
-            max_scale=max_scale,
-            initial_scale=float(rng.choice([min_scale, 16.0, max_scale])),
-        ))
+        settings.append(
+            dict(
+                dynamic=bool(rng.random() < 0.9),
+                growth_steps=int(rng.choice([1, 2, 3, 5])),
+                growth_factor=float(rng.choice([2.0, 3.0, 1.5])),
+                backoff_factor=float(rng.choice([0.5, 0.25, 0.7])),
+                hysteresis=int(rng.choice([1, 2, 3])),
+                min_scale=min_scale,
+                max_scale=max_scale,
+                initial_scale=float(rng.choice([min_scale, 16.0, max_scale])),
+            )
+        )
     return settings
 
 
@@ -202,10 +211,16 @@ def test_optimizer_follows_the_reference_model_on_random_sequences():
     rng = np.random.default_rng(34)
     for p in _random_settings(rng, 3):
         opt = tfmp.LossScaleOptimizer(
-            keras.optimizers.SGD(1.0), dynamic=p["dynamic"], initial_scale=p["initial_scale"],
-            dynamic_growth_steps=p["growth_steps"], growth_factor=p["growth_factor"],
-            backoff_factor=p["backoff_factor"], hysteresis=p["hysteresis"], min_scale=p["min_scale"],
-            max_scale=p["max_scale"])
+            keras.optimizers.SGD(1.0),
+            dynamic=p["dynamic"],
+            initial_scale=p["initial_scale"],
+            dynamic_growth_steps=p["growth_steps"],
+            growth_factor=p["growth_factor"],
+            backoff_factor=p["backoff_factor"],
+            hysteresis=p["hysteresis"],
+            min_scale=p["min_scale"],
+            max_scale=p["max_scale"],
+        )
         pattern = "".join(rng.choice(list("FFN")) for _ in range(16))
         record, var = _run(opt, pattern)
         state, skipped, moved = (np.float32(p["initial_scale"]), 0, p["hysteresis"]), 0, 0
@@ -234,8 +249,7 @@ def test_keras3_form_defaults():
 def test_keras3_and_tf_keras2_forms():
     k3 = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), initial_scale=64.0, dynamic_growth_steps=10)
     assert (float(k3.loss_scale), k3.dynamic_growth_steps, k3.dynamic) == (64.0, 10, True)
-    k2 = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=True, initial_scale=None,
-                                 dynamic_growth_steps=None)
+    k2 = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=True, initial_scale=None, dynamic_growth_steps=None)
     assert (float(k2.loss_scale), k2.dynamic_growth_steps) == (2.0**15, 2000)
     fixed = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=1024)
     assert (float(fixed.loss_scale), fixed.dynamic) == (1024.0, False)
@@ -290,11 +304,13 @@ def test_rejects_wrapping_twice_and_non_optimizers():
 
 def _tiny_model(seed=1):
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([
-        keras.Input((4,)),
-        keras.layers.Dense(8, activation="relu"),
-        keras.layers.Dense(1, dtype="float32"),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(1, dtype="float32"),
+        ]
+    )
     return model
 
 
@@ -351,8 +367,7 @@ def test_both_flows_unscale_exactly_once():
 def _train_with_flow(flow, batches):
     with tfmp.precision_scope("mixed_float16"):
         model = _tiny_model(seed=7)
-    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2), initial_scale=2.0**12,
-                                  dynamic_growth_steps=2)
+    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2), initial_scale=2.0**12, dynamic_growth_steps=2)
     opt.build(model.trainable_variables)
     variables = model.trainable_variables
 
@@ -531,10 +546,18 @@ def test_scale_loss_traced_before_build_reads_the_variable():
 
 
 def test_get_config_round_trip():
-    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(3e-4, clipnorm=2.0), dynamic=True,
-                                  initial_scale=256.0, dynamic_growth_steps=50, growth_factor=4.0,
-                                  backoff_factor=0.25, hysteresis=3, min_scale=2.0, max_scale=2.0**20,
-                                  name="my_lso")
+    opt = tfmp.LossScaleOptimizer(
+        keras.optimizers.Adam(3e-4, clipnorm=2.0),
+        dynamic=True,
+        initial_scale=256.0,
+        dynamic_growth_steps=50,
+        growth_factor=4.0,
+        backoff_factor=0.25,
+        hysteresis=3,
+        min_scale=2.0,
+        max_scale=2.0**20,
+        name="my_lso",
+    )
     config = opt.get_config()
     clone = tfmp.LossScaleOptimizer.from_config(dict(config))
     assert clone.get_config() == config
@@ -550,8 +573,9 @@ def test_get_config_round_trip():
 def test_checkpoint_mid_trajectory_continues_identically(tmp_path):
     def fresh():
         var = keras.Variable(np.zeros(2, np.float32))
-        opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.1), initial_scale=64,
-                                      dynamic_growth_steps=3, hysteresis=2)
+        opt = tfmp.LossScaleOptimizer(
+            keras.optimizers.Adam(0.1), initial_scale=64, dynamic_growth_steps=3, hysteresis=2
+        )
         opt.build([var])
         return var, opt
 
@@ -565,15 +589,17 @@ def test_checkpoint_mid_trajectory_continues_identically(tmp_path):
     tf.train.Checkpoint(var=var2, opt=opt2).restore(path).assert_consumed()
     resumed, _ = _run(opt2, "FFNNFFF", var=var2)
     assert resumed == expected
-    assert all(np.array_equal(a, b) for a, b in zip(_bits(expected_state),
-                                                     _bits([v.numpy() for v in [var2] + opt2.variables])))
+    assert all(
+        np.array_equal(a, b) for a, b in zip(_bits(expected_state), _bits([v.numpy() for v in [var2] + opt2.variables]))
+    )
 
 
 def test_keras_file_round_trip_restores_loss_scale_state(tmp_path):
     with tfmp.precision_scope("mixed_float16"):
         model = _tiny_model()
-    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2), initial_scale=2.0**10,
-                                  dynamic_growth_steps=3, hysteresis=2)
+    opt = tfmp.LossScaleOptimizer(
+        keras.optimizers.Adam(1e-2), initial_scale=2.0**10, dynamic_growth_steps=3, hysteresis=2
+    )
     with tfmp.precision_scope("mixed_float16"):
         model.compile(optimizer=opt, loss="mse")
     assert model.optimizer is opt  # Keras does not wrap it again
@@ -600,8 +626,10 @@ def test_keras_file_round_trip_restores_loss_scale_state(tmp_path):
 def test_fit_drives_the_scale_and_counts_skips():
     with tfmp.precision_scope("mixed_float16"):
         model = _tiny_model()
-        model.compile(optimizer=tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.01), initial_scale=4,
-                                                        dynamic_growth_steps=2), loss="mse")
+        model.compile(
+            optimizer=tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.01), initial_scale=4, dynamic_growth_steps=2),
+            loss="mse",
+        )
     x = np.ones((8, 4), np.float32)
     model.fit(x, np.zeros((8, 1), np.float32), batch_size=2, epochs=1, verbose=0)
     assert float(model.optimizer.loss_scale) == 16.0  # 4 finite steps, growth every 2

@@ -71,9 +71,11 @@ def test_float16_gradients_flush_without_loss_scaling_and_not_with_it(digits, tr
     record_property("reference_below_2**-24", below)
     record_property("flushed_without_scaling", flushed_unscaled)
     record_property("flushed_with_dynamic_scaling", flushed_scaled)
-    print(f"float32 activation gradients below 2**-24: {below:.2%}; flushed in float16 "
-          f"without scaling: {flushed_unscaled:.2%}; with scale {float(optimizer.loss_scale):.0f}: "
-          f"{flushed_scaled:.3%}")
+    print(
+        f"float32 activation gradients below 2**-24: {below:.2%}; flushed in float16 "
+        f"without scaling: {flushed_unscaled:.2%}; with scale {float(optimizer.loss_scale):.0f}: "
+        f"{flushed_scaled:.3%}"
+    )
     assert below > 0.01
     assert flushed_unscaled > 0.01
     assert flushed_scaled < 0.002

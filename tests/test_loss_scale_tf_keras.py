@@ -30,8 +30,10 @@ INF = float("inf")
 _OPTIMIZERS = {
     # The seed's generator uses Adam(1e-3), its discriminator RMSprop(1e-4).
     "SGD": (lambda: keras.optimizers.SGD(0.1), lambda: tf_keras.optimizers.SGD(0.1)),
-    "SGD_momentum": (lambda: keras.optimizers.SGD(0.1, momentum=0.9),
-                     lambda: tf_keras.optimizers.SGD(0.1, momentum=0.9)),
+    "SGD_momentum": (
+        lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+        lambda: tf_keras.optimizers.SGD(0.1, momentum=0.9),
+    ),
     "RMSprop": (lambda: keras.optimizers.RMSprop(1e-4), lambda: tf_keras.optimizers.RMSprop(1e-4)),
     "Adam": (lambda: keras.optimizers.Adam(1e-3), lambda: tf_keras.optimizers.Adam(1e-3)),
 }
@@ -224,11 +226,16 @@ def test_seed_runs_in_tf_function_update_exactly_as_tf_keras2(run):
     weights, batches = _problem(steps=3, seed=1)
     step = functools.partial(_seed_step, dtype=dtype, use_scaled_loss=use_scaled_loss)
     with _tf_log() as log:
-        expected = _train(step, tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.Adam(1e-3)),
-                          weights, batches, "function")
+        expected = _train(
+            step,
+            tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.Adam(1e-3)),
+            weights,
+            batches,
+            "function",
+        )
         oracle_log = _scaling_warnings(log)
         got = _train(step, tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-3)), weights, batches, "function")
-        ours_log = _scaling_warnings(log)[len(oracle_log):]
+        ours_log = _scaling_warnings(log)[len(oracle_log) :]
     _assert_same_bits(got, expected)
     # Logged once per trace (the first call traces twice: variables are made).
     assert ours_log == oracle_log
@@ -245,8 +252,9 @@ def test_seed_flow_with_growth_and_a_skipped_step_matches_tf_keras2(use_scaled_l
     step = functools.partial(_seed_step, dtype=tf.float16, use_scaled_loss=use_scaled_loss)
     for make_keras3, make_tf_keras in (_OPTIMIZERS["SGD"], _OPTIMIZERS["SGD_momentum"]):
         ours = tfmp.LossScaleOptimizer(make_keras3(), initial_scale=1024, dynamic_growth_steps=2)
-        oracle = tf_keras.mixed_precision.LossScaleOptimizer(make_tf_keras(), initial_scale=1024,
-                                                              dynamic_growth_steps=2)
+        oracle = tf_keras.mixed_precision.LossScaleOptimizer(
+            make_tf_keras(), initial_scale=1024, dynamic_growth_steps=2
+        )
         with _tf_log():
             expected = _train(step, oracle, weights, batches, "eager")
             got = _train(step, ours, weights, batches, "eager")
@@ -261,10 +269,20 @@ def test_fixed_non_power_of_two_scale_unscales_with_tf_keras2_arithmetic():
     # differs from a division in the last bit for some gradients.
     weights, batches = _problem(steps=3, seed=3)
     step = functools.partial(_seed_step, dtype=tf.float32, use_scaled_loss=True)
-    expected = _train(step, tf_keras.mixed_precision.LossScaleOptimizer(
-        tf_keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1000), weights, batches, "eager")
-    got = _train(step, tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1000),
-                 weights, batches, "eager")
+    expected = _train(
+        step,
+        tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1000),
+        weights,
+        batches,
+        "eager",
+    )
+    got = _train(
+        step,
+        tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1000),
+        weights,
+        batches,
+        "eager",
+    )
     _assert_same_bits(got, expected)
     g = tf.constant([3.0, 7.0, 0.1, 1e-3], tf.float32) * 1000.0
     divided = (g / 1000.0).numpy()
@@ -277,8 +295,13 @@ def test_fixed_scale_skips_non_finite_steps_where_tf_keras2_applied_them():
     # applies a non-finite gradient, tfmp skips the step.
     weights, batches = _problem(steps=2, seed=4, bad_step=1)
     step = functools.partial(_seed_step, dtype=tf.float32, use_scaled_loss=True)
-    expected = _train(step, tf_keras.mixed_precision.LossScaleOptimizer(
-        tf_keras.optimizers.SGD(0.1), dynamic=False, initial_scale=128), weights, batches, "eager")
+    expected = _train(
+        step,
+        tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1), dynamic=False, initial_scale=128),
+        weights,
+        batches,
+        "eager",
+    )
     ours = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), dynamic=False, initial_scale=128)
     got = _train(step, ours, weights, batches, "eager")
     _assert_same_bits(got[:1], expected[:1])
@@ -305,14 +328,16 @@ def _warning_of(opt, calls, variables):
 
 @pytest.mark.parametrize("calls", [("scaled",), ("unscaled",), ("scaled", "unscaled")])
 def test_tf_keras2_warning_text_is_tf_keras2s(calls):
-    oracle = _warning_of(tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1)), calls,
-                         [tf.Variable([1.0])])
+    oracle = _warning_of(
+        tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1)), calls, [tf.Variable([1.0])]
+    )
     ours = _warning_of(tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1)), calls, [keras.Variable([1.0])])
     assert ours == oracle
     if calls == ("scaled",):
         assert len(ours) == 1 and ours[0].startswith(
             "You forgot to call LossScaleOptimizer.get_unscaled_gradients() before calling "
-            "LossScaleOptimizer.apply_gradients() (you did call get_scaled_loss() however).")
+            "LossScaleOptimizer.apply_gradients() (you did call get_scaled_loss() however)."
+        )
     elif calls == ("scaled", "unscaled"):
         assert ours == []
 
@@ -381,8 +406,12 @@ def _one_step(opt, scale_with, unscale, apply_inputs=False, c=3.0):
         # scale_loss then get_unscaled_gradients: unscaled once, not twice.
         (("scale_loss",), True, False, "saw scale_loss() (Keras 3) and get_unscaled_gradients()"),
         # Both scaling methods and no unscaling: scale_loss wins, apply divides.
-        (("get_scaled_loss", "scale_loss"), False, False,
-         "saw scale_loss() (Keras 3) and get_scaled_loss() (tf.keras 2), without"),
+        (
+            ("get_scaled_loss", "scale_loss"),
+            False,
+            False,
+            "saw scale_loss() (Keras 3) and get_scaled_loss() (tf.keras 2), without",
+        ),
         # The inputs of get_unscaled_gradients applied: divided once.
         (("get_scaled_loss",), True, True, "received the very gradients that went into"),
         (("scale_loss",), True, True, "received the very gradients that went into"),
@@ -483,8 +512,9 @@ def test_a_change_of_treatment_between_steps_is_loud():
         _one_step(opt, (), False)
     texts = [str(w.message) for w in record]
     assert len(texts) == 2 and "nothing says" in texts[0]
-    assert "changed how it treats gradients: the previous apply_gradients() saw scale_loss() and divided them" \
-        in texts[1]
+    assert (
+        "changed how it treats gradients: the previous apply_gradients() saw scale_loss() and divided them" in texts[1]
+    )
     # Switching between the two complete flows is not a mistake.
     opt = tfmp.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=1024)
     with _no_scaling_warnings():
@@ -520,8 +550,10 @@ def test_keras3_flow_under_mirrored_strategy_is_seen_in_each_replica_thread(mirr
 
     expected = run(lambda: keras.optimizers.SGD(0.1), bare_step)
     with _no_scaling_warnings():
-        got = run(lambda: tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
-                  functools.partial(_keras3_step, dtype=tf.float32))
+        got = run(
+            lambda: tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1)),
+            functools.partial(_keras3_step, dtype=tf.float32),
+        )
     for a, b in zip(got, expected):
         assert a.tobytes() == b.tobytes()
     assert not np.array_equal(got[0], weights[0])

@@ -22,7 +22,7 @@ import importlib
 import math
 import re
 import traceback
-from typing import Iterator
+from collections.abc import Iterator
 
 import keras
 import numpy as np
@@ -30,8 +30,8 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from tfmp.run import data as data_lib
 from tfmp import mixed_precision
+from tfmp.run import data as data_lib
 
 TF_KERAS_2_EXPORTS = ("LossScaleOptimizer", "Policy", "global_policy", "set_global_policy")
 ORIGINAL_IMPORT = "from tensorflow.keras import mixed_precision"
@@ -155,15 +155,27 @@ def _outcome(module, policy):
 def test_set_global_policy_behaves_as_tf_keras_2_21():
     tf_keras = pytest.importorskip("tf_keras")
     policy_module = importlib.import_module("tf_keras.src.mixed_precision.policy")
-    cases = ["mixed_float16", "float32", "mixed_bfloat16", None, "float64", "int32", "fp16",
-             "float16_with_float32_vars", tf.float16, 16]
+    cases = [
+        "mixed_float16",
+        "float32",
+        "mixed_bfloat16",
+        None,
+        "float64",
+        "int32",
+        "fp16",
+        "float16_with_float32_vars",
+        tf.float16,
+        16,
+    ]
     saved = policy_module._global_policy
     try:
         with _restored_dtype_policy():
             expected = [_outcome(tf_keras.mixed_precision, case) for case in cases]
             got = [_outcome(mixed_precision, case) for case in cases]
-            objects = [_outcome(mixed_precision, mixed_precision.Policy("mixed_float16")),
-                       _outcome(tf_keras.mixed_precision, tf_keras.mixed_precision.Policy("mixed_float16"))]
+            objects = [
+                _outcome(mixed_precision, mixed_precision.Policy("mixed_float16")),
+                _outcome(tf_keras.mixed_precision, tf_keras.mixed_precision.Policy("mixed_float16")),
+            ]
     finally:
         tf_keras.mixed_precision.set_global_policy(saved)
     assert got == expected
@@ -360,8 +372,10 @@ def _offline_mnist(monkeypatch, digits):
     """keras.datasets.mnist.load_data() gives the embedded digits, shaped and typed as MNIST."""
 
     def load_data():
-        return ((_uint8(digits.x_train[..., 0]), digits.y_train.astype(np.uint8)),
-                (_uint8(digits.x_val[..., 0]), digits.y_val.astype(np.uint8)))
+        return (
+            (_uint8(digits.x_train[..., 0]), digits.y_train.astype(np.uint8)),
+            (_uint8(digits.x_val[..., 0]), digits.y_val.astype(np.uint8)),
+        )
 
     monkeypatch.setattr(tf.keras.datasets.mnist, "load_data", load_data)
     return digits
@@ -400,8 +414,14 @@ def test_the_tensorflow_guides_custom_loop_runs_on_the_tfmp_namespace(_offline_m
     assert _policy_name() == before
 
     printed = capsys.readouterr().out
-    for line in ["Compute dtype: float16", "Variable dtype: float32", "x.dtype: float16",
-                 "dense1.kernel.dtype: float32", "Outputs dtype: float16", "Outputs dtype: float32"]:
+    for line in [
+        "Compute dtype: float16",
+        "Variable dtype: float32",
+        "x.dtype: float16",
+        "dense1.kernel.dtype: float32",
+        "Outputs dtype: float16",
+        "Outputs dtype: float32",
+    ]:
         assert f"\n{line}\n" in f"\n{printed}", line
     assert isinstance(ns["policy"], mixed_precision.Policy)
     assert ns["model"].outputs[0].dtype == "float32"
@@ -484,8 +504,11 @@ SEED_002_KERAS_3_EDITS = [
     # (batch, 1, 1, 10). tf.keras 2's sparse_categorical_crossentropy flattened that against
     # (batch, 1) labels; Keras 3 raises "Argument `output` must have rank (ndim)
     # `target.ndim - 1`". Averaging a 1x1 map is the identity, so this is the same model.
-    ("MobileNetV2(include_top=False, input_shape=(32, 32, 3))",
-     "MobileNetV2(include_top=False, input_shape=(32, 32, 3), pooling='avg')", 1),
+    (
+        "MobileNetV2(include_top=False, input_shape=(32, 32, 3))",
+        "MobileNetV2(include_top=False, input_shape=(32, 32, 3), pooling='avg')",
+        1,
+    ),
 ]
 SEED_002_BATCH = 32  # as written
 
@@ -494,8 +517,10 @@ def _offline_cifar10(monkeypatch, split: data_lib.Split, count: int) -> None:
     """keras.datasets.cifar10.load_data() gives `count` digits at 32x32x3, shaped and typed as CIFAR-10."""
 
     def load_data():
-        return ((_uint8(split.x_train[:count]), split.y_train[:count, None].astype(np.uint8)),
-                (_uint8(split.x_val), split.y_val[:, None].astype(np.uint8)))
+        return (
+            (_uint8(split.x_train[:count]), split.y_train[:count, None].astype(np.uint8)),
+            (_uint8(split.x_val), split.y_val[:, None].astype(np.uint8)),
+        )
 
     monkeypatch.setattr(tf.keras.datasets.cifar10, "load_data", load_data)
 
@@ -510,9 +535,11 @@ def _tiny_mobilenet_v2(include_top=True, weights="imagenet", input_shape=None, p
     assert not include_top and not kwargs, (include_top, kwargs)
     inputs = keras.Input(input_shape)
     x = inputs
-    for layer in [keras.layers.Conv2D(32, 3, strides=2, padding="same", use_bias=False),
-                  keras.layers.DepthwiseConv2D(3, strides=2, padding="same", use_bias=False),
-                  keras.layers.Conv2D(64, 1, use_bias=False)]:
+    for layer in [
+        keras.layers.Conv2D(32, 3, strides=2, padding="same", use_bias=False),
+        keras.layers.DepthwiseConv2D(3, strides=2, padding="same", use_bias=False),
+        keras.layers.Conv2D(64, 1, use_bias=False),
+    ]:
         x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization()(layer(x)))
     if pooling == "avg":
         x = keras.layers.GlobalAveragePooling2D()(x)

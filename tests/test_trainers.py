@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from tfmp.models.gan import build_discriminator, build_generator
 from tfmp import trainers
+from tfmp.models.gan import build_discriminator, build_generator
 
 
 def _linear_classifier(seed=0):
@@ -215,8 +215,12 @@ def test_skip_nonfinite_skips_a_nan_batch_exactly(precision):
     def train(batches, skip_nonfinite):
         with tfmp.precision_scope(precision):
             trainer = trainers.ClassifierTrainer(_linear_classifier())
-            trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy",
-                            loss_scale="none", skip_nonfinite=skip_nonfinite)
+            trainer.compile(
+                keras.optimizers.Adam(0.1),
+                loss="sparse_categorical_crossentropy",
+                loss_scale="none",
+                skip_nonfinite=skip_nonfinite,
+            )
         trainer.fit(tf.data.Dataset.from_tensor_slices(batches).batch(8), epochs=1, verbose=0, shuffle=False)
         return trainer
 
@@ -338,7 +342,9 @@ def test_a_finite_step_updates_batch_norm_statistics_as_without_skipping():
     runs = []
     for skip_nonfinite in (True, False):
         trainer = trainers.ClassifierTrainer(_bn_classifier())
-        trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", skip_nonfinite=skip_nonfinite)
+        trainer.compile(
+            keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", skip_nonfinite=skip_nonfinite
+        )
         statistics = [v.numpy().copy() for v in _bn_statistics(trainer.network)]
         trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
         assert len(statistics) == 4
@@ -410,7 +416,8 @@ def test_mobilenet_v2_nan_batch_leaves_its_statistics_in_graph_mode(precision):
 @pytest.mark.slow
 def test_mobilenet_v2_float16_overflow_leaves_its_statistics_in_graph_mode():
     trainer = _mobilenet_trainer(
-        "mixed_float16", tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-3), initial_scale=2.0**24), False)
+        "mixed_float16", tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-3), initial_scale=2.0**24), False
+    )
     x, y = _images(4, 32)
     before = _all_values(trainer)
     trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
@@ -423,8 +430,10 @@ def test_gan_float16_overflow_in_both_updates_changes_nothing_but_the_seeds():
     fakes of the discriminator step; both updates overflow and are skipped, so neither write stays."""
     with tfmp.precision_scope("mixed_float16"):
         gan = _tiny_gan(seed=5)
-        gan.compile(tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-3), initial_scale=2.0**24),
-                    tfmp.LossScaleOptimizer(keras.optimizers.RMSprop(1e-4), initial_scale=2.0**24))
+        gan.compile(
+            tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-3), initial_scale=2.0**24),
+            tfmp.LossScaleOptimizer(keras.optimizers.RMSprop(1e-4), initial_scale=2.0**24),
+        )
     before = _all_values(gan)
     real = np.random.default_rng(0).uniform(size=(8, 28, 28, 1)).astype(np.float32)
     gan.fit(real, batch_size=8, epochs=1, verbose=0, shuffle=False)

@@ -20,9 +20,7 @@ This package is the core: it imports nothing of the run framework. Whole runs
 are `tfmp.models`.
 """
 
-from tfmp import _moved
-
-from tfmp import mixed_precision, trainers
+from tfmp import _moved, mixed_precision, trainers
 from tfmp.loss_scale import LossScaleOptimizer
 from tfmp.optimizers import parse_loss_scale, wrap_optimizer
 from tfmp.precision import (

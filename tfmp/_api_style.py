@@ -20,7 +20,8 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import keras
 import tensorflow as tf
@@ -182,8 +183,7 @@ def _warn(message: str) -> None:
     loss scaling, Keras and TensorFlow."""
     frame, level = sys._getframe(0), 1
     while frame is not None and (
-        frame.f_code.co_filename in _LOSS_SCALING_FILES
-        or frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES)
+        frame.f_code.co_filename in _LOSS_SCALING_FILES or frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES)
     ):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, RuntimeWarning, stacklevel=level)

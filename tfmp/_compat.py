@@ -19,7 +19,8 @@ for the same reason: a new Keras minor is a reason to re-check this file.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import keras
 import tensorflow as tf
@@ -55,25 +56,44 @@ class PrivateAPI(NamedTuple):
 
 
 PRIVATE_APIS = (
-    PrivateAPI("keras.Model", "_maybe_symbolic_build",
-               "overridden: build from one replica's batch under a strategy (ModelWorkarounds)"),
+    PrivateAPI(
+        "keras.Model",
+        "_maybe_symbolic_build",
+        "overridden: build from one replica's batch under a strategy (ModelWorkarounds)",
+    ),
     PrivateAPI("keras.Model", "_symbolic_build", "called by the override above"),
-    PrivateAPI("keras.Model", "_make_function",
-               "overridden: shape scalar step logs (1,) across workers (ModelWorkarounds)"),
+    PrivateAPI(
+        "keras.Model", "_make_function", "overridden: shape scalar step logs (1,) across workers (ModelWorkarounds)"
+    ),
     PrivateAPI("keras.Model", "_flatten_layers", "child layers in creation order (child_layers)"),
     PrivateAPI("keras.Model", "_distribute_strategy", "the strategy a model was made under, or None"),
     PrivateAPI("keras.layers.Layer", "_inbound_nodes", "a functional layer's graph edges (inbound_nodes)"),
     PrivateAPI("keras.optimizers.LossScaleOptimizer", "_trainable_variables", "the built optimizer's variables"),
-    PrivateAPI("keras.src.utils.tracking", "no_automatic_dependency_tracking",
-               "optimizer state variables created outside build()"),
-    PrivateAPI("tensorflow.python.framework.config", "disable_op_determinism",
-               "restore op determinism after a run (no public off switch)"),
-    PrivateAPI("tensorflow.python.framework.config", "is_op_determinism_enabled",
-               "read the op-determinism setting (no public getter)"),
-    PrivateAPI("tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext",
-               "whether a layer is traced for XLA (tracing_for_xla)"),
-    PrivateAPI("tf.__internal__.distribute", "strategy_supports_no_merge_call",
-               "whether a loss-scaled apply may skip merge_call"),
+    PrivateAPI(
+        "keras.src.utils.tracking",
+        "no_automatic_dependency_tracking",
+        "optimizer state variables created outside build()",
+    ),
+    PrivateAPI(
+        "tensorflow.python.framework.config",
+        "disable_op_determinism",
+        "restore op determinism after a run (no public off switch)",
+    ),
+    PrivateAPI(
+        "tensorflow.python.framework.config",
+        "is_op_determinism_enabled",
+        "read the op-determinism setting (no public getter)",
+    ),
+    PrivateAPI(
+        "tensorflow.python.ops.control_flow_util",
+        "GraphOrParentsInXlaContext",
+        "whether a layer is traced for XLA (tracing_for_xla)",
+    ),
+    PrivateAPI(
+        "tf.__internal__.distribute",
+        "strategy_supports_no_merge_call",
+        "whether a loss-scaled apply may skip merge_call",
+    ),
 )
 
 
@@ -90,8 +110,11 @@ def _owners() -> dict[str, Any]:
 
 
 # Attributes set in __init__ rather than on the class: checked on a fresh instance.
-_INSTANCE_ATTRIBUTES = {("keras.Model", "_distribute_strategy"), ("keras.layers.Layer", "_inbound_nodes"),
-                        ("keras.optimizers.LossScaleOptimizer", "_trainable_variables")}
+_INSTANCE_ATTRIBUTES = {
+    ("keras.Model", "_distribute_strategy"),
+    ("keras.layers.Layer", "_inbound_nodes"),
+    ("keras.optimizers.LossScaleOptimizer", "_trainable_variables"),
+}
 
 
 def check() -> None:
@@ -120,7 +143,8 @@ def check() -> None:
     if missing:
         raise ImportError(
             f"tfmp relies on private APIs that Keras {keras.__version__} / TensorFlow {tf.__version__} no longer "
-            f"have (checked with {CHECKED_WITH}): " + "; ".join(missing)
+            f"have (checked with {CHECKED_WITH}): "
+            + "; ".join(missing)
             + ". Install keras>=3.15,<3.16 (tfmp's pin), or update tfmp/_compat.py."
         )
 
@@ -185,8 +209,11 @@ class ModelWorkarounds:
         if iterator is not None:
             for _, _, batches in iterator:
                 data_batch = tf.nest.map_structure(
-                    lambda x: strategy.experimental_local_results(x)[0]
-                    if isinstance(x, tf.distribute.DistributedValues) else x,
+                    lambda x: (
+                        strategy.experimental_local_results(x)[0]
+                        if isinstance(x, tf.distribute.DistributedValues)
+                        else x
+                    ),
                     next(batches),
                 )
                 break

@@ -20,9 +20,22 @@ from types import ModuleType
 MOVED = {
     f"tfmp.{name}": f"tfmp.run.{name}"
     for name in (
-        "autotune", "benchmark", "callbacks", "checkpoint", "config", "data", "diagnostics",
-        "distribute", "memory", "parity", "preemption", "reporting", "rundir", "runner",
-        "tasks", "training",
+        "autotune",
+        "benchmark",
+        "callbacks",
+        "checkpoint",
+        "config",
+        "data",
+        "diagnostics",
+        "distribute",
+        "memory",
+        "parity",
+        "preemption",
+        "reporting",
+        "rundir",
+        "runner",
+        "tasks",
+        "training",
     )
 }
 

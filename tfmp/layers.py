@@ -48,7 +48,7 @@ def _in_xla() -> bool:
     return _compat.tracing_for_xla()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _no_gpu() -> bool:
     # The visible devices are fixed once TensorFlow has initialised them.
     return not tf.config.list_physical_devices("GPU")
@@ -99,8 +99,9 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     implementation: code compiled by XLA (which fuses Keras's ops itself,
     faster than it runs the fused op), other ranks, `axis` not the last,
     `synchronized=True`, `renorm=True`, a mask, float64, `epsilon` below
-    cuDNN's minimum of 1.001e-5, or a backend other than TensorFlow. On a CPU, 16-bit inputs whose channel count is not a
-    multiple of 16 are normalised in float32 (see `CPU_HALF_CHANNEL_MULTIPLE`).
+    cuDNN's minimum of 1.001e-5, or a backend other than TensorFlow. On a
+    CPU, 16-bit inputs whose channel count is not a multiple of 16 are
+    normalised in float32 (see `CPU_HALF_CHANNEL_MULTIPLE`).
 
     A saved model holding this layer needs `tfmp.layers` imported to load.
     """
@@ -132,8 +133,15 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
         if training and self.trainable:
             empty = tf.constant([], tf.float32)
             y, mean, variance, _, _, _ = tf.raw_ops.FusedBatchNormV3(
-                x=x, scale=gamma, offset=beta, mean=empty, variance=empty, epsilon=self.epsilon,
-                exponential_avg_factor=1.0, data_format="NHWC", is_training=True,
+                x=x,
+                scale=gamma,
+                offset=beta,
+                mean=empty,
+                variance=empty,
+                epsilon=self.epsilon,
+                exponential_avg_factor=1.0,
+                data_format="NHWC",
+                is_training=True,
             )
             # The op normalises with the biased variance but returns n/(n-1)
             # times it; Keras averages the biased one into moving_variance.
@@ -141,14 +149,18 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
             variance = variance * (tf.maximum(n - 1.0, 0.0) / tf.maximum(n, 1.0))
             momentum = self.momentum
             self.moving_mean.assign(self.moving_mean * momentum + tf.stop_gradient(mean) * (1.0 - momentum))
-            self.moving_variance.assign(
-                self.moving_variance * momentum + tf.stop_gradient(variance) * (1.0 - momentum)
-            )
+            self.moving_variance.assign(self.moving_variance * momentum + tf.stop_gradient(variance) * (1.0 - momentum))
         else:
             y, _, _, _, _, _ = tf.raw_ops.FusedBatchNormV3(
-                x=x, scale=gamma, offset=beta, mean=tf.convert_to_tensor(self.moving_mean),
-                variance=tf.convert_to_tensor(self.moving_variance), epsilon=self.epsilon,
-                exponential_avg_factor=1.0, data_format="NHWC", is_training=False,
+                x=x,
+                scale=gamma,
+                offset=beta,
+                mean=tf.convert_to_tensor(self.moving_mean),
+                variance=tf.convert_to_tensor(self.moving_variance),
+                epsilon=self.epsilon,
+                exponential_avg_factor=1.0,
+                data_format="NHWC",
+                is_training=False,
             )
         return tf.cast(y, self.compute_dtype)
 

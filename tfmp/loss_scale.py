@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import collections
 import numbers
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
 
 import keras
 import tensorflow as tf
 
-from tfmp import _api_style
-from tfmp import _compat
+from tfmp import _api_style, _compat
 
 __all__ = ["LossScaleOptimizer", "LossScaleState", "next_loss_scale"]
 
@@ -45,9 +45,18 @@ class LossScaleState(NamedTuple):
     hysteresis_left: tf.Tensor
 
 
-def next_loss_scale(state: LossScaleState, finite: tf.Tensor, *, dynamic: bool, growth_steps: int,
-                    growth_factor: float, backoff_factor: float, hysteresis: int, min_scale: float,
-                    max_scale: float) -> LossScaleState:
+def next_loss_scale(
+    state: LossScaleState,
+    finite: tf.Tensor,
+    *,
+    dynamic: bool,
+    growth_steps: int,
+    growth_factor: float,
+    backoff_factor: float,
+    hysteresis: int,
+    min_scale: float,
+    max_scale: float,
+) -> LossScaleState:
     """Returns the loss-scale state after one step.
 
     Finite gradients count a step; after `growth_steps` finite steps in a row
@@ -92,8 +101,11 @@ def next_loss_scale(state: LossScaleState, finite: tf.Tensor, *, dynamic: bool, 
 
 def all_finite(grads: Iterable[Any]) -> tf.Tensor:
     """Returns a bool scalar: True when every gradient value is finite (`None` entries ignored)."""
-    checks = [tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
-              for g in grads if g is not None]
+    checks = [
+        tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+        for g in grads
+        if g is not None
+    ]
     return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
 
 
@@ -114,8 +126,10 @@ def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], k
 
     keep = list(keep) + [False] * (len(grads) - len(keep))
     return [
-        g if g is None or kept
-        else tf.IndexedSlices(in_float32(g.values), g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
+        g
+        if g is None or kept
+        else tf.IndexedSlices(in_float32(g.values), g.indices, g.dense_shape)
+        if isinstance(g, tf.IndexedSlices)
         else in_float32(tf.convert_to_tensor(g))
         for g, kept in zip(grads, keep)
     ]
@@ -141,13 +155,24 @@ def _check_count(name: str, value: Any) -> int:
     return int(value)
 
 
-_Arguments = collections.namedtuple("_Arguments", "dynamic initial_scale dynamic_growth_steps growth_factor "
-                                    "backoff_factor hysteresis min_scale max_scale")
+_Arguments = collections.namedtuple(
+    "_Arguments",
+    "dynamic initial_scale dynamic_growth_steps growth_factor backoff_factor hysteresis min_scale max_scale",
+)
 
 
-def _checked_arguments(inner_optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: Any,
-                       dynamic_growth_steps: Any, growth_factor: Any, backoff_factor: Any, hysteresis: Any,
-                       min_scale: Any, max_scale: Any) -> _Arguments:
+def _checked_arguments(
+    inner_optimizer: Any,
+    args: tuple[Any, ...],
+    dynamic: Any,
+    initial_scale: Any,
+    dynamic_growth_steps: Any,
+    growth_factor: Any,
+    backoff_factor: Any,
+    hysteresis: Any,
+    min_scale: Any,
+    max_scale: Any,
+) -> _Arguments:
     """Checks `LossScaleOptimizer`'s arguments; returns them normalised, defaults filled in.
 
     Positional arguments after `inner_optimizer` follow tf.keras 2
@@ -189,9 +214,11 @@ def _checked_arguments(inner_optimizer: Any, args: tuple[Any, ...], dynamic: Any
             "Received: dynamic=False, initial_scale=None"
         )
     initial_scale = _check_positive_number(
-        "initial_scale", DEFAULT_INITIAL_SCALE if initial_scale is None else initial_scale)
+        "initial_scale", DEFAULT_INITIAL_SCALE if initial_scale is None else initial_scale
+    )
     dynamic_growth_steps = _check_count(
-        "dynamic_growth_steps", DEFAULT_GROWTH_STEPS if dynamic_growth_steps is None else dynamic_growth_steps)
+        "dynamic_growth_steps", DEFAULT_GROWTH_STEPS if dynamic_growth_steps is None else dynamic_growth_steps
+    )
     growth_factor = _check_positive_number("growth_factor", growth_factor)
     if not growth_factor > 1:
         raise ValueError(f"`growth_factor` must be > 1. Received: growth_factor={growth_factor!r}")
@@ -220,8 +247,9 @@ def _checked_arguments(inner_optimizer: Any, args: tuple[Any, ...], dynamic: Any
             f"A dynamic `initial_scale` must lie within [min_scale, max_scale] = [{min_scale!r}, {max_scale!r}]. "
             f"Received: initial_scale={initial_scale!r}"
         )
-    return _Arguments(dynamic, initial_scale, dynamic_growth_steps, growth_factor, backoff_factor, hysteresis,
-                      min_scale, max_scale)
+    return _Arguments(
+        dynamic, initial_scale, dynamic_growth_steps, growth_factor, backoff_factor, hysteresis, min_scale, max_scale
+    )
 
 
 @keras.saving.register_keras_serializable(package="tfmp")
@@ -270,15 +298,40 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     1024.0
     """
 
-    def __init__(self, inner_optimizer: keras.optimizers.Optimizer, *args: Any, dynamic: bool | None = None,
-                 initial_scale: float | None = None, dynamic_growth_steps: int | None = None,
-                 growth_factor: float = 2.0, backoff_factor: float = 0.5, hysteresis: int = 1,
-                 min_scale: float = 1.0, max_scale: float = DEFAULT_MAX_SCALE, name: str | None = None,
-                 **kwargs: Any):
-        checked = _checked_arguments(inner_optimizer, args, dynamic, initial_scale, dynamic_growth_steps,
-                                     growth_factor, backoff_factor, hysteresis, min_scale, max_scale)
-        super().__init__(inner_optimizer, initial_scale=checked.initial_scale,
-                         dynamic_growth_steps=checked.dynamic_growth_steps, name=name, **kwargs)
+    def __init__(
+        self,
+        inner_optimizer: keras.optimizers.Optimizer,
+        *args: Any,
+        dynamic: bool | None = None,
+        initial_scale: float | None = None,
+        dynamic_growth_steps: int | None = None,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        hysteresis: int = 1,
+        min_scale: float = 1.0,
+        max_scale: float = DEFAULT_MAX_SCALE,
+        name: str | None = None,
+        **kwargs: Any,
+    ):
+        checked = _checked_arguments(
+            inner_optimizer,
+            args,
+            dynamic,
+            initial_scale,
+            dynamic_growth_steps,
+            growth_factor,
+            backoff_factor,
+            hysteresis,
+            min_scale,
+            max_scale,
+        )
+        super().__init__(
+            inner_optimizer,
+            initial_scale=checked.initial_scale,
+            dynamic_growth_steps=checked.dynamic_growth_steps,
+            name=name,
+            **kwargs,
+        )
         self.dynamic = checked.dynamic
         self.growth_factor = checked.growth_factor
         self.backoff_factor = checked.backoff_factor
@@ -294,8 +347,13 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         # traced into a tf.function) before the first apply() builds the
         # optimizer, and must read the variable rather than bake in a constant.
         def state(name, dtype, value):
-            return self.add_variable(shape=(), dtype=dtype, initializer=keras.initializers.Constant(value),
-                                     aggregation="only_first_replica", name=name)
+            return self.add_variable(
+                shape=(),
+                dtype=dtype,
+                initializer=keras.initializers.Constant(value),
+                aggregation="only_first_replica",
+                name=name,
+            )
 
         self.dynamic_scale = state("dynamic_scale", "float32", self.initial_scale)
         self.step_counter = state("step_counter", "int64", 0)
@@ -414,8 +472,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             finite = tf.equal(bad, 0.0)
 
         if _compat.strategy_supports_no_merge_call():
-            tf.cond(finite, lambda: self._apply_inner(grads, trainable_variables, unscale, keep),
-                    lambda: tf.constant(False))
+            tf.cond(
+                finite, lambda: self._apply_inner(grads, trainable_variables, unscale, keep), lambda: tf.constant(False)
+            )
             self._update_state(finite)
             return
 
@@ -424,8 +483,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             finite = distribution.experimental_local_results(finite)[0]
 
             def apply_fn():
-                distribution.extended.call_for_each_replica(self._apply_inner,
-                                                            args=(grads, trainable_variables, unscale, keep))
+                distribution.extended.call_for_each_replica(
+                    self._apply_inner, args=(grads, trainable_variables, unscale, keep)
+                )
                 return tf.constant(True)
 
             # The cond must be built in cross-replica context: a replica-context
@@ -444,11 +504,20 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         return tf.constant(True)
 
     def _update_state(self, finite: tf.Tensor) -> None:
-        state = LossScaleState(*map(tf.convert_to_tensor, (self.dynamic_scale, self.step_counter,
-                                                          self.hysteresis_counter)))
-        new = next_loss_scale(state, finite, dynamic=self.dynamic, growth_steps=self.dynamic_growth_steps,
-                              growth_factor=self.growth_factor, backoff_factor=self.backoff_factor,
-                              hysteresis=self.hysteresis, min_scale=self.min_scale, max_scale=self.max_scale)
+        state = LossScaleState(
+            *map(tf.convert_to_tensor, (self.dynamic_scale, self.step_counter, self.hysteresis_counter))
+        )
+        new = next_loss_scale(
+            state,
+            finite,
+            dynamic=self.dynamic,
+            growth_steps=self.dynamic_growth_steps,
+            growth_factor=self.growth_factor,
+            backoff_factor=self.backoff_factor,
+            hysteresis=self.hysteresis,
+            min_scale=self.min_scale,
+            max_scale=self.max_scale,
+        )
         skipped = tf.cast(tf.logical_not(finite), tf.int64)
         self.dynamic_scale.assign(new.scale)
         self.step_counter.assign(new.growth_count)
@@ -461,11 +530,19 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         return all_finite(grads)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
-        raise NotImplementedError("tfmp.LossScaleOptimizer runs on the TensorFlow backend, which has "
-                                  "no stateless_apply. Received a stateless_apply call.")
+        raise NotImplementedError(
+            "tfmp.LossScaleOptimizer runs on the TensorFlow backend, which has "
+            "no stateless_apply. Received a stateless_apply call."
+        )
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update(dynamic=self.dynamic, growth_factor=self.growth_factor, backoff_factor=self.backoff_factor,
-                      hysteresis=self.hysteresis, min_scale=self.min_scale, max_scale=self.max_scale)
+        config.update(
+            dynamic=self.dynamic,
+            growth_factor=self.growth_factor,
+            backoff_factor=self.backoff_factor,
+            hysteresis=self.hysteresis,
+            min_scale=self.min_scale,
+            max_scale=self.max_scale,
+        )
         return config

@@ -67,9 +67,12 @@ def parse_loss_scale(loss_scale: str | float | int | None, max_scale: float = DE
     return value
 
 
-def wrap_optimizer(optimizer: keras.optimizers.Optimizer, precision: str,
-                   loss_scale: str | float | int | None = "dynamic", **loss_scale_kwargs: Any
-                   ) -> keras.optimizers.Optimizer:
+def wrap_optimizer(
+    optimizer: keras.optimizers.Optimizer,
+    precision: str,
+    loss_scale: str | float | int | None = "dynamic",
+    **loss_scale_kwargs: Any,
+) -> keras.optimizers.Optimizer:
     """Returns the optimizer a precision needs: loss-scaled only for float16.
 
     Only `mixed_float16` has a range narrow enough to need loss scaling, so

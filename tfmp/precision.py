@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import keras
 import tensorflow as tf
@@ -204,8 +204,17 @@ def tf32_scope(enabled: bool) -> Iterator[None]:
         set_tf32(previous)
 
 
-_XLA_NAMES = {"auto": None, "true": True, "false": False, "on": True, "off": False,
-              "1": True, "0": False, "yes": True, "no": False}
+_XLA_NAMES = {
+    "auto": None,
+    "true": True,
+    "false": False,
+    "on": True,
+    "off": False,
+    "1": True,
+    "0": False,
+    "yes": True,
+    "no": False,
+}
 
 
 def resolve_jit_compile(xla: str | bool, has_gpu: bool | None = None) -> bool:
@@ -313,8 +322,7 @@ def keep_float32(models: Sequence[keras.Model], pattern: str) -> list[str]:
     if not matched:
         examples = ", ".join(path for path, _ in paths[:4])
         raise ValueError(
-            f"float32_layers matched no layer; it is searched in layer paths such as {examples}. "
-            f"Received: {pattern!r}"
+            f"float32_layers matched no layer; it is searched in layer paths such as {examples}. Received: {pattern!r}"
         )
     for _, layer in matched:
         layer.dtype_policy = "float32"

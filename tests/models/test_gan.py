@@ -16,13 +16,24 @@ def test_generator_is_the_seed_stack():
     assert generator.input_shape == (None, 100)
     # BatchNorm is tfmp's fused layer: Keras's BatchNormalization computed by one op.
     assert _summary(generator) == [
-        ("Dense", (3136,)), ("Reshape", (7, 7, 64)), ("FusedBatchNormalization", (7, 7, 64)),
-        ("Conv2D", (7, 7, 64)), ("UpSampling2D", (14, 14, 64)), ("FusedBatchNormalization", (14, 14, 64)),
-        ("Conv2D", (14, 14, 32)), ("UpSampling2D", (28, 28, 32)), ("FusedBatchNormalization", (28, 28, 32)),
-        ("Conv2D", (28, 28, 8)), ("FusedBatchNormalization", (28, 28, 8)), ("Conv2D", (28, 28, 1)),
+        ("Dense", (3136,)),
+        ("Reshape", (7, 7, 64)),
+        ("FusedBatchNormalization", (7, 7, 64)),
+        ("Conv2D", (7, 7, 64)),
+        ("UpSampling2D", (14, 14, 64)),
+        ("FusedBatchNormalization", (14, 14, 64)),
+        ("Conv2D", (14, 14, 32)),
+        ("UpSampling2D", (28, 28, 32)),
+        ("FusedBatchNormalization", (28, 28, 32)),
+        ("Conv2D", (28, 28, 8)),
+        ("FusedBatchNormalization", (28, 28, 8)),
+        ("Conv2D", (28, 28, 1)),
     ]
-    assert all(isinstance(layer, keras.layers.BatchNormalization) for layer in generator.layers
-               if "BatchNormalization" in type(layer).__name__)
+    assert all(
+        isinstance(layer, keras.layers.BatchNormalization)
+        for layer in generator.layers
+        if "BatchNormalization" in type(layer).__name__
+    )
     unfused = build_generator(fused_batch_norm=False)
     assert [type(layer).__name__ for layer in unfused.layers].count("BatchNormalization") == 4
     convs = [layer for layer in generator.layers if isinstance(layer, keras.layers.Conv2D)]
@@ -34,10 +45,17 @@ def test_generator_is_the_seed_stack():
 def test_discriminator_is_the_seed_stack():
     discriminator = build_discriminator()
     assert _summary(discriminator) == [
-        ("Conv2D", (28, 28, 24)), ("MaxPooling2D", (14, 14, 24)), ("Dropout", (14, 14, 24)),
-        ("Conv2D", (14, 14, 64)), ("MaxPooling2D", (7, 7, 64)), ("Dropout", (7, 7, 64)),
-        ("Conv2D", (7, 7, 128)), ("MaxPooling2D", (3, 3, 128)), ("Dropout", (3, 3, 128)),
-        ("Flatten", (1152,)), ("Dense", (1,)),
+        ("Conv2D", (28, 28, 24)),
+        ("MaxPooling2D", (14, 14, 24)),
+        ("Dropout", (14, 14, 24)),
+        ("Conv2D", (14, 14, 64)),
+        ("MaxPooling2D", (7, 7, 64)),
+        ("Dropout", (7, 7, 64)),
+        ("Conv2D", (7, 7, 128)),
+        ("MaxPooling2D", (3, 3, 128)),
+        ("Dropout", (3, 3, 128)),
+        ("Flatten", (1152,)),
+        ("Dense", (1,)),
     ]
     assert all(layer.rate == 0.4 for layer in discriminator.layers if isinstance(layer, keras.layers.Dropout))
     assert discriminator.get_layer("logits").activation.__name__ == "linear"

@@ -31,8 +31,11 @@ def test_batch_norm_momentum_is_applied_to_every_backbone_batch_norm():
     norms = [layer for layer in model.layers[1].layers if isinstance(layer, keras.layers.BatchNormalization)]
     assert norms and all(layer.momentum == 0.9 for layer in norms)
     default = build_mobilenet_v2_classifier(alpha=0.35)
-    assert all(layer.momentum == 0.999 for layer in default.layers[1].layers
-               if isinstance(layer, keras.layers.BatchNormalization))
+    assert all(
+        layer.momentum == 0.999
+        for layer in default.layers[1].layers
+        if isinstance(layer, keras.layers.BatchNormalization)
+    )
 
 
 def test_bad_arguments_name_the_value():
@@ -53,8 +56,11 @@ def test_batch_norms_are_fused_with_the_keras_layers_weights_and_names():
     plain = build_mobilenet_v2_classifier(alpha=0.35, batch_norm_momentum=0.9, fused_batch_norm=False)
     kinds = {type(layer).__name__ for layer in fused.layers[1].layers if "Normalization" in type(layer).__name__}
     assert kinds == {"FusedBatchNormalization"} and fused.layers[1].name == plain.layers[1].name
-    assert all(isinstance(layer, FusedBatchNormalization) for layer in fused.layers[1].layers
-               if isinstance(layer, keras.layers.BatchNormalization))
+    assert all(
+        isinstance(layer, FusedBatchNormalization)
+        for layer in fused.layers[1].layers
+        if isinstance(layer, keras.layers.BatchNormalization)
+    )
     # Same paths and, from the same seed, the same initial weights.
     assert [w.path for w in fused.weights] == [w.path for w in plain.weights]
     assert all((a == b).all() for a, b in zip(fused.get_weights(), plain.get_weights()))

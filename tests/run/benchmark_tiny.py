@@ -5,9 +5,8 @@ traced; `tiny_config` times them as briefly as the benchmark allows.
 """
 
 from tfmp.models.small_cnn import build_small_cnn
-from tfmp.run import benchmark
+from tfmp.run import benchmark, tasks
 from tfmp.run import config as config_lib
-from tfmp.run import tasks
 
 __all__ = ["BATCH", "tiny_classifier", "tiny_config", "tiny_specs"]
 
@@ -16,20 +15,33 @@ BATCH = 8
 
 def tiny_classifier(**kwargs):
     return tasks.ClassifierTask(
-        config_lib.ClassifierConfig(batch_size=BATCH), "tiny",
-        network=lambda shape, classes: build_small_cnn(shape, classes, width=4), image_shape=(8, 8, 3), **kwargs)
+        config_lib.ClassifierConfig(batch_size=BATCH),
+        "tiny",
+        network=lambda shape, classes: build_small_cnn(shape, classes, width=4),
+        image_shape=(8, 8, 3),
+        **kwargs,
+    )
 
 
 def tiny_specs():
     return {
         "tiny": tiny_classifier(),
-        "tiny_gan": tasks.GANTask(config_lib.GANConfig(batch_size=BATCH, latent_dim=8, generator_widths=(8, 4, 2),
-                                                       discriminator_widths=(2, 2, 2)), "tiny_gan"),
+        "tiny_gan": tasks.GANTask(
+            config_lib.GANConfig(
+                batch_size=BATCH, latent_dim=8, generator_widths=(8, 4, 2), discriminator_widths=(2, 2, 2)
+            ),
+            "tiny_gan",
+        ),
     }
 
 
 def tiny_config(**changes):
     config = benchmark.BenchmarkConfig(
-        models=("tiny", "tiny_gan"), precisions=("float32", "mixed_bfloat16"), xla=(False,),
-        warmup_steps=1, steps=2, repeats=1)
+        models=("tiny", "tiny_gan"),
+        precisions=("float32", "mixed_bfloat16"),
+        xla=(False,),
+        warmup_steps=1,
+        steps=2,
+        repeats=1,
+    )
     return benchmark.BenchmarkConfig(**{**config.__dict__, **changes})

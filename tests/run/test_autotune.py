@@ -132,7 +132,8 @@ def test_gpus_without_tensor_cores_measure_nothing(tmp_path):
     choice = autotune.choose("gan b4096", never, _gpus(P100), str(tmp_path / "auto.json"))
     assert (choice.precision, choice.images_per_sec) == ("float32", {})
     assert str(choice) == (
-        "auto precision: float32 (GPU compute capability 6.0 < 7.0 has no Tensor Cores; nothing to measure)")
+        "auto precision: float32 (GPU compute capability 6.0 < 7.0 has no Tensor Cores; nothing to measure)"
+    )
     assert not (tmp_path / "auto.json").exists()
 
 
@@ -202,5 +203,6 @@ def test_a_cache_that_cannot_be_written_says_so_instead_of_cached(tmp_path):
     assert (choice.precision, choice.cached) == ("float32", False)
     assert str(choice).endswith(
         f"(float32 850 img/s, mixed_bfloat16 381 img/s (0.45x); measured now, not cached: {blocker / 'sub'} is not "
-        f"writable (Not a directory); set {autotune.CACHE_ENV} to a writable directory)")
+        f"writable (Not a directory); set {autotune.CACHE_ENV} to a writable directory)"
+    )
     assert "cached in" not in str(choice)

@@ -16,19 +16,29 @@ import time
 
 import keras
 import pytest
+from benchmark_tiny import BATCH, tiny_classifier, tiny_config, tiny_specs
 
 import tfmp
-from benchmark_tiny import BATCH, tiny_classifier, tiny_config, tiny_specs
 from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
 from tfmp.models.small_cnn import build_small_cnn
-from tfmp.run import benchmark
+from tfmp.run import benchmark, reporting, tasks
 from tfmp.run import config as config_lib
-from tfmp.run import reporting
-from tfmp.run import tasks
 from tfmp.run.benchmark import modes
 
-KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per_sec_min", "images_per_sec_max",
-        "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb", "peak_gpu_mb"]
+KEYS = [
+    "model",
+    "precision",
+    "xla",
+    "batch_size",
+    "images_per_sec",
+    "images_per_sec_min",
+    "images_per_sec_max",
+    "step_ms",
+    "ratio_to_float32",
+    "ratio_to_hand_written",
+    "peak_host_mb",
+    "peak_gpu_mb",
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +55,15 @@ def test_records_have_exactly_the_json_keys_and_types(records):
         assert list(row) == KEYS
         assert isinstance(row["model"], str) and isinstance(row["precision"], str)
         assert row["xla"] is False and row["batch_size"] == BATCH
-        for key in ("images_per_sec", "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb",
-                    "images_per_sec_min", "images_per_sec_max"):
+        for key in (
+            "images_per_sec",
+            "step_ms",
+            "ratio_to_float32",
+            "ratio_to_hand_written",
+            "peak_host_mb",
+            "images_per_sec_min",
+            "images_per_sec_max",
+        ):
             assert isinstance(row[key], float) and row[key] > 0, (key, row[key])
         assert row["peak_gpu_mb"] is None  # no GPU here
 
@@ -70,8 +87,12 @@ class _ClockedTask(tasks.ClassifierTask):
     """The tiny classifier, whose trainer steps take `durations[precision]` seconds of `clock` each, in order."""
 
     def __init__(self, clock, durations):
-        super().__init__(config_lib.ClassifierConfig(batch_size=BATCH), "tiny",
-                         network=lambda shape, classes: build_small_cnn(shape, classes, width=4), image_shape=(8, 8, 3))
+        super().__init__(
+            config_lib.ClassifierConfig(batch_size=BATCH),
+            "tiny",
+            network=lambda shape, classes: build_small_cnn(shape, classes, width=4),
+            image_shape=(8, 8, 3),
+        )
         self.clock, self.durations = clock, durations
 
     def build(self, precision, *args, **kwargs):
@@ -82,6 +103,7 @@ class _ClockedTask(tasks.ClassifierTask):
             make(force)
             step = trainer.train_function
             if not hasattr(step, "durations"):
+
                 def clocked(iterator):
                     outputs = step(iterator)
                     self.clock.now += durations.pop(0)
@@ -107,14 +129,21 @@ def clocked_records():
     durations = {"float32": [0.0, 0.5, 0.5, 1.5, 1.5, 0.0, 0.0], "mixed_bfloat16": [0.0] * 7}
     with pytest.MonkeyPatch.context() as patch:
         # Wherever the benchmark's modules read the clock (`tfmp.run.benchmark` and any submodule).
-        timing = [module for name, module in list(sys.modules.items())
-                  if name.split(".")[:3] == benchmark.__name__.split(".") and getattr(module, "time", None) is time]
+        timing = [
+            module
+            for name, module in list(sys.modules.items())
+            if name.split(".")[:3] == benchmark.__name__.split(".") and getattr(module, "time", None) is time
+        ]
         assert timing, "no benchmark module reads time.perf_counter: update _Clock"
         for module in timing:
             patch.setattr(module, "time", clock)
-        records = benchmark.compare(tiny_config(models=("tiny",), steps=2, repeats=3),
-                                    {"tiny": _ClockedTask(clock, durations)})
-    assert durations == {"float32": [], "mixed_bfloat16": []}  # every scripted step ran, in a timed round or the warm-up
+        records = benchmark.compare(
+            tiny_config(models=("tiny",), steps=2, repeats=3), {"tiny": _ClockedTask(clock, durations)}
+        )
+    assert durations == {
+        "float32": [],
+        "mixed_bfloat16": [],
+    }  # every scripted step ran, in a timed round or the warm-up
     return records
 
 
@@ -140,8 +169,7 @@ def test_ratio_to_float32_is_null_without_a_float32_row_and_the_policy_is_restor
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
-        rows = benchmark.compare(
-            tiny_config(models=("tiny",), precisions=("fp16",)), tiny_specs())
+        rows = benchmark.compare(tiny_config(models=("tiny",), precisions=("fp16",)), tiny_specs())
         assert [(r.precision, r.ratio_to_float32) for r in rows] == [("mixed_float16", None)]
         assert rows[0].to_json()["ratio_to_float32"] is None
         assert keras.config.dtype_policy().name == "mixed_bfloat16"
@@ -163,13 +191,26 @@ def test_the_policy_is_restored_when_a_row_fails():
 
 def test_input_pipeline_mode_compares_the_real_pipeline_with_synthetic_tensors():
     rows = benchmark.input_pipeline(
-        tiny_config(models=("tiny",), precisions=("bf16",), batch_sizes=(128,), steps=3), tiny_specs())
+        tiny_config(models=("tiny",), precisions=("bf16",), batch_sizes=(128,), steps=3), tiny_specs()
+    )
     assert len(rows) == 1
     row = rows[0].to_json()
-    assert list(row) == ["model", "dataset", "precision", "xla", "batch_size", "pipeline_images_per_sec",
-                         "synthetic_images_per_sec", "ratio"]
+    assert list(row) == [
+        "model",
+        "dataset",
+        "precision",
+        "xla",
+        "batch_size",
+        "pipeline_images_per_sec",
+        "synthetic_images_per_sec",
+        "ratio",
+    ]
     assert (row["model"], row["dataset"], row["precision"], row["batch_size"]) == (
-        "tiny", "digits", "mixed_bfloat16", 128)
+        "tiny",
+        "digits",
+        "mixed_bfloat16",
+        128,
+    )
     assert row["ratio"] == row["pipeline_images_per_sec"] / row["synthetic_images_per_sec"]
     assert reporting.markdown_table(rows).count("\n") == 2
 
@@ -195,10 +236,16 @@ def test_rows_apply_the_per_layer_precision_training_applies():
     spec = tiny_classifier(cpu_bfloat16_float32_layers="conv2$")
     lines = []
     benchmark.compare(tiny_config(models=("tiny",)), {"tiny": spec}, progress=lines.append)
-    benchmark.compare(tiny_config(models=("tiny",), precisions=("bf16",), float32_layers="none"), {"tiny": spec},
-                      progress=lines.append)
-    expected = ["tiny float32 xla=false batch=8:", "tiny mixed_bfloat16 xla=false batch=8, 1 float32 layers:",
-                "tiny mixed_bfloat16 xla=false batch=8:"]
+    benchmark.compare(
+        tiny_config(models=("tiny",), precisions=("bf16",), float32_layers="none"),
+        {"tiny": spec},
+        progress=lines.append,
+    )
+    expected = [
+        "tiny float32 xla=false batch=8:",
+        "tiny mixed_bfloat16 xla=false batch=8, 1 float32 layers:",
+        "tiny mixed_bfloat16 xla=false batch=8:",
+    ]
     assert [line.split(" img/s")[0].rsplit(" ", 1)[0] for line in lines] == expected
     with tfmp.precision_scope("bf16"):
         workload = benchmark.build_workload(spec, "mixed_bfloat16", False, hand_written=False)
@@ -218,14 +265,24 @@ def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
 
     def recording_build(self, precision, loss_scale, jit_compile, steps_per_epoch=1, split=None):
         result = build(self, precision, loss_scale, jit_compile, steps_per_epoch, split)
-        built.append((self.name, self.config.batch_size, self.config.seed, precision, loss_scale, steps_per_epoch,
-                      result.trainer))
+        built.append(
+            (
+                self.name,
+                self.config.batch_size,
+                self.config.seed,
+                precision,
+                loss_scale,
+                steps_per_epoch,
+                result.trainer,
+            )
+        )
         return result
 
     monkeypatch.setattr(tasks.ClassifierTask, "build", recording_build)
     timed = []
-    monkeypatch.setattr(modes, "trainer_driver",
-                        lambda workload, *args, **kwargs: timed.append(workload.trainer) or _FakeDriver())
+    monkeypatch.setattr(
+        modes, "trainer_driver", lambda workload, *args, **kwargs: timed.append(workload.trainer) or _FakeDriver()
+    )
     monkeypatch.setattr(modes, "hand_written_driver", lambda *args, **kwargs: _FakeDriver())
     monkeypatch.setattr(modes, "interleave", lambda drivers, steps, repeats: None)
     benchmark.compare(tiny_config(models=("tiny",), precisions=("fp16",), seed=3), tiny_specs())

@@ -1,8 +1,8 @@
 """Tests for tfmp/run/benchmark/settings.py: what a benchmark measures, checked as given."""
 
 import pytest
-
 from benchmark_tiny import tiny_config
+
 from tfmp.run import benchmark
 
 
@@ -27,5 +27,8 @@ def test_config_tuples_are_checked_as_given_not_parsed(changes, message):
 
 def test_config_names_are_canonicalised_in_order_once():
     assert benchmark.canonical_precisions(("bf16", "fp32", "FP16", "mixed_bfloat16")) == (
-        "mixed_bfloat16", "float32", "mixed_float16")
+        "mixed_bfloat16",
+        "float32",
+        "mixed_float16",
+    )
     assert benchmark.canonical_models(("resnet50", "GAN", "gan")) == ("resnet50", "gan")

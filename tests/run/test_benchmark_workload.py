@@ -4,15 +4,17 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from benchmark_tiny import BATCH, tiny_specs
 
 import tfmp
-from benchmark_tiny import BATCH, tiny_specs
 from tfmp.run import benchmark
 
 
 @pytest.mark.parametrize(
     # The GAN only under float16 (two loss-scaled optimizers): its tracing is slow.
-    "model, precision", [("tiny", "float32"), ("tiny", "mixed_float16"), ("tiny_gan", "mixed_float16")])
+    "model, precision",
+    [("tiny", "float32"), ("tiny", "mixed_float16"), ("tiny_gan", "mixed_float16")],
+)
 def test_hand_written_step_is_the_trainers_math(model, precision):
     # Two builds from the same seed: two trainer steps on one, two
     # hand-written steps on the other, give bit-identical weights.

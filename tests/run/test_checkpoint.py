@@ -56,8 +56,9 @@ def _tiny_gan_trainer():
     from tfmp.models.gan import build_discriminator, build_generator
 
     with tfmp.precision_scope("mixed_float16"):
-        trainer = trainers.GANTrainer(build_generator(latent_dim=8, widths=(8, 8, 8)),
-                                      build_discriminator(widths=(8, 8, 8)))
+        trainer = trainers.GANTrainer(
+            build_generator(latent_dim=8, widths=(8, 8, 8)), build_discriminator(widths=(8, 8, 8))
+        )
         trainer.compile(loss_scale="dynamic")
     return trainer
 
@@ -129,7 +130,7 @@ def test_save_and_restore_bring_back_weights_slots_and_step(kind, tmp_path):
         changed = {v.path for v, a, b in zip(_variables(fresh), initial, saved) if not np.array_equal(a, b)}
         assert sum("seed_generator_state" in path for path in changed) == 4, changed
         scaler = fresh.discriminator_optimizer
-        assert int(scaler.skipped_steps) == 1 and float(scaler.loss_scale) == 2 ** 14  # one backoff from 2**15
+        assert int(scaler.skipped_steps) == 1 and float(scaler.loss_scale) == 2**14  # one backoff from 2**15
         assert int(fresh.generator_optimizer.step_counter) == 2  # two finite steps towards the next growth
 
 
@@ -194,7 +195,7 @@ def test_a_variable_the_checkpoint_cannot_reach_is_refused_naming_it(tmp_path):
     with pytest.raises(checkpoint.CheckpointError) as error:
         checkpoint.RunCheckpoint(str(tmp_path), trainer, {})
     message = str(error.value)
-    assert f"1 of its variables are not reachable from its object graph" in message
+    assert "1 of its variables are not reachable from its object graph" in message
     assert f"{unkept.path} (shape (2,))" in message and "dense" not in message
     assert not os.listdir(tmp_path)
 
@@ -290,14 +291,18 @@ def test_a_missing_state_file_hides_no_checkpoint_and_none_is_overwritten(tmp_pa
     lines.clear()
     for step in (3, 4, 5):
         again.save(step)
-    assert lines == [f"note: {tmp_path / 'ckpt-3'} already existed and was not written by this run; kept its files "
-                     "as ckpt-3.data-00000-of-00001.old, ckpt-3.index.old"]
+    assert lines == [
+        f"note: {tmp_path / 'ckpt-3'} already existed and was not written by this run; kept its files "
+        "as ckpt-3.data-00000-of-00001.old, ckpt-3.index.old"
+    ]
     after = _files(tmp_path)
     for name, content in before.items():
         kept = name if name.startswith(("ckpt-1.", "ckpt-2.")) else name + ".old"
         assert after[kept] == content, name
     assert checkpoint.RunCheckpoint(str(tmp_path), trainer, {}).checkpoints == [
-        str(tmp_path / "ckpt-4"), str(tmp_path / "ckpt-5")]
+        str(tmp_path / "ckpt-4"),
+        str(tmp_path / "ckpt-5"),
+    ]
 
 
 def test_a_failed_write_names_the_directory_and_leaves_the_previous_checkpoint_newest(tmp_path, monkeypatch):
@@ -317,7 +322,7 @@ def test_a_failed_write_names_the_directory_and_leaves_the_previous_checkpoint_n
         ckpt.save(2)
     message = str(error.value)
     assert f"Could not write checkpoint {tmp_path / 'ckpt-2'} in {tmp_path} (ResourceExhaustedError: " in message
-    assert "No space left on device" in message and f"Nothing was lost: the previous checkpoints remain" in message
+    assert "No space left on device" in message and "Nothing was lost: the previous checkpoints remain" in message
     assert first in message
     monkeypatch.undo()
     assert sorted(os.listdir(tmp_path)) == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
@@ -362,8 +367,10 @@ def test_a_state_file_listing_files_outside_the_directory_is_refused_and_deletes
         resumed = checkpoint.RunCheckpoint(str(directory), _tiny_classifier_trainer(), {}, keep=2)
         resumed.save(3)  # beyond keep=2, the manager deleted the oldest listed: the files `listed` names
     message = str(error.value)
-    assert f"The checkpoint state file {state} lists 1 checkpoint(s) that are not ckpt-N files of {directory}: " \
-           f"{os.path.join(directory, listed)}. " in message
+    assert (
+        f"The checkpoint state file {state} lists 1 checkpoint(s) that are not ckpt-N files of {directory}: "
+        f"{os.path.join(directory, listed)}. " in message
+    )
     assert "nothing was deleted or read" in message and "delete it, and resume finds those" in message
     assert _snapshot(tmp_path) == before
     # What the message says to do works: without the state file, the directory's own checkpoints resume.
@@ -389,13 +396,28 @@ def test_op_determinism_is_restored():
 # --- exact resume through train_gan / train_classifier ------------------------------
 
 TINY_GAN = training.GANConfig(
-    dataset="digits", batch_size=32, epochs=2, steps_per_epoch=3, warmup_steps=0, num_samples=4,
-    generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), precision="mixed_float16", loss_scale="dynamic",
+    dataset="digits",
+    batch_size=32,
+    epochs=2,
+    steps_per_epoch=3,
+    warmup_steps=0,
+    num_samples=4,
+    generator_widths=(8, 8, 8),
+    discriminator_widths=(8, 8, 8),
+    precision="mixed_float16",
+    loss_scale="dynamic",
     deterministic=True,
 )
 TINY_CLASSIFIER = training.ClassifierConfig(
-    dataset="digits", batch_size=32, epochs=2, steps_per_epoch=2, warmup_steps=0, alpha=0.35,
-    validation_batch_size=512, precision="mixed_bfloat16", deterministic=True,
+    dataset="digits",
+    batch_size=32,
+    epochs=2,
+    steps_per_epoch=2,
+    warmup_steps=0,
+    alpha=0.35,
+    validation_batch_size=512,
+    precision="mixed_bfloat16",
+    deterministic=True,
 )
 
 
@@ -412,8 +434,11 @@ def _stop_at(line_prefix, lines):
 
 def _checkpoint_tensors(path):
     reader = tf.train.load_checkpoint(path)
-    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
-            if "save_counter" not in k and k != "_CHECKPOINTABLE_OBJECT_GRAPH"}  # graph: auto names
+    return {
+        k: reader.get_tensor(k)
+        for k in reader.get_variable_to_shape_map()
+        if "save_counter" not in k and k != "_CHECKPOINTABLE_OBJECT_GRAPH"
+    }  # graph: auto names
 
 
 @pytest.mark.parametrize(
@@ -424,8 +449,13 @@ def _checkpoint_tensors(path):
         # Inside epoch 1, after a validation pass.
         pytest.param(training.train_classifier, TINY_CLASSIFIER, "(1, 0)", "val_loss", marks=pytest.mark.slow),
         # Two replicas, each with its own BatchNorm statistics until the epoch's end.
-        pytest.param(training.train_gan, dataclasses.replace(TINY_GAN, strategy="mirrored"), "(0, 1)", "g_loss",
-                     marks=pytest.mark.slow),
+        pytest.param(
+            training.train_gan,
+            dataclasses.replace(TINY_GAN, strategy="mirrored"),
+            "(0, 1)",
+            "g_loss",
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["gan-float16-mid-epoch", "classifier-bfloat16-second-epoch", "gan-float16-mirrored-mid-epoch"],
 )
@@ -478,8 +508,9 @@ def test_resuming_with_another_model_or_precision_names_the_mismatch(tmp_path):
     assert checkpoint_file in str(error.value) and "precision" in str(error.value)
     assert "float32" in str(error.value) and "mixed_float16" in str(error.value)
     with pytest.raises(checkpoint.CheckpointError) as error:
-        training.train_gan(dataclasses.replace(config, resume=True, generator_widths=(16, 8, 8)),
-                           print_fn=lambda line: None)
+        training.train_gan(
+            dataclasses.replace(config, resume=True, generator_widths=(16, 8, 8)), print_fn=lambda line: None
+        )
     assert checkpoint_file in str(error.value)
     assert "generator_widths=[8, 8, 8] in the checkpoint, generator_widths=[16, 8, 8] in this run" in str(error.value)
     # Without --resume the run's checkpoints are not overwritten.
@@ -516,8 +547,12 @@ def test_an_unwritable_checkpoint_dir_is_refused(tmp_path):
     blocker.write_text("")
     # validate() is pure: the run finds it when it creates its directories, before any training.
     with pytest.raises(training.ConfigError) as error:
-        training.train_gan(dataclasses.replace(TINY_GAN, logdir=str(tmp_path / "logs"), run_name="run",
-                                               checkpoint_dir=str(blocker / "ckpt")), print_fn=lambda line: None)
+        training.train_gan(
+            dataclasses.replace(
+                TINY_GAN, logdir=str(tmp_path / "logs"), run_name="run", checkpoint_dir=str(blocker / "ckpt")
+            ),
+            print_fn=lambda line: None,
+        )
     assert f"checkpoint_dir='{blocker}/ckpt'" in str(error.value)
     assert sorted(os.listdir(tmp_path)) == ["file"]  # the run directory it had made is gone again
 
@@ -540,14 +575,27 @@ def test_after_a_crash_a_stale_lock_and_a_lost_state_file_neither_block_nor_hide
 
     from tfmp.run import rundir
 
-    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", epochs=1, steps_per_epoch=2,
-                                 checkpoint_every=1, precision="float32", loss_scale="none", deterministic=False)
+    config = dataclasses.replace(
+        TINY_GAN,
+        logdir=str(tmp_path),
+        run_name="run",
+        epochs=1,
+        steps_per_epoch=2,
+        checkpoint_every=1,
+        precision="float32",
+        loss_scale="none",
+        deterministic=False,
+    )
     training.train_gan(config, print_fn=lambda line: None)
     run_dir, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoints"
     os.remove(checkpoints / "checkpoint")
     before = {name: (checkpoints / name).read_bytes() for name in os.listdir(checkpoints)}
-    assert sorted(before) == ["ckpt-1.data-00000-of-00001", "ckpt-1.index", "ckpt-2.data-00000-of-00001",
-                              "ckpt-2.index"]
+    assert sorted(before) == [
+        "ckpt-1.data-00000-of-00001",
+        "ckpt-1.index",
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+    ]
     # A new run is refused as for any directory holding checkpoints.
     with pytest.raises(training.ConfigError, match=f"{checkpoints} already holds checkpoints"):
         training.train_gan(config, print_fn=lambda line: None)
@@ -561,10 +609,16 @@ def test_after_a_crash_a_stale_lock_and_a_lost_state_file_neither_block_nor_hide
     assert result.steps == 2
     assert [line for line in lines if line.startswith("note:")] == [
         f"note: taking over the run directory {run_dir} from pid {dead.pid} on host {socket.gethostname()}, which "
-        f"is no longer running (it was killed or crashed); lock file {run_dir / rundir.LOCK_FILE}"]
-    assert any(line.startswith(f"warning: the state file {checkpoints / 'checkpoint'} that lists the checkpoints is "
-                               f"missing; found 2 checkpoint(s) by their files; resuming from the newest readable "
-                               f"one, {checkpoints / 'ckpt-2'}") for line in lines), lines
+        f"is no longer running (it was killed or crashed); lock file {run_dir / rundir.LOCK_FILE}"
+    ]
+    assert any(
+        line.startswith(
+            f"warning: the state file {checkpoints / 'checkpoint'} that lists the checkpoints is "
+            f"missing; found 2 checkpoint(s) by their files; resuming from the newest readable "
+            f"one, {checkpoints / 'ckpt-2'}"
+        )
+        for line in lines
+    ), lines
     assert f"resumed from {checkpoints / 'ckpt-2'} at step 2" in lines
     for name, content in before.items():  # still there, unchanged
         assert (checkpoints / name).read_bytes() == content, name
@@ -579,12 +633,15 @@ def test_a_run_directory_held_by_another_run_is_refused_before_any_training(tmp_
     lines = []
     with rundir.RunDirLock(str(run_dir)):
         with pytest.raises(rundir.RunDirInUseError) as error:
-            training.train_gan(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run"),
-                               print_fn=lines.append)
+            training.train_gan(
+                dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run"), print_fn=lines.append
+            )
         # Its own checkpoint directory too, when another run names it as its checkpoint_dir.
         with pytest.raises(rundir.RunDirInUseError, match=str(run_dir)):
-            training.train_gan(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="other",
-                                                   checkpoint_dir=str(run_dir)), print_fn=lines.append)
+            training.train_gan(
+                dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="other", checkpoint_dir=str(run_dir)),
+                print_fn=lines.append,
+            )
     assert f"{run_dir} is in use by another run: pid {os.getpid()} on host" in str(error.value)
     assert not any(line.startswith("training") for line in lines)
     assert os.listdir(run_dir) == [] and os.listdir(tmp_path) == ["run"]  # nothing left of the refused runs
@@ -642,9 +699,12 @@ def test_each_replicas_own_batch_norm_statistics_survive_a_checkpoint(tmp_path):
     # On one device the first replica's copy is the state; the others' copies are set aside, saying so.
     lines = []
     single = _classifier_with_batch_norm(tf.distribute.get_strategy())
-    one = checkpoint.RunCheckpoint(str(tmp_path / "one"), single, {}, read_directory=str(tmp_path),
-                                   print_fn=lines.append)
+    one = checkpoint.RunCheckpoint(
+        str(tmp_path / "one"), single, {}, read_directory=str(tmp_path), print_fn=lines.append
+    )
     assert one.restore(one.latest(print_fn=lambda line: None)) == 1
     assert [v.tolist() for v in _replica_values(single, "bn/moving_mean")] == [[0.25] * 3]
-    assert lines == [f"note: {saved} was written with 2 per-replica copies of state each replica keeps (BatchNorm "
-                     "statistics); this run has 0, so every replica resumes from the first replica's copy."]
+    assert lines == [
+        f"note: {saved} was written with 2 per-replica copies of state each replica keeps (BatchNorm "
+        "statistics); this run has 0, so every replica resumes from the first replica's copy."
+    ]

@@ -38,9 +38,12 @@ def test_gan_config_refuses_bad_values_naming_them(change, message, tmp_path):
 
 
 def test_classifier_config_refuses_bad_values(tmp_path):
-    for change, message in [({"alpha": 0.0}, "alpha=0.0"), ({"dataset": "mnist"}, "dataset='mnist'"),
-                            ({"batch_norm_momentum": 1.0}, "batch_norm_momentum=1.0"),
-                            ({"lr_schedule": "linear"}, "lr_schedule='linear'")]:
+    for change, message in [
+        ({"alpha": 0.0}, "alpha=0.0"),
+        ({"dataset": "mnist"}, "dataset='mnist'"),
+        ({"batch_norm_momentum": 1.0}, "batch_norm_momentum=1.0"),
+        ({"lr_schedule": "linear"}, "lr_schedule='linear'"),
+    ]:
         with pytest.raises(config_lib.ConfigError, match=message.replace("(", r"\(")):
             dataclasses.replace(TINY_CLASSIFIER, logdir=str(tmp_path), **change).validate()
 
@@ -65,8 +68,11 @@ def test_validate_is_pure_it_creates_nothing(tmp_path):
         # str
         (TINY_GAN, {"run_name": None}, "run_name must be a string. Received: run_name=None"),
         # float: a number (an int is one), not a bool
-        (TINY_GAN, {"generator_learning_rate": "x"},
-         "generator_learning_rate must be a number. Received: generator_learning_rate='x'"),
+        (
+            TINY_GAN,
+            {"generator_learning_rate": "x"},
+            "generator_learning_rate must be a number. Received: generator_learning_rate='x'",
+        ),
         (TINY_GAN, {"label_softening": True}, "label_softening must be a number. Received: label_softening=True"),
         # int: neither a bool nor a float
         (TINY_GAN, {"seed": "a"}, "seed must be an integer. Received: seed='a'"),
@@ -76,18 +82,30 @@ def test_validate_is_pure_it_creates_nothing(tmp_path):
         (TINY_GAN, {"resume": 1}, "resume must be a boolean. Received: resume=1"),
         (TINY_CLASSIFIER, {"from_logits": "yes"}, "from_logits must be a boolean. Received: from_logits='yes'"),
         # X | None
-        (TINY_GAN, {"steps_per_epoch": "10"},
-         "steps_per_epoch must be an integer or None. Received: steps_per_epoch='10'"),
+        (
+            TINY_GAN,
+            {"steps_per_epoch": "10"},
+            "steps_per_epoch must be an integer or None. Received: steps_per_epoch='10'",
+        ),
         (TINY_GAN, {"data_dir": 3}, "data_dir must be a string or None. Received: data_dir=3"),
         (TINY_GAN, {"loss_scale": [128]}, "loss_scale must be a string, a number or None. Received: loss_scale=[128]"),
         (TINY_GAN, {"xla": 1}, "xla must be a string or a boolean. Received: xla=1"),
         # tuples, of their length
-        (TINY_GAN, {"profile_steps": (1, "2")},
-         "profile_steps must be a tuple of 2 integers or None. Received: profile_steps=(1, '2')"),
-        (TINY_GAN, {"generator_widths": [8, 8, 8]},
-         "generator_widths must be a tuple of 3 integers. Received: generator_widths=[8, 8, 8]"),
-        (TINY_GAN, {"discriminator_widths": (8, 8, 8, 8)},
-         "discriminator_widths must be a tuple of 3 integers. Received: discriminator_widths=(8, 8, 8, 8)"),
+        (
+            TINY_GAN,
+            {"profile_steps": (1, "2")},
+            "profile_steps must be a tuple of 2 integers or None. Received: profile_steps=(1, '2')",
+        ),
+        (
+            TINY_GAN,
+            {"generator_widths": [8, 8, 8]},
+            "generator_widths must be a tuple of 3 integers. Received: generator_widths=[8, 8, 8]",
+        ),
+        (
+            TINY_GAN,
+            {"discriminator_widths": (8, 8, 8, 8)},
+            "discriminator_widths must be a tuple of 3 integers. Received: discriminator_widths=(8, 8, 8, 8)",
+        ),
     ],
 )
 def test_a_setting_of_another_type_is_refused_naming_it(config, change, message):
@@ -100,16 +118,31 @@ def test_a_setting_of_another_type_is_refused_naming_it(config, change, message)
 def test_numpy_scalars_and_ints_for_numbers_are_of_the_declared_types():
     config_lib.GANConfig().validate()  # every field's declared type is one the check knows
     config_lib.ClassifierConfig().validate()
-    dataclasses.replace(TINY_GAN, seed=np.int64(3), batch_size=np.int32(32), generator_learning_rate=1,
-                        label_softening=np.float32(0.1), deterministic=np.bool_(True), profile_steps=(2, 3),
-                        loss_scale=128, xla=False, data_dir=None).validate()
+    dataclasses.replace(
+        TINY_GAN,
+        seed=np.int64(3),
+        batch_size=np.int32(32),
+        generator_learning_rate=1,
+        label_softening=np.float32(0.1),
+        deterministic=np.bool_(True),
+        profile_steps=(2, 3),
+        loss_scale=128,
+        xla=False,
+        data_dir=None,
+    ).validate()
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
 @pytest.mark.parametrize(
     "config, name",
-    [(TINY_CLASSIFIER, "alpha"), (TINY_CLASSIFIER, "batch_norm_momentum"), (TINY_CLASSIFIER, "learning_rate"),
-     (TINY_GAN, "generator_learning_rate"), (TINY_GAN, "label_softening"), (TINY_GAN, "label_swap_fraction")],
+    [
+        (TINY_CLASSIFIER, "alpha"),
+        (TINY_CLASSIFIER, "batch_norm_momentum"),
+        (TINY_CLASSIFIER, "learning_rate"),
+        (TINY_GAN, "generator_learning_rate"),
+        (TINY_GAN, "label_softening"),
+        (TINY_GAN, "label_swap_fraction"),
+    ],
 )
 def test_non_finite_model_settings_are_refused_naming_them(config, name, value):
     # alpha=inf used to reach MobileNetV2, which failed turning alpha * 32 into a width (OverflowError).

@@ -22,9 +22,8 @@ import pytest
 import tensorflow as tf
 
 import tfmp
-from tfmp.run import distribute
-from tfmp.run import training
 from tfmp import trainers
+from tfmp.run import distribute, training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INF = float("inf")
@@ -40,7 +39,8 @@ def _fake_strategy(cluster=None, task_type=None, task_id=None, replicas=1):
     resolver = None
     if cluster is not None:
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(cluster), task_type=task_type, task_id=task_id)
+            tf.train.ClusterSpec(cluster), task_type=task_type, task_id=task_id
+        )
     return types.SimpleNamespace(cluster_resolver=resolver, num_replicas_in_sync=replicas)
 
 
@@ -78,8 +78,10 @@ def test_default_is_the_current_strategy_and_mirrored_spans_both_cpus(mirrored):
         ('{"cluster": {"worker": ["a:1", "b:1"]}}', "'task' must hold"),
         ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}}', "task worker:2 is not"),
         # TensorFlow's own check comes later, as an InvalidArgumentError traceback ("Could not parse port").
-        ('{"cluster": {"worker": ["localhost:abc"]}, "task": {"type": "worker", "index": 0}}',
-         "holds 'localhost:abc': the port must be a number"),
+        (
+            '{"cluster": {"worker": ["localhost:abc"]}, "task": {"type": "worker", "index": 0}}',
+            "holds 'localhost:abc': the port must be a number",
+        ),
         ('{"cluster": {"worker": ["a:1", "b:70000"]}, "task": {"type": "worker", "index": 0}}', "'b:70000'"),
     ],
 )
@@ -173,19 +175,25 @@ def _assert_replicas_agree(model):
 
 
 def _tiny_classifier():
-    return keras.Sequential([
-        keras.Input((6,)),
-        keras.layers.Dense(8, activation="tanh"),
-        keras.layers.Dense(3),
-        keras.layers.Activation("softmax", dtype="float32"),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(8, activation="tanh"),
+            keras.layers.Dense(3),
+            keras.layers.Activation("softmax", dtype="float32"),
+        ]
+    )
 
 
 def _tiny_gan(label_swap_fraction=0.25):
     generator = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, activation="tanh")])
-    discriminator = keras.Sequential([
-        keras.Input((6,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(1, dtype="float32"),
-    ])
+    discriminator = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(4, activation="tanh"),
+            keras.layers.Dense(1, dtype="float32"),
+        ]
+    )
     # With a global batch of 8, the first 2 rows (both on replica 0) swap labels.
     return trainers.GANTrainer(generator, discriminator, label_swap_fraction=label_swap_fraction, seed=3)
 
@@ -194,8 +202,12 @@ def _tiny_trainer(kind, strategy, precision):
     with tfmp.precision_scope(precision), strategy.scope():
         if kind == "classifier":
             trainer = trainers.ClassifierTrainer(_tiny_classifier())
-            trainer.compile(keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy",
-                            metrics=["accuracy"], loss_scale="dynamic")
+            trainer.compile(
+                keras.optimizers.SGD(0.5),
+                loss="sparse_categorical_crossentropy",
+                metrics=["accuracy"],
+                loss_scale="dynamic",
+            )
         else:
             trainer = _tiny_gan()
             trainer.compile(keras.optimizers.SGD(0.5), keras.optimizers.SGD(0.5), loss_scale="dynamic")
@@ -213,8 +225,10 @@ def test_two_replicas_train_tiny_models_as_one_device_does(mirrored, kind, preci
     replicated = _tiny_trainer(kind, mirrored, precision)
     for network, copy in zip(single.networks.values(), replicated.networks.values()):
         copy.set_weights(network.get_weights())
-    logs = [{k: v[-1] for k, v in t.fit(data, epochs=2, shuffle=False, verbose=0).history.items()}
-            for t in (single, replicated)]
+    logs = [
+        {k: v[-1] for k, v in t.fit(data, epochs=2, shuffle=False, verbose=0).history.items()}
+        for t in (single, replicated)
+    ]
 
     assert replicated.distribute_strategy is mirrored
     _assert_replicas_agree(replicated)
@@ -250,8 +264,10 @@ def test_each_replica_draws_its_own_rows_of_the_global_noise(mirrored):
 def test_a_non_finite_gradient_on_replica_1_skips_the_classifier_step_everywhere(mirrored):
     with tfmp.precision_scope("mixed_float16"), mirrored.scope():
         trainer = trainers.ClassifierTrainer(_tiny_classifier())
-        trainer.compile(tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=8.0),
-                        loss="sparse_categorical_crossentropy")
+        trainer.compile(
+            tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=8.0),
+            loss="sparse_categorical_crossentropy",
+        )
     before = trainer.get_weights()
     x = np.ones((4, 6), np.float32)
     x[3, 0] = np.nan  # examples 2-3 are replica 1's share
@@ -300,8 +316,9 @@ def _compare_runs(train, config):
     replicated = train(dataclasses.replace(config, strategy="mirrored", run_name="mirrored"), print_fn=lines.append)
     assert any("strategy=mirrored replicas=2" in line for line in lines if line.startswith("training"))
     _assert_replicas_agree(replicated.trainer)
-    trainable = [[v.numpy() for n in r.trainer.networks.values() for v in n.trainable_weights]
-                 for r in (single, replicated)]
+    trainable = [
+        [v.numpy() for n in r.trainer.networks.values() for v in n.trainable_weights] for r in (single, replicated)
+    ]
     return single, replicated, _max_and_mean_difference(*trainable)
 
 
@@ -316,8 +333,8 @@ def _largest_step(optimizer, t):
 
     if isinstance(optimizer, keras.optimizers.Adam):
         b1, b2 = optimizer.beta_1, optimizer.beta_2
-        a = [(1 - b1) * b1 ** (t - i) / (1 - b1 ** t) for i in range(1, t + 1)]
-        b = [(1 - b2) * b2 ** (t - i) / (1 - b2 ** t) for i in range(1, t + 1)]
+        a = [(1 - b1) * b1 ** (t - i) / (1 - b1**t) for i in range(1, t + 1)]
+        b = [(1 - b2) * b2 ** (t - i) / (1 - b2**t) for i in range(1, t + 1)]
         return math.sqrt(sum(x * x / y for x, y in zip(a, b)))
     if isinstance(optimizer, keras.optimizers.RMSprop) and not optimizer.momentum and not optimizer.centered:
         return 1 / math.sqrt(1 - optimizer.rho)
@@ -345,8 +362,15 @@ def _update_bound(trainer):
 @pytest.mark.slow
 def test_mirrored_classifier_run_matches_one_device(tmp_path):
     config = training.ClassifierConfig(
-        dataset="digits", alpha=0.35, batch_size=16, epochs=1, steps_per_epoch=2, warmup_steps=0,
-        precision="float32", validation_batch_size=512, logdir=str(tmp_path),
+        dataset="digits",
+        alpha=0.35,
+        batch_size=16,
+        epochs=1,
+        steps_per_epoch=2,
+        warmup_steps=0,
+        precision="float32",
+        validation_batch_size=512,
+        logdir=str(tmp_path),
     )
     single, replicated, (max_diff, _) = _compare_runs(training.train_classifier, config)
     assert max_diff <= _update_bound(single.trainer)
@@ -359,8 +383,15 @@ def test_mirrored_classifier_run_matches_one_device(tmp_path):
 @pytest.mark.slow
 def test_mirrored_gan_run_matches_one_device(tmp_path):
     config = training.GANConfig(
-        dataset="digits", batch_size=32, epochs=1, steps_per_epoch=3, warmup_steps=0, num_samples=4,
-        generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), precision="mixed_float16",
+        dataset="digits",
+        batch_size=32,
+        epochs=1,
+        steps_per_epoch=3,
+        warmup_steps=0,
+        num_samples=4,
+        generator_widths=(8, 8, 8),
+        discriminator_widths=(8, 8, 8),
+        precision="mixed_float16",
         logdir=str(tmp_path),
     )
     single, replicated, (max_diff, _) = _compare_runs(training.train_gan, config)
@@ -400,18 +431,38 @@ def _event_files(directory):
 def test_two_worker_processes_train_the_classifier_and_end_identical(tmp_path):
     cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
     logdir = tmp_path / "logs"
-    flags = ["--strategy=multi_worker", "--dataset=digits", "--alpha=0.35", "--batch_size=16", "--epochs=1",
-             "--steps_per_epoch=2", "--warmup_steps=0", "--precision=float32", f"--logdir={logdir}",
-             "--run_name=mw"]
+    flags = [
+        "--strategy=multi_worker",
+        "--dataset=digits",
+        "--alpha=0.35",
+        "--batch_size=16",
+        "--epochs=1",
+        "--steps_per_epoch=2",
+        "--warmup_steps=0",
+        "--precision=float32",
+        f"--logdir={logdir}",
+        "--run_name=mw",
+    ]
     workers = []
     for index in range(2):
         (tmp_path / f"tmp{index}").mkdir()
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", TMPDIR=str(tmp_path / f"tmp{index}"),
-                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        workers.append(subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, "scripts", "train_classifier.py"), *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-        ))
+        env = dict(
+            os.environ,
+            TF_CPP_MIN_LOG_LEVEL="2",
+            CUDA_VISIBLE_DEVICES="",
+            TMPDIR=str(tmp_path / f"tmp{index}"),
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+        )
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, os.path.join(ROOT, "scripts", "train_classifier.py"), *flags],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+        )
     outputs = []
     try:
         for worker in workers:
@@ -425,8 +476,10 @@ def test_two_worker_processes_train_the_classifier_and_end_identical(tmp_path):
         assert worker.returncode == 0, err[-3000:]
         assert "strategy=multi_worker replicas=2" in out
     # Both workers log the same losses and accuracies (reduced over all replicas).
-    epoch_lines = [[re.sub(r", images_per_sec \S+", "", line) for line in out.splitlines() if line.startswith("epoch 1/1")]
-                   for out, _ in outputs]
+    epoch_lines = [
+        [re.sub(r", images_per_sec \S+", "", line) for line in out.splitlines() if line.startswith("epoch 1/1")]
+        for out, _ in outputs
+    ]
     assert epoch_lines[0] == epoch_lines[1] and len(epoch_lines[0]) == 1
 
     # Identical final state: every variable of the chief's final checkpoint

@@ -10,8 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tfmp.run import parity
-from tfmp.run import training
+from tfmp.run import parity, training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Tiny but real: the embedded digits, a few steps of the narrowest MobileNetV2.
@@ -20,8 +19,14 @@ TINY = dataclasses.replace(parity.DEFAULT_CLASSIFIER, batch_size=8, epochs=2, st
 
 def _script(*flags, timeout=600):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "parity.py"), *flags],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "parity.py"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 # --- the paired design --------------------------------------------------------------
@@ -54,9 +59,12 @@ def _record(precision, seed, accuracy, skipped=0, scale=None):
 
 def test_paired_gaps_are_per_seed_differences_in_points():
     records = [
-        _record("float32", 0, 0.875), _record("mixed_float16", 0, 0.8125, 7, 256.0),
-        _record("float32", 1, 0.75), _record("mixed_float16", 1, 0.8125, 6, 512.0),
-        _record("float32", 2, 0.5), _record("mixed_float16", 2, 0.5, 7, 256.0),
+        _record("float32", 0, 0.875),
+        _record("mixed_float16", 0, 0.8125, 7, 256.0),
+        _record("float32", 1, 0.75),
+        _record("mixed_float16", 1, 0.8125, 6, 512.0),
+        _record("float32", 2, 0.5),
+        _record("mixed_float16", 2, 0.5, 7, 256.0),
         _record("mixed_bfloat16", 0, 0.875),  # seed 0 only
     ]
     gaps = parity.paired_gaps(records)
@@ -88,8 +96,9 @@ def test_paired_gaps_are_per_seed_differences_in_points():
     ],
 )
 def test_config_refuses_bad_values_naming_them(change, message, tmp_path):
-    config = dataclasses.replace(parity.ParityConfig(classifier=dataclasses.replace(TINY, logdir=str(tmp_path))),
-                                 **change)
+    config = dataclasses.replace(
+        parity.ParityConfig(classifier=dataclasses.replace(TINY, logdir=str(tmp_path))), **change
+    )
     with pytest.raises(training.ConfigError, match="Received") as error:
         config.validate()
     assert message in str(error.value)
@@ -100,18 +109,28 @@ def test_config_refuses_bad_values_naming_them(change, message, tmp_path):
 
 def test_script_prints_the_table_and_writes_the_records(tmp_path):
     out = tmp_path / "parity.json"
-    proc = _script("--seeds=5", "--precisions=fp16,float32", "--epochs=1", "--steps_per_epoch=1", "--batch_size=8",
-                   f"--logdir={tmp_path}", "--run_name=sweep", f"--json_out={out}")
+    proc = _script(
+        "--seeds=5",
+        "--precisions=fp16,float32",
+        "--epochs=1",
+        "--steps_per_epoch=1",
+        "--batch_size=8",
+        f"--logdir={tmp_path}",
+        "--run_name=sweep",
+        f"--json_out={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert any(line.startswith("seed 5: every precision starts from the same weights and batch order (") for line in lines)
+    assert any(
+        line.startswith("seed 5: every precision starts from the same weights and batch order (") for line in lines
+    )
     records = json.loads(out.read_text())
     assert [(r["precision"], r["seed"]) for r in records] == [("float32", 5), ("mixed_float16", 5)]  # float32 first
     for r in records:
         assert set(r) == {"precision", "seed", "val_accuracy", "val_loss", "skipped_steps", "final_loss_scale"}
         assert 0 <= r["val_accuracy"] <= 1 and math.isfinite(r["val_loss"])
     assert records[0]["final_loss_scale"] is None and records[0]["skipped_steps"] == 0
-    assert records[1]["final_loss_scale"] * 2 ** records[1]["skipped_steps"] == 2 ** 15  # one halving per skip
+    assert records[1]["final_loss_scale"] * 2 ** records[1]["skipped_steps"] == 2**15  # one halving per skip
     assert lines.index("| seed | float32 | mixed_float16 |") > 0
     gap = 100 * (records[1]["val_accuracy"] - records[0]["val_accuracy"])
     assert any(line.startswith(f"| mixed_float16 | 1 | {gap:+.2f} | n/a | n/a |") for line in lines), lines
@@ -161,7 +180,8 @@ def test_mixed_precision_keeps_float32_accuracy_in_paired_runs(tmp_path):
     reach a meaningful accuracy (chance: 10%).
     """
     config = parity.ParityConfig(
-        classifier=dataclasses.replace(parity.DEFAULT_CLASSIFIER, logdir=str(tmp_path)), seeds=SLOW_SEEDS)
+        classifier=dataclasses.replace(parity.DEFAULT_CLASSIFIER, logdir=str(tmp_path)), seeds=SLOW_SEEDS
+    )
     lines = []
     records = parity.run_parity(config, print_fn=lines.append)
     table = parity.parity_table(records)

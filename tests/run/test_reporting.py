@@ -11,26 +11,49 @@ import sys
 
 import pytest
 
-from tfmp.run import benchmark
-from tfmp.run import parity
-from tfmp.run import reporting
+from tfmp.run import benchmark, parity, reporting
 
-KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per_sec_min", "images_per_sec_max",
-        "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb", "peak_gpu_mb"]
+KEYS = [
+    "model",
+    "precision",
+    "xla",
+    "batch_size",
+    "images_per_sec",
+    "images_per_sec_min",
+    "images_per_sec_max",
+    "step_ms",
+    "ratio_to_float32",
+    "ratio_to_hand_written",
+    "peak_host_mb",
+    "peak_gpu_mb",
+]
 
 
 def _record(model, precision, images_per_sec):
-    return benchmark.Record(model, precision, False, 8, images_per_sec, 8000 / images_per_sec,
-                            None if precision != "float32" else 1.0, 0.97, 900.0, None)
+    return benchmark.Record(
+        model,
+        precision,
+        False,
+        8,
+        images_per_sec,
+        8000 / images_per_sec,
+        None if precision != "float32" else 1.0,
+        0.97,
+        900.0,
+        None,
+    )
 
 
 @pytest.fixture
 def records():
     # As compare() measures the tiny classifier at batch 8 on a CPU: float32 then bfloat16, no GPU memory.
-    float32 = dataclasses.replace(_record("tiny", "float32", 970.0), images_per_sec_min=950.0,
-                                  images_per_sec_max=990.0)
-    bf16 = dataclasses.replace(_record("tiny", "mixed_bfloat16", 1365.0), ratio_to_float32=1365.0 / 970.0,
-                               images_per_sec_min=1300.0, images_per_sec_max=1400.0)
+    float32 = dataclasses.replace(_record("tiny", "float32", 970.0), images_per_sec_min=950.0, images_per_sec_max=990.0)
+    bf16 = dataclasses.replace(
+        _record("tiny", "mixed_bfloat16", 1365.0),
+        ratio_to_float32=1365.0 / 970.0,
+        images_per_sec_min=1300.0,
+        images_per_sec_max=1400.0,
+    )
     return [float32, bf16]
 
 
@@ -49,23 +72,40 @@ def test_json_file_holds_the_records(records, tmp_path):
 
 
 def test_json_file_holds_parity_records_too(tmp_path):
-    records = [parity.ParityRecord("float32", 0, 0.875, 0.5, 0, None),
-               parity.ParityRecord("mixed_float16", 0, 0.8125, 0.5, 7, 256.0)]
+    records = [
+        parity.ParityRecord("float32", 0, 0.875, 0.5, 0, None),
+        parity.ParityRecord("mixed_float16", 0, 0.8125, 0.5, 7, 256.0),
+    ]
     path = tmp_path / "parity.json"
     reporting.write_json(records, str(path))
     assert path.read_text().endswith("]\n")
     assert json.loads(path.read_text()) == [
-        {"precision": "float32", "seed": 0, "val_accuracy": 0.875, "val_loss": 0.5, "skipped_steps": 0,
-         "final_loss_scale": None},
-        {"precision": "mixed_float16", "seed": 0, "val_accuracy": 0.8125, "val_loss": 0.5, "skipped_steps": 7,
-         "final_loss_scale": 256.0},
+        {
+            "precision": "float32",
+            "seed": 0,
+            "val_accuracy": 0.875,
+            "val_loss": 0.5,
+            "skipped_steps": 0,
+            "final_loss_scale": None,
+        },
+        {
+            "precision": "mixed_float16",
+            "seed": 0,
+            "val_accuracy": 0.8125,
+            "val_loss": 0.5,
+            "skipped_steps": 7,
+            "final_loss_scale": 256.0,
+        },
     ]
 
 
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    records = [_record("gan", "float32", 970.0), _record("gan", "mixed_bfloat16", 1365.0),
-               _record("resnet50", "float32", 90.0)]
+    records = [
+        _record("gan", "float32", 970.0),
+        _record("gan", "mixed_bfloat16", 1365.0),
+        _record("resnet50", "float32", 90.0),
+    ]
     path = reporting.plot(records, str(tmp_path / "bench.png"))
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"

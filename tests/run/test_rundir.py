@@ -10,7 +10,9 @@ import pytest
 
 from tfmp.run import rundir
 
-RUNDIR_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tfmp", "run", "rundir.py")
+RUNDIR_PY = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tfmp", "run", "rundir.py"
+)
 
 
 def _write_lock(directory, **record):
@@ -47,16 +49,22 @@ def test_a_second_run_is_refused_naming_the_directory_and_the_holder(tmp_path):
 def test_a_holder_in_another_process_is_refused_until_it_ends(tmp_path):
     # The holder imports only rundir.py (not TensorFlow): quick to start.
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import importlib.util, sys\n"
-         f"spec = importlib.util.spec_from_file_location('rundir', {RUNDIR_PY!r})\n"
-         "rundir = sys.modules['rundir'] = importlib.util.module_from_spec(spec)\n"
-         "spec.loader.exec_module(rundir)\n"
-         f"lock = rundir.RunDirLock({str(tmp_path)!r}).acquire()\n"
-         "print('held', flush=True)\n"
-         "sys.stdin.read()\n"
-         "lock.release()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('rundir', {RUNDIR_PY!r})\n"
+            "rundir = sys.modules['rundir'] = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(rundir)\n"
+            f"lock = rundir.RunDirLock({str(tmp_path)!r}).acquire()\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n"
+            "lock.release()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         with pytest.raises(rundir.RunDirInUseError, match=f"pid {holder.pid} on host"):

@@ -18,16 +18,20 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from tfmp import trainers
-from tfmp.run import autotune
+from tfmp.run import autotune, rundir, runner, tasks
 from tfmp.run import config as config_lib
-from tfmp.run import rundir
-from tfmp.run import runner
-from tfmp.run import tasks
 
 # Tiny but real: the embedded digits, a few steps, narrow models, no measurement (a fixed precision).
 TINY_GAN = config_lib.GANConfig(
-    dataset="digits", batch_size=32, epochs=1, steps_per_epoch=2, warmup_steps=1, num_samples=4,
-    generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), precision="float32",
+    dataset="digits",
+    batch_size=32,
+    epochs=1,
+    steps_per_epoch=2,
+    warmup_steps=1,
+    num_samples=4,
+    generator_widths=(8, 8, 8),
+    discriminator_widths=(8, 8, 8),
+    precision="float32",
 )
 HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
 
@@ -47,12 +51,14 @@ def _record_fits(monkeypatch):
 
     def fit(model, *args, **kwargs):
         segments = kwargs["callbacks"]
-        fits.append({
-            "epochs": (kwargs["initial_epoch"], kwargs["epochs"]),
-            "steps_per_epoch": kwargs["steps_per_epoch"],
-            "first_last_offset": (segments[0].first, segments[0].last, segments[0].batch_offset),
-            "callbacks": [type(segment.callback).__name__ for segment in segments],
-        })
+        fits.append(
+            {
+                "epochs": (kwargs["initial_epoch"], kwargs["epochs"]),
+                "steps_per_epoch": kwargs["steps_per_epoch"],
+                "first_last_offset": (segments[0].first, segments[0].last, segments[0].batch_offset),
+                "callbacks": [type(segment.callback).__name__ for segment in segments],
+            }
+        )
         return real_fit(model, *args, **kwargs)
 
     monkeypatch.setattr(trainers.MixedPrecisionTrainer, "fit", fit)
@@ -75,7 +81,8 @@ def _record_fits(monkeypatch):
     ],
 )
 def test_resolve_keeps_a_loss_scale_only_under_float16_and_says_when_it_drops_one(
-        precision, loss_scale, expected_precision, expected_scale, note, tmp_path):
+    precision, loss_scale, expected_precision, expected_scale, note, tmp_path
+):
     lines = []
     setting = runner.resolve(_tiny(tmp_path, precision=precision, loss_scale=loss_scale), lines.append)
     assert (setting.precision, setting.loss_scale) == (expected_precision, expected_scale)
@@ -85,8 +92,13 @@ def test_resolve_keeps_a_loss_scale_only_under_float16_and_says_when_it_drops_on
 
 @pytest.mark.parametrize(
     "xla, expected",
-    [("true", True), ("false", False), (True, True), (False, False),
-     pytest.param("auto", False, marks=pytest.mark.skipif(HAS_GPU, reason="auto is off without a GPU"))],
+    [
+        ("true", True),
+        ("false", False),
+        (True, True),
+        (False, False),
+        pytest.param("auto", False, marks=pytest.mark.skipif(HAS_GPU, reason="auto is off without a GPU")),
+    ],
 )
 def test_resolve_turns_the_xla_setting_into_jit_compile(xla, expected, tmp_path):
     assert runner.resolve(_tiny(tmp_path, xla=xla), _quiet).jit_compile is expected
@@ -190,8 +202,10 @@ def test_the_directory_locks_are_released_however_the_run_ends(error, at, raised
     "changes, asked",
     [
         ({}, []),
-        ({"diagnose_every": 1, "profile_steps": (1, 1), "on_nonfinite": "stop"},
-         ["GradientDiagnostics", "ProfileSteps", "NonFiniteStop"]),
+        (
+            {"diagnose_every": 1, "profile_steps": (1, 1), "on_nonfinite": "stop"},
+            ["GradientDiagnostics", "ProfileSteps", "NonFiniteStop"],
+        ),
     ],
     ids=["plain", "diagnostics-profile-stop"],
 )
@@ -201,13 +215,20 @@ def test_the_run_has_the_callbacks_its_config_asks_for_and_no_others(changes, as
     (fit,) = fits
     # The timer first (the others read it), the checkpointing last (it saves what the others did).
     assert fit["callbacks"] == [
-        "StepTimer", "ConsoleLogger", "Summaries", "AverageReplicaStatistics", "GeneratorSamples", *asked,
-        "Checkpointing"]
+        "StepTimer",
+        "ConsoleLogger",
+        "Summaries",
+        "AverageReplicaStatistics",
+        "GeneratorSamples",
+        *asked,
+        "Checkpointing",
+    ]
 
 
 def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
-    result = runner.Runner(_tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3),
-                           print_fn=_quiet).run()
+    result = runner.Runner(
+        _tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3), print_fn=_quiet
+    ).run()
     recorded = {}
     for name in os.listdir(result.logdir):
         if name.startswith("events"):
@@ -218,9 +239,18 @@ def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
                         for key, hparam in data.session_start_info.hparams.items():
                             recorded[key] = getattr(hparam, hparam.WhichOneof("kind"))
     assert recorded == {
-        "precision": "float32", "loss_scale": "none", "xla": False, "tf32": False, "batch_size": 32.0,
-        "dataset": "digits", "epochs": 1.0, "seed": 3.0, "strategy": "default", "replicas": 1.0,
-        "latent_dim": 100.0, "generator_learning_rate": pytest.approx(1e-3),
+        "precision": "float32",
+        "loss_scale": "none",
+        "xla": False,
+        "tf32": False,
+        "batch_size": 32.0,
+        "dataset": "digits",
+        "epochs": 1.0,
+        "seed": 3.0,
+        "strategy": "default",
+        "replicas": 1.0,
+        "latent_dim": 100.0,
+        "generator_learning_rate": pytest.approx(1e-3),
         "discriminator_learning_rate": pytest.approx(1e-4),
     }
 
@@ -229,15 +259,22 @@ def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
     "steps_per_epoch, epochs, expected_fits",
     [
         # Step 3 of 2-step epochs: one step finishes epoch 1 (its batch 0 done), then epoch 2 whole.
-        (2, 3, [{"epochs": (1, 2), "steps_per_epoch": 1, "first_last_offset": (True, False, 1)},
-                {"epochs": (2, 3), "steps_per_epoch": 2, "first_last_offset": (False, True, 0)}]),
+        (
+            2,
+            3,
+            [
+                {"epochs": (1, 2), "steps_per_epoch": 1, "first_last_offset": (True, False, 1)},
+                {"epochs": (2, 3), "steps_per_epoch": 2, "first_last_offset": (False, True, 0)},
+            ],
+        ),
         # Step 3 of 3-step epochs: an epoch boundary, one fit() for the epochs left.
         (3, 3, [{"epochs": (1, 3), "steps_per_epoch": 3, "first_last_offset": (True, True, 0)}]),
     ],
     ids=["mid-epoch", "epoch-boundary"],
 )
-def test_a_resumed_run_finishes_a_partial_epoch_in_its_own_fit(steps_per_epoch, epochs, expected_fits, tmp_path,
-                                                                monkeypatch):
+def test_a_resumed_run_finishes_a_partial_epoch_in_its_own_fit(
+    steps_per_epoch, epochs, expected_fits, tmp_path, monkeypatch
+):
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", steps_per_epoch=3)
     runner.Runner(tasks.GANTask(config), print_fn=_quiet).run()  # stops at step 3
     fits = _record_fits(monkeypatch)
@@ -251,10 +288,9 @@ def test_a_resumed_run_finishes_a_partial_epoch_in_its_own_fit(steps_per_epoch, 
 
 def test_the_result_reports_the_steps_and_skipped_steps_of_the_run(tmp_path):
     # 2**24, the largest fixed scale: float16 gradients overflow, and those steps are skipped and counted.
-    result = runner.Runner(_tiny(tmp_path, precision="fp16", loss_scale=2 ** 24, epochs=2),
-                           print_fn=_quiet).run()
+    result = runner.Runner(_tiny(tmp_path, precision="fp16", loss_scale=2**24, epochs=2), print_fn=_quiet).run()
     assert (result.steps, result.warmup_steps) == (4, 1)
-    assert (result.precision, result.loss_scale, result.jit_compile) == ("mixed_float16", 2.0 ** 24, False)
+    assert (result.precision, result.loss_scale, result.jit_compile) == ("mixed_float16", 2.0**24, False)
     skipped = sum(int(optimizer.skipped_steps) for optimizer in result.trainer.optimizers.values())
     assert skipped > 0 and result.skipped_steps == skipped
     assert result.images_per_sec > 0

@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 
 import tfmp
-from tfmp.run import config as config_lib
-from tfmp.run import tasks
 from tfmp import trainers
 from tfmp.models import gan as gan_model
+from tfmp.run import config as config_lib
+from tfmp.run import tasks
 
-TINY_GAN = config_lib.GANConfig(dataset="digits", batch_size=32, latent_dim=8, generator_widths=(8, 8, 8),
-                                discriminator_widths=(8, 8, 8))
+TINY_GAN = config_lib.GANConfig(
+    dataset="digits", batch_size=32, latent_dim=8, generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8)
+)
 TINY_CLASSIFIER = config_lib.ClassifierConfig(dataset="digits", batch_size=16, alpha=0.35, epochs=3)
 
 
@@ -39,18 +40,23 @@ def test_the_seed_gans_values_are_defined_once_and_everything_reads_them():
     assert (seed.generator_learning_rate, seed.discriminator_learning_rate) == (1e-3, 1e-4)
     assert (seed.label_softening, seed.label_swap_fraction) == (0.01, 0.1)
     default = config_lib.GANConfig()
-    assert (default.latent_dim, default.generator_widths, default.discriminator_widths) == (
-        gan_model.LATENT_DIM, gan_model.GENERATOR_WIDTHS, gan_model.DISCRIMINATOR_WIDTHS) == (
-        100, (64, 32, 8), (24, 64, 128))
+    assert (
+        (default.latent_dim, default.generator_widths, default.discriminator_widths)
+        == (gan_model.LATENT_DIM, gan_model.GENERATOR_WIDTHS, gan_model.DISCRIMINATOR_WIDTHS)
+        == (100, (64, 32, 8), (24, 64, 128))
+    )
     with tfmp.precision_scope("float32"):
-        built = tasks.GANTask(dataclasses.replace(default, latent_dim=8, generator_widths=(8, 8, 8),
-                                                  discriminator_widths=(8, 8, 8))).build("float32", "none", False)
+        built = tasks.GANTask(
+            dataclasses.replace(default, latent_dim=8, generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8))
+        ).build("float32", "none", False)
         plain = trainers.GANTrainer(gan_model.build_generator(8, (8, 8, 8)), gan_model.build_discriminator((8, 8, 8)))
         plain.compile()
     for trainer in (built.trainer, plain):
         assert (trainer.label_softening, trainer.label_swap_fraction) == (0.01, 0.1)
-        g, d = (opt.inner_optimizer if isinstance(opt, keras.optimizers.LossScaleOptimizer) else opt
-                for opt in (trainer.generator_optimizer, trainer.discriminator_optimizer))
+        g, d = (
+            opt.inner_optimizer if isinstance(opt, keras.optimizers.LossScaleOptimizer) else opt
+            for opt in (trainer.generator_optimizer, trainer.discriminator_optimizer)
+        )
         assert (type(g).__name__, type(d).__name__) == ("Adam", "RMSprop")
         assert (float(g.learning_rate), float(d.learning_rate)) == (np.float32(1e-3), np.float32(1e-4))
 

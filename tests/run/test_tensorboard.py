@@ -145,10 +145,15 @@ def tensorboard(request, run, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp(f"tensorboard_{'fast' if load_fast == 'true' else 'python'}")
     port = _free_port()
     command = [
-        sys.executable, "-m", "tensorboard.main",
-        "--logdir", str(logdir),
-        "--host", "127.0.0.1",
-        "--port", str(port),
+        sys.executable,
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        str(logdir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
         f"--load_fast={load_fast}",
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
@@ -163,7 +168,7 @@ def tensorboard(request, run, tmp_path_factory):
                 pytest.fail(f"tensorboard exited with code {process.returncode}\n{server.output()}")
             try:
                 runs = server.request("/data/runs")
-            except (urllib.error.URLError, ConnectionError, socket.timeout):
+            except (TimeoutError, urllib.error.URLError, ConnectionError):
                 runs = None
             if runs is not None and {RUN, GENERATOR, DISCRIMINATOR} <= set(runs):
                 break
@@ -266,18 +271,21 @@ GLOBAL_STEPS = list(range(1, EPOCHS * STEPS + 1))
 def test_one_point_per_logged_global_step(tensorboard, run, sub_run, prefix, tag):
     _, result = run
     points = tensorboard.poll(
-        "/data/plugin/scalars/scalars", lambda p: len(p) >= len(GLOBAL_STEPS), params={"run": sub_run, "tag": "batch_" + tag}
+        "/data/plugin/scalars/scalars",
+        lambda p: len(p) >= len(GLOBAL_STEPS),
+        params={"run": sub_run, "tag": "batch_" + tag},
     )
     steps, values = _steps_and_values(points)
     assert steps == GLOBAL_STEPS, points
     # An epoch's training logs are its last step's: the points at steps 2 and 4 are the epoch values.
     history = result.trainer.history.history[prefix + tag]
-    assert values[STEPS - 1::STEPS] == pytest.approx(history, rel=1e-6), (values, history)
+    assert values[STEPS - 1 :: STEPS] == pytest.approx(history, rel=1e-6), (values, history)
 
 
 def test_per_step_throughput_is_on_the_root_run(tensorboard):
     points = tensorboard.poll(
-        "/data/plugin/scalars/scalars", lambda p: len(p) >= len(GLOBAL_STEPS),
+        "/data/plugin/scalars/scalars",
+        lambda p: len(p) >= len(GLOBAL_STEPS),
         params={"run": RUN, "tag": "batch_images_per_sec"},
     )
     steps, values = _steps_and_values(points)
@@ -385,9 +393,18 @@ def test_a_resumed_run_continues_its_per_step_curves_at_the_global_step(tmp_path
 
     policy = keras.config.dtype_policy().name
     config = training.GANConfig(
-        dataset="digits", batch_size=16, epochs=1, steps_per_epoch=2, precision="float32", xla="false",
-        logdir=str(tmp_path), run_name="resumed", warmup_steps=0, num_samples=1,
-        generator_widths=(4, 4, 4), discriminator_widths=(4, 4, 4),
+        dataset="digits",
+        batch_size=16,
+        epochs=1,
+        steps_per_epoch=2,
+        precision="float32",
+        xla="false",
+        logdir=str(tmp_path),
+        run_name="resumed",
+        warmup_steps=0,
+        num_samples=1,
+        generator_widths=(4, 4, 4),
+        discriminator_widths=(4, 4, 4),
     )
     training.train_gan(config, print_fn=lambda s: None)
     training.train_gan(dataclasses.replace(config, epochs=2, resume=True), print_fn=lambda s: None)

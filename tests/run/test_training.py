@@ -8,17 +8,27 @@ import os
 import pytest
 import tensorflow as tf
 
-from tfmp.run import autotune
-from tfmp.run import runner
-from tfmp.run import training
+from tfmp.run import autotune, runner, training
 
 # Tiny but real: the embedded digits, a few steps, narrow models.
 TINY_GAN = training.GANConfig(
-    dataset="digits", batch_size=32, epochs=2, steps_per_epoch=2, warmup_steps=1, num_samples=4,
-    generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8), log_every=1,
+    dataset="digits",
+    batch_size=32,
+    epochs=2,
+    steps_per_epoch=2,
+    warmup_steps=1,
+    num_samples=4,
+    generator_widths=(8, 8, 8),
+    discriminator_widths=(8, 8, 8),
+    log_every=1,
 )
 TINY_CLASSIFIER = training.ClassifierConfig(
-    dataset="digits", batch_size=16, epochs=1, steps_per_epoch=2, warmup_steps=1, alpha=0.35,
+    dataset="digits",
+    batch_size=16,
+    epochs=1,
+    steps_per_epoch=2,
+    warmup_steps=1,
+    alpha=0.35,
     validation_batch_size=128,
 )
 PRECISION_GRID = [
@@ -173,42 +183,56 @@ def test_auto_precision_on_cpu_is_measured_once_then_cached(cpu_bfloat16, tmp_pa
         figures = "(float32 100 img/s, mixed_bfloat16 300 img/s (3.00x)"
         assert _auto_line(lines) == (
             f"auto precision: mixed_bfloat16, the fastest on this CPU for this model {figures}; measured now, "
-            f"cached in {cache})")
+            f"cached in {cache})"
+        )
         # Each candidate is timed as it trains: fixed scale 1 (the non-finite check), no loss scaling.
         assert probed == [("float32", {(False, 1.0)}, True), ("mixed_bfloat16", {(False, 1.0)}, True)]
         again = []
         assert _diagnosed_precision(config, again) == "mixed_bfloat16"
         assert _auto_line(again) == (
-            f"auto precision: mixed_bfloat16, the fastest on this CPU for this model {figures}; cached in {cache})")
+            f"auto precision: mixed_bfloat16, the fastest on this CPU for this model {figures}; cached in {cache})"
+        )
         assert len(probed) == 2  # the cached answer was not measured again
     else:
         lines = []
         assert _diagnosed_precision(config, lines) == "float32"
         assert _auto_line(lines) == (
-            "auto precision: float32 (this CPU has no bfloat16 instructions; nothing to measure)")
+            "auto precision: float32 (this CPU has no bfloat16 instructions; nothing to measure)"
+        )
         assert probed == [] and not cache.exists()
     assert not any(line.startswith("note:") for line in lines)  # the default loss_scale is not nagged about
 
 
 def test_auto_precision_on_a_gpu_measures_every_candidate_float16_with_its_loss_scale(tmp_path, monkeypatch):
-    probed = _inject_device(monkeypatch, tmp_path, autotune.Hardware(gpus=(H100,), machine="a test host"),
-                            {"float32": 100.0, "mixed_bfloat16": 150.0, "mixed_float16": 200.0})
+    probed = _inject_device(
+        monkeypatch,
+        tmp_path,
+        autotune.Hardware(gpus=(H100,), machine="a test host"),
+        {"float32": 100.0, "mixed_bfloat16": 150.0, "mixed_float16": 200.0},
+    )
     config = dataclasses.replace(TINY_GAN, precision="auto", epochs=1, logdir=str(tmp_path))
     lines = []
     assert _diagnosed_precision(config, lines) == "mixed_float16"
     assert _auto_line(lines).startswith(
         "auto precision: mixed_float16, the fastest on this GPU (NVIDIA H100 80GB HBM3, compute capability 9.0) "
         "for this model (float32 with TF32 100 img/s, mixed_bfloat16 150 img/s (1.50x), "
-        "mixed_float16 200 img/s (2.00x); measured now")
-    assert probed == [("float32", {(False, 1.0)}, True), ("mixed_bfloat16", {(False, 1.0)}, True),
-                      ("mixed_float16", {(True, 32768.0)}, True)]
+        "mixed_float16 200 img/s (2.00x); measured now"
+    )
+    assert probed == [
+        ("float32", {(False, 1.0)}, True),
+        ("mixed_bfloat16", {(False, 1.0)}, True),
+        ("mixed_float16", {(True, 32768.0)}, True),
+    ]
     assert any("precision=mixed_float16 loss_scale=dynamic" in line for line in lines)
     # The loss scale and TF32 are part of what was measured: other settings are measured again.
     probed.clear()
     lines = []
     assert _diagnosed_precision(dataclasses.replace(config, loss_scale="128", tf32=False), lines) == "mixed_float16"
-    assert probed == [("float32", {(False, 1.0)}, False), ("mixed_bfloat16", {(False, 1.0)}, False),
-                      ("mixed_float16", {(False, 128.0)}, False)]
+    assert probed == [
+        ("float32", {(False, 1.0)}, False),
+        ("mixed_bfloat16", {(False, 1.0)}, False),
+        ("mixed_float16", {(False, 128.0)}, False),
+    ]
     assert "(float32 100 img/s, " in _auto_line(lines)  # no TF32 in float32 this time
     entries = json.load(open(tmp_path / "cache" / "auto_precision.json"))["entries"].values()
     assert [e["machine"] for e in entries] == ["a test host | GPU NVIDIA H100 80GB HBM3 9.0"] * 2
@@ -227,7 +251,8 @@ def test_auto_precision_real_probe_on_a_volta_measures_float32_and_float16(tmp_p
     assert set(figures) == {"float32", "mixed_float16"} and all(v > 0 for v in figures.values())
     assert chosen == entry["precision"] == max(figures, key=figures.get)
     assert f"float32 {figures['float32']:.0f} img/s, mixed_float16 {figures['mixed_float16']:.0f} img/s" in (
-        _auto_line(lines))
+        _auto_line(lines)
+    )
 
 
 def _check_classifier_run(result, lines, precision, loss_scale, steps):
@@ -277,14 +302,17 @@ def test_bfloat16_on_cpu_keeps_the_depthwise_convolutions_in_float32_by_default(
     lines = []
     result = training.train_classifier(config, print_fn=lines.append)
     (line,) = [line for line in lines if line.startswith("float32 layers:")]
-    assert line == ("float32 layers: 13, the model's default for mixed_bfloat16 on CPU (float32_layers=none turns "
-                    "it off): mobilenet_v2_classifier/mobilenetv2_0.35_32/block_1_depthwise, "
-                    "mobilenet_v2_classifier/mobilenetv2_0.35_32/block_3_depthwise, "
-                    "mobilenet_v2_classifier/mobilenetv2_0.35_32/block_6_depthwise, ...")
+    assert line == (
+        "float32 layers: 13, the model's default for mixed_bfloat16 on CPU (float32_layers=none turns "
+        "it off): mobilenet_v2_classifier/mobilenetv2_0.35_32/block_1_depthwise, "
+        "mobilenet_v2_classifier/mobilenetv2_0.35_32/block_3_depthwise, "
+        "mobilenet_v2_classifier/mobilenetv2_0.35_32/block_6_depthwise, ..."
+    )
     backbone = result.trainer.network.layers[1]
     dtypes = {layer.name: layer.compute_dtype for layer in backbone.layers if type(layer).__name__ == "DepthwiseConv2D"}
     # At 32x32: the stride-2 ones and those below 4x4 (models/mobilenet_v2.py).
     assert {name for name, dtype in dtypes.items() if dtype == "float32"} == {
-        f"block_{i}_depthwise" for i in (1, 3, *range(6, 17))}
+        f"block_{i}_depthwise" for i in (1, 3, *range(6, 17))
+    }
     assert result.trainer.network.get_layer("logits").compute_dtype == "bfloat16"
     # float32_layers="none" or a regex of the user's wins: tests/test_precision.py, tests/test_scripts.py.

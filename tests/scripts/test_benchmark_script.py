@@ -13,8 +13,20 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "benchmark.py")
-KEYS = ["model", "precision", "xla", "batch_size", "images_per_sec", "images_per_sec_min", "images_per_sec_max",
-        "step_ms", "ratio_to_float32", "ratio_to_hand_written", "peak_host_mb", "peak_gpu_mb"]
+KEYS = [
+    "model",
+    "precision",
+    "xla",
+    "batch_size",
+    "images_per_sec",
+    "images_per_sec_min",
+    "images_per_sec_max",
+    "step_ms",
+    "ratio_to_float32",
+    "ratio_to_hand_written",
+    "peak_host_mb",
+    "peak_gpu_mb",
+]
 
 
 def _load_script():
@@ -55,14 +67,23 @@ def test_parsing_accepts_aliases_and_keeps_order():
 
 def _script(*flags):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, SCRIPT, *flags],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, SCRIPT, *flags], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT
+    )
 
 
 def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
     out = tmp_path / "bench.json"
-    proc = _script("--models=gan", "--precisions=fp32", "--xla=false", "--batch_sizes=8", "--warmup_steps=1",
-                   "--steps=2", "--repeats=1", f"--json_out={out}")
+    proc = _script(
+        "--models=gan",
+        "--precisions=fp32",
+        "--xla=false",
+        "--batch_sizes=8",
+        "--warmup_steps=1",
+        "--steps=2",
+        "--repeats=1",
+        f"--json_out={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())
     assert len(rows) == 1 and list(rows[0]) == KEYS

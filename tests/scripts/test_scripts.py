@@ -27,9 +27,7 @@ def _run(command, *flags, timeout=600):
             pytest.fail(f"console command {command} is not installed; run pip install -e .")
         command = [executable]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run(
-        command + list(flags), capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
-    )
+    return subprocess.run(command + list(flags), capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
 def _event_files(directory):
@@ -38,8 +36,15 @@ def _event_files(directory):
 
 def test_train_gan_prints_the_seed_lines_and_writes_curves(tmp_path):
     proc = _run(
-        "train_gan.py", "--dataset=digits", "--batch_size=32", "--epochs=2", "--steps_per_epoch=2",
-        "--precision=mixed_float16", "--loss_scale=dynamic", f"--logdir={tmp_path}", "--run_name=gan",
+        "train_gan.py",
+        "--dataset=digits",
+        "--batch_size=32",
+        "--epochs=2",
+        "--steps_per_epoch=2",
+        "--precision=mixed_float16",
+        "--loss_scale=dynamic",
+        f"--logdir={tmp_path}",
+        "--run_name=gan",
         "--warmup_steps=1",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -48,7 +53,7 @@ def test_train_gan_prints_the_seed_lines_and_writes_curves(tmp_path):
     assert len(steps) == 4 and all(steps), lines
     assert [(m.group(1), m.group(2)) for m in steps] == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
     assert all(m.group(3) == "32768/32768" for m in steps)
-    summary = "\n".join(lines[lines.index(next(line for line in lines if line.startswith("summary:"))):])
+    summary = "\n".join(lines[lines.index(next(line for line in lines if line.startswith("summary:"))) :])
     assert "over 3 steps (first 1 steps excluded as warm-up)" in summary
     assert "skipped steps: G 0, D 0;" in summary
     assert f"tensorboard --logdir {tmp_path}" in summary
@@ -57,8 +62,14 @@ def test_train_gan_prints_the_seed_lines_and_writes_curves(tmp_path):
 
 def test_an_unset_loss_scale_is_not_noted_and_info_logs_stay_off(tmp_path):
     proc = _run(
-        "train_gan.py", "--dataset=digits", "--batch_size=16", "--epochs=1", "--steps_per_epoch=1",
-        "--precision=bf16", f"--logdir={tmp_path}", "--run_name=gan",
+        "train_gan.py",
+        "--dataset=digits",
+        "--batch_size=16",
+        "--epochs=1",
+        "--steps_per_epoch=1",
+        "--precision=bf16",
+        f"--logdir={tmp_path}",
+        "--run_name=gan",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "precision=mixed_bfloat16 loss_scale=none" in proc.stdout
@@ -72,9 +83,18 @@ def test_an_unset_loss_scale_is_not_noted_and_info_logs_stay_off(tmp_path):
 @pytest.mark.slow
 def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
     proc = _run(
-        "train_classifier.py", "--dataset=digits", "--alpha=0.35", "--batch_size=16", "--epochs=1",
-        "--steps_per_epoch=2", "--precision=bf16", "--loss_scale=dynamic", f"--logdir={tmp_path}",
-        "--run_name=clf", "--profile_steps=2,2", "--float32_layers=_BN$",
+        "train_classifier.py",
+        "--dataset=digits",
+        "--alpha=0.35",
+        "--batch_size=16",
+        "--epochs=1",
+        "--steps_per_epoch=2",
+        "--precision=bf16",
+        "--loss_scale=dynamic",
+        f"--logdir={tmp_path}",
+        "--run_name=clf",
+        "--profile_steps=2,2",
+        "--float32_layers=_BN$",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stdout.splitlines() if line.startswith("note:")]
@@ -83,8 +103,9 @@ def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
     assert "float32 layers: 50 matching '_BN$' (mobilenet_v2_classifier/mobilenetv2_0.35_32/" in proc.stdout
     assert f"profiled steps 2-2: tensorboard --logdir {tmp_path / 'clf'}" in proc.stdout
     assert [f for _, _, files in os.walk(tmp_path / "clf" / "plugins") for f in files if f.endswith(".xplane.pb")]
-    assert re.search(r"^\(0, 1\), Loss: \d+\.\d{3}, Accuracy: \d\.\d{3}, loss_scale: none, step_time: ",
-                     proc.stdout, re.M), proc.stdout
+    assert re.search(
+        r"^\(0, 1\), Loss: \d+\.\d{3}, Accuracy: \d\.\d{3}, loss_scale: none, step_time: ", proc.stdout, re.M
+    ), proc.stdout
     assert _event_files(tmp_path / "clf" / "train") and _event_files(tmp_path / "clf" / "validation")
 
 
@@ -101,8 +122,11 @@ def test_train_classifier_notes_an_ignored_loss_scale(tmp_path):
         ("train_classifier.py", "--profile_steps=5,2", "end=2"),
         ("train_classifier.py", "--float32_layers=nosuchlayer", "Received: 'nosuchlayer'"),
         # An infinite rate would write inf/NaN into the weights at the first step (and exit 0).
-        ("train_classifier.py", "--learning_rate=inf", "--learning_rate must be a finite number > 0. Received: "
-                                                       "--learning_rate=inf"),
+        (
+            "train_classifier.py",
+            "--learning_rate=inf",
+            "--learning_rate must be a finite number > 0. Received: --learning_rate=inf",
+        ),
         ("train_gan.py", "--generator_learning_rate=inf", "generator_learning_rate=inf"),
         ("train_gan.py", "--discriminator_learning_rate=nan", "discriminator_learning_rate=nan"),
         # inf used to reach MobileNetV2 and end in a Keras traceback (OverflowError).
@@ -119,8 +143,9 @@ def test_bad_flags_fail_before_training(script, flag, expected, tmp_path):
 
 def test_a_loss_scale_beyond_the_bound_is_a_usage_error_naming_the_range(tmp_path):
     # 1e40 overflows float32; anything above 2**24 (max_scale) is refused.
-    proc = _run("train_gan.py", "--dataset=digits", "--precision=mixed_float16", "--loss_scale=1e40",
-                f"--logdir={tmp_path}")
+    proc = _run(
+        "train_gan.py", "--dataset=digits", "--precision=mixed_float16", "--loss_scale=1e40", f"--logdir={tmp_path}"
+    )
     assert proc.returncode != 0
     assert "(0, 16777216] (2**24)" in proc.stderr and "Received: --loss_scale='1e40'" in proc.stderr
     assert "Traceback" not in proc.stderr and not _event_files(tmp_path)
@@ -147,33 +172,55 @@ def test_missing_mnist_offline_names_the_file_and_the_embedded_alternative(tmp_p
 @pytest.mark.slow
 def test_compare_loss_scaling_console_command_prints_the_table(tmp_path):
     proc = _run(
-        "tfmp-compare-loss-scaling", "--dataset=digits", "--batch_size=16", "--epochs=1",
-        "--steps_per_epoch=1", "--warmup_steps=0", f"--logdir={tmp_path}",
+        "tfmp-compare-loss-scaling",
+        "--dataset=digits",
+        "--batch_size=16",
+        "--epochs=1",
+        "--steps_per_epoch=1",
+        "--warmup_steps=0",
+        f"--logdir={tmp_path}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert [row.split("|")[1].strip() for row in rows] == [
-        "run", "float32", "mixed_float16_no_loss_scale", "mixed_float16_dynamic_loss_scale"]
+        "run",
+        "float32",
+        "mixed_float16_no_loss_scale",
+        "mixed_float16_dynamic_loss_scale",
+    ]
     assert f"tensorboard --logdir {tmp_path}" in proc.stdout
     assert sorted(os.listdir(tmp_path)) == sorted(
-        ["float32", "mixed_float16_no_loss_scale", "mixed_float16_dynamic_loss_scale"])
+        ["float32", "mixed_float16_no_loss_scale", "mixed_float16_dynamic_loss_scale"]
+    )
 
 
 @pytest.mark.slow
 def test_diagnose_flags_the_seed_pitfall_and_writes_histograms(tmp_path):
     proc = _run(
-        "diagnose.py", "--model=gan", "--generator_widths=63,31,7", "--batch_size=90", "--precision=fp16",
-        f"--logdir={tmp_path}", "--run_name=diag",
+        "diagnose.py",
+        "--model=gan",
+        "--generator_widths=63,31,7",
+        "--batch_size=90",
+        "--precision=fp16",
+        f"--logdir={tmp_path}",
+        "--run_name=diag",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    for section in ("Tensor Core alignment (multiples of 8, batch size 90)", "Float32 outputs",
-                    "Gradient numerics in float16", "suggested static loss scale: 2^", "First non-finite layer: none"):
+    for section in (
+        "Tensor Core alignment (multiples of 8, batch size 90)",
+        "Float32 outputs",
+        "Gradient numerics in float16",
+        "suggested static loss scale: 2^",
+        "First non-finite layer: none",
+    ):
         assert section in out, out
-    for layer, dimension, value, aligned in (("generator/dense", "units", 3087, 3088),
-                                             ("generator/conv_1", "filters", 63, 64),
-                                             ("generator/conv_2", "input channels", 63, 64),
-                                             ("(batch)", "batch size", 90, 88)):
+    for layer, dimension, value, aligned in (
+        ("generator/dense", "units", 3087, 3088),
+        ("generator/conv_1", "filters", 63, 64),
+        ("generator/conv_2", "input channels", 63, 64),
+        ("(batch)", "batch size", 90, 88),
+    ):
         assert re.search(rf"warn\s+{re.escape(layer)}\s+{dimension}\s+{value}\s+{aligned}", out), out
     assert "x32768: zero" in out  # the float16 run's current loss scale
     assert _event_files(tmp_path / "diag" / "diagnostics")
@@ -203,16 +250,29 @@ def test_diagnose_bad_flags_are_usage_errors(flags, expected):
 # --- preemption, crashes and resume, through the script --------------------------
 
 RESUMABLE_GAN = [
-    "--dataset=digits", "--batch_size=32", "--steps_per_epoch=8", "--epochs=5", "--precision=mixed_float16",
-    "--loss_scale=dynamic", "--warmup_steps=0", "--checkpoint_every=1", "--deterministic",
+    "--dataset=digits",
+    "--batch_size=32",
+    "--steps_per_epoch=8",
+    "--epochs=5",
+    "--precision=mixed_float16",
+    "--loss_scale=dynamic",
+    "--warmup_steps=0",
+    "--checkpoint_every=1",
+    "--deterministic",
 ]
 RESUMABLE_STEPS = 40
 
 
 def _start(script, *flags):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", script), *flags], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "scripts", script), *flags],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_step(proc, steps=1, timeout=300):
@@ -239,8 +299,11 @@ def _final_tensors(run_dir, step):
     import tensorflow as tf
 
     reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints", f"ckpt-{step}"))
-    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()
-            if k != "_CHECKPOINTABLE_OBJECT_GRAPH" and "save_counter" not in k}
+    return {
+        k: reader.get_tensor(k)
+        for k in reader.get_variable_to_shape_map()
+        if k != "_CHECKPOINTABLE_OBJECT_GRAPH" and "save_counter" not in k
+    }
 
 
 def _assert_same_tensors(a, b):
@@ -323,39 +386,67 @@ def test_sigkill_at_random_moments_never_breaks_resume(tmp_path, uninterrupted_g
 
 
 def test_a_corrupt_newest_checkpoint_falls_back_and_a_ruined_run_names_its_files(tmp_path):
-    flags = ["--dataset=digits", "--batch_size=32", "--steps_per_epoch=2", "--epochs=2", "--precision=float32",
-             "--warmup_steps=0", f"--logdir={tmp_path}", "--run_name=run"]
+    flags = [
+        "--dataset=digits",
+        "--batch_size=32",
+        "--steps_per_epoch=2",
+        "--epochs=2",
+        "--precision=float32",
+        "--warmup_steps=0",
+        f"--logdir={tmp_path}",
+        "--run_name=run",
+    ]
     assert _run("train_gan.py", *flags).returncode == 0
     checkpoints = tmp_path / "run" / "checkpoints"
     newest = checkpoints / "ckpt-4.data-00000-of-00001"
     newest.write_bytes(newest.read_bytes()[:100])  # truncated
     resumed = _run("train_gan.py", *flags, "--resume", "--epochs=3")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"checkpoint {checkpoints / 'ckpt-4'}" in resumed.stdout and "resuming from the previous one" in resumed.stdout
+    assert (
+        f"checkpoint {checkpoints / 'ckpt-4'}" in resumed.stdout and "resuming from the previous one" in resumed.stdout
+    )
     assert f"resumed from {checkpoints / 'ckpt-2'} at step 2" in resumed.stdout
     for data in checkpoints.glob("*.data-*"):
         data.write_bytes(b"garbage")
     ruined = _run("train_gan.py", *flags, "--resume", "--epochs=4")
     assert ruined.returncode == 1
-    assert "No checkpoint in this directory can be read" in ruined.stderr and str(checkpoints / "ckpt-") in ruined.stderr
+    assert (
+        "No checkpoint in this directory can be read" in ruined.stderr and str(checkpoints / "ckpt-") in ruined.stderr
+    )
     assert "Traceback" not in ruined.stderr
 
 
 def test_a_resume_with_other_settings_names_them_as_flags(tmp_path):
-    flags = ["--dataset=digits", "--steps_per_epoch=1", "--epochs=1", "--precision=float32", "--warmup_steps=0",
-             f"--logdir={tmp_path}", "--run_name=run"]
+    flags = [
+        "--dataset=digits",
+        "--steps_per_epoch=1",
+        "--epochs=1",
+        "--precision=float32",
+        "--warmup_steps=0",
+        f"--logdir={tmp_path}",
+        "--run_name=run",
+    ]
     assert _run("train_gan.py", *flags, "--batch_size=32").returncode == 0
     resumed = _run("train_gan.py", *flags, "--batch_size=16", "--seed=1", "--resume", "--epochs=2")
     assert resumed.returncode == 1, resumed.stderr[-3000:]
     assert "Traceback" not in resumed.stderr
-    assert ("Differences: --batch_size=32 in the checkpoint, --batch_size=16 in this run; "
-            "--seed=0 in the checkpoint, --seed=1 in this run") in resumed.stderr
+    assert (
+        "Differences: --batch_size=32 in the checkpoint, --batch_size=16 in this run; "
+        "--seed=0 in the checkpoint, --seed=1 in this run"
+    ) in resumed.stderr
     assert "config." not in resumed.stderr
 
 
 def test_a_state_file_listing_files_elsewhere_is_refused_and_they_stay(tmp_path):
-    flags = ["--dataset=digits", "--batch_size=32", "--steps_per_epoch=1", "--precision=float32",
-             "--warmup_steps=0", f"--logdir={tmp_path / 'logs'}", "--run_name=sf"]
+    flags = [
+        "--dataset=digits",
+        "--batch_size=32",
+        "--steps_per_epoch=1",
+        "--precision=float32",
+        "--warmup_steps=0",
+        f"--logdir={tmp_path / 'logs'}",
+        "--run_name=sf",
+    ]
     assert _run("train_gan.py", *flags, "--epochs=2").returncode == 0
     other = tmp_path / "other"
     other.mkdir()
@@ -405,8 +496,16 @@ def test_a_run_directory_held_by_another_run_is_refused_naming_the_holder(tmp_pa
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     with rundir.RunDirLock(str(run_dir)):  # this test process is the first run
-        proc = _run("train_gan.py", "--dataset=digits", "--batch_size=32", "--steps_per_epoch=1", "--epochs=1",
-                    "--precision=float32", f"--logdir={tmp_path}", "--run_name=run")
+        proc = _run(
+            "train_gan.py",
+            "--dataset=digits",
+            "--batch_size=32",
+            "--steps_per_epoch=1",
+            "--epochs=1",
+            "--precision=float32",
+            f"--logdir={tmp_path}",
+            "--run_name=run",
+        )
         assert rundir.holder(str(run_dir)).pid == os.getpid()  # the refused run left the lock alone
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert f"error: {run_dir} is in use by another run: pid {os.getpid()} on host {socket.gethostname()}" in proc.stderr
@@ -431,10 +530,23 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def test_ctrl_c_during_start_up_exits_130_in_one_line_and_leaves_nothing_behind(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-c", _BLOCKED_START.format(scripts=os.path.join(ROOT, "scripts")),
-         os.path.join(ROOT, "scripts", "train_gan.py"), "--dataset=digits", "--batch_size=32", "--precision=float32",
-         f"--logdir={tmp_path / 'logs'}", "--run_name=sweep/run"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            _BLOCKED_START.format(scripts=os.path.join(ROOT, "scripts")),
+            os.path.join(ROOT, "scripts", "train_gan.py"),
+            "--dataset=digits",
+            "--batch_size=32",
+            "--precision=float32",
+            f"--logdir={tmp_path / 'logs'}",
+            "--run_name=sweep/run",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = iter(proc.stdout.readline, "")
         assert "building the model\n" in lines, proc.stderr.read()[-3000:]  # reads up to it
@@ -449,7 +561,8 @@ def test_ctrl_c_during_start_up_exits_130_in_one_line_and_leaves_nothing_behind(
     assert "Traceback" not in err
     assert [line for line in err.splitlines() if "interrupted" in line] == [
         "interrupted by SIGINT (Ctrl-C) during start-up, before the first training step: nothing was trained or "
-        "written. Run the same command again to start."]
+        "written. Run the same command again to start."
+    ]
     assert os.listdir(tmp_path) == []  # logs/, sweep/, run/, checkpoints/ and the lock: all gone
 
 
@@ -482,27 +595,40 @@ TRAINING_FLAGS = ("run_name", "checkpoint_dir", "dataset", "epochs", "seed", "ba
     "message, expected",
     [
         # A ConfigError: the prose names and the Received: part alike; a boolean flag as --name / --noname.
-        ("resume needs the run to continue: give its run_name (or its checkpoint_dir). "
-         "Received: resume=True, run_name=None, checkpoint_dir=None",
-         "resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
-         "Received: --resume, --run_name=None, --checkpoint_dir=None"),
-        ("run_name must stay inside logdir. Received: run_name='../x'",
-         "--run_name must stay inside logdir. Received: --run_name='../x'"),
-        ("use the embedded dataset \"digits\" instead (dataset='digits')",
-         "use the embedded dataset \"digits\" instead (--dataset='digits')"),
+        (
+            "resume needs the run to continue: give its run_name (or its checkpoint_dir). "
+            "Received: resume=True, run_name=None, checkpoint_dir=None",
+            "resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
+            "Received: --resume, --run_name=None, --checkpoint_dir=None",
+        ),
+        (
+            "run_name must stay inside logdir. Received: run_name='../x'",
+            "--run_name must stay inside logdir. Received: --run_name='../x'",
+        ),
+        (
+            "use the embedded dataset \"digits\" instead (dataset='digits')",
+            "use the embedded dataset \"digits\" instead (--dataset='digits')",
+        ),
         ("Received: deterministic=False, epochs=0, xla=True", "Received: --nodeterministic, --epochs=0, --xla=True"),
-        ("pitfalls found (details: tfmp.run.training.diagnose_run):",
-         "pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):"),
+        (
+            "pitfalls found (details: tfmp.run.training.diagnose_run):",
+            "pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):",
+        ),
         # Prose, paths, dotted names, flags already, names that are not this script's training flags: unchanged.
         ("Pass resume to continue it; the dataset, seed and epochs must match; batch size 30",) * 2,
         ("written to /logs/run_name/checkpoints/ckpt-3 and test_run_name0/x",) * 2,
         ("config.batch_size: checkpoint 32, this run 64",) * 2,
         # A one-word name opening the message as the subject of a rule is the setting.
-        ("epochs must be an integer >= 1. Received: epochs=0", "--epochs must be an integer >= 1. Received: --epochs=0"),
+        (
+            "epochs must be an integer >= 1. Received: epochs=0",
+            "--epochs must be an integer >= 1. Received: --epochs=0",
+        ),
         # A resume's differing settings, as the library names them.
-        ("batch_size=32 in the checkpoint, batch_size=64 in this run; seed=0 in the checkpoint, seed=7 in this run",
-         "--batch_size=32 in the checkpoint, --batch_size=64 in this run; --seed=0 in the checkpoint, --seed=7 in "
-         "this run"),
+        (
+            "batch_size=32 in the checkpoint, batch_size=64 in this run; seed=0 in the checkpoint, seed=7 in this run",
+            "--batch_size=32 in the checkpoint, --batch_size=64 in this run; --seed=0 in the checkpoint, --seed=7 in "
+            "this run",
+        ),
         ("another --run_name or --checkpoint_dir",) * 2,
         ("json_out='x', learning_rate=inf, logdir='/tmp'",) * 2,
     ],
@@ -510,8 +636,10 @@ TRAINING_FLAGS = ("run_name", "checkpoint_dir", "dataset", "epochs", "seed", "ba
 def test_to_flags_rewrites_setting_names_and_leaves_prose_alone(message, expected):
     from scripts import common
 
-    assert common.to_flags(message, _flag_values(*TRAINING_FLAGS, "json_out", booleans=("resume", "deterministic"))) \
+    assert (
+        common.to_flags(message, _flag_values(*TRAINING_FLAGS, "json_out", booleans=("resume", "deterministic")))
         == expected
+    )
 
 
 def test_to_flags_turns_real_library_messages_into_flag_terms():
@@ -523,7 +651,8 @@ def test_to_flags_turns_real_library_messages_into_flag_terms():
     flag_values = _flag_values("run_name", "dataset", booleans=("resume",))
     stopped = str(preemption.Preempted(signals.SIGTERM, 12, "/runs/a/checkpoints/ckpt-12"))
     assert common.to_flags(stopped, flag_values).endswith(
-        "ckpt-12. To resume, start the run again with --resume (and the same --run_name).")
+        "ckpt-12. To resume, start the run again with --resume (and the same --run_name)."
+    )
     assert "(--dataset='digits')" in common.to_flags(data._DIGITS_HINT, flag_values)
     # A script without a --run_name flag keeps the setting's name.
     assert "the same run_name" in common.to_flags(stopped, _flag_values(booleans=("resume",)))
@@ -545,8 +674,10 @@ def test_run_prints_warnings_in_flag_terms_and_keeps_the_console_choice(capsys):
     # Captured output is no terminal: the step lines, as the library picks for print.
     assert received == [("lines", common.print_line)]
     assert capsys.readouterr().out.splitlines() == [
-        "warning: mixed-precision pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):", "  (batch): ...",
-        "note: loss_scale=dynamic is ignored under float32"]
+        "warning: mixed-precision pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):",
+        "  (batch): ...",
+        "note: loss_scale=dynamic is ignored under float32",
+    ]
     common.run(train, training.GANConfig(console="progress"))
     assert received[-1][0] == "progress"
 
@@ -554,16 +685,24 @@ def test_run_prints_warnings_in_flag_terms_and_keeps_the_console_choice(capsys):
 def test_a_library_error_reads_in_flag_terms_from_the_script(tmp_path):
     proc = _run("train_gan.py", "--dataset=digits", f"--logdir={tmp_path}", "--resume")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert ("resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
-            "Received: --resume, --run_name='', --checkpoint_dir=''") in proc.stderr
+    assert (
+        "resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
+        "Received: --resume, --run_name='', --checkpoint_dir=''"
+    ) in proc.stderr
 
 
 # --- --help, a quiet start-up and the float16-on-CPU note (scripts/common.py) ----------
 
 SCRIPTS = ("train_gan.py", "train_classifier.py", "compare_loss_scaling.py", "diagnose.py", "parity.py", "benchmark.py")
 # Flags TensorFlow and absl define, which --help must leave to --helpfull.
-FOREIGN_FLAGS = ("--op_conversion_fallback_to_while_loop", "--hbm_oom_exit", "--tt_check_filter", "--logtostderr",
-                 "--flagfile", "--verbosity")
+FOREIGN_FLAGS = (
+    "--op_conversion_fallback_to_while_loop",
+    "--hbm_oom_exit",
+    "--tt_check_filter",
+    "--logtostderr",
+    "--flagfile",
+    "--verbosity",
+)
 
 
 def _help_flags(text, sections=None):
@@ -622,9 +761,23 @@ def test_a_fresh_start_prints_no_tensorflow_log_line_before_the_runs_first_line(
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env["CUDA_VISIBLE_DEVICES"] = ""  # as on a machine without a GPU: TensorFlow then logs cuInit's failure
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "train_gan.py"), "--dataset=digits", "--epochs=1",
-         "--steps_per_epoch=2", "--batch_size=32", "--precision=float32", f"--logdir={tmp_path}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, env=env, cwd=ROOT)
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", "train_gan.py"),
+            "--dataset=digits",
+            "--epochs=1",
+            "--steps_per_epoch=2",
+            "--batch_size=32",
+            "--precision=float32",
+            f"--logdir={tmp_path}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     lines = proc.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("training gan_trainer: precision=float32"))
@@ -652,8 +805,13 @@ def test_the_quiet_import_keeps_the_lines_the_log_level_allows(level, kept):
 
 @pytest.mark.parametrize(
     "precisions, gpus, noted",
-    [(("fp16",), [], True), (("float32", "mixed_float16"), [], True), (("mixed_float16",), ["GPU:0"], False),
-     (("bf16", "float32"), [], False), (("fp8",), [], False)],
+    [
+        (("fp16",), [], True),
+        (("float32", "mixed_float16"), [], True),
+        (("mixed_float16",), ["GPU:0"], False),
+        (("bf16", "float32"), [], False),
+        (("fp8",), [], False),
+    ],
 )
 def test_float16_on_a_cpu_is_noted_after_the_runs_first_line(precisions, gpus, noted, monkeypatch):
     from scripts import common

@@ -39,7 +39,7 @@ import math
 import os
 import platform
 import tempfile
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import keras
 import tensorflow as tf
@@ -147,7 +147,9 @@ class Hardware:
         names = sorted({gpu.name for gpu in self.gpus})
         count = f"{len(self.gpus)}x " if len(self.gpus) > 1 else ""
         major, minor = self.compute_capability
-        return f"{'these GPUs' if count else 'this GPU'} ({count}{' + '.join(names)}, compute capability {major}.{minor})"
+        return (
+            f"{'these GPUs' if count else 'this GPU'} ({count}{' + '.join(names)}, compute capability {major}.{minor})"
+        )
 
     @property
     def key(self) -> str:
@@ -231,8 +233,10 @@ class Choice:
             source = f"measured now, not cached: {self.not_cached}"
         else:
             source = f"measured now, cached in {self.path}"
-        return (f"auto precision: {self.precision}, the fastest on {self.device} for this model "
-                f"({', '.join(figures)}; {source})")
+        return (
+            f"auto precision: {self.precision}, the fastest on {self.device} for this model "
+            f"({', '.join(figures)}; {source})"
+        )
 
 
 def _load(path: str) -> dict:

@@ -91,7 +91,8 @@ import json
 import os
 import re
 import shutil
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -153,8 +154,11 @@ def _differences(saved: Any, current: Any, key: str = "") -> list[str]:
     scripts turn into flag names.
     """
     if isinstance(saved, Mapping) and isinstance(current, Mapping):
-        return [line for name in sorted(set(saved) | set(current), key=str)
-                for line in _differences(saved.get(name), current.get(name), f"{key}.{name}" if key else str(name))]
+        return [
+            line
+            for name in sorted(set(saved) | set(current), key=str)
+            for line in _differences(saved.get(name), current.get(name), f"{key}.{name}" if key else str(name))
+        ]
     if saved == current:
         return []
     group, _, setting = key.partition(".")
@@ -184,8 +188,12 @@ def _on_disk(directory: str) -> list[str]:
 def _not_own(directory: str, paths: Iterable[str]) -> list[str]:
     """The `paths` that are not a `ckpt-N` directly in `directory` (symbolic links resolved), in order."""
     home = os.path.realpath(directory or ".")
-    return [path for path in paths if not re.fullmatch(r"ckpt-\d+", os.path.basename(path))
-            or os.path.realpath(os.path.dirname(path) or ".") != home]
+    return [
+        path
+        for path in paths
+        if not re.fullmatch(r"ckpt-\d+", os.path.basename(path))
+        or os.path.realpath(os.path.dirname(path) or ".") != home
+    ]
 
 
 def _files_of(prefix: str) -> list[str]:
@@ -240,8 +248,12 @@ def _seed_generator_states(trainer: Any) -> dict[str, Any]:
             attributes = list(vars(obj).items())
             # Direct attributes first: Keras also lists a layer's generators in a private list.
             found = [([name], value) for name, value in attributes]
-            found += [([name, str(i)], item) for name, value in attributes if isinstance(value, (list, tuple))
-                      for i, item in enumerate(value)]
+            found += [
+                ([name, str(i)], item)
+                for name, value in attributes
+                if isinstance(value, (list, tuple))
+                for i, item in enumerate(value)
+            ]
             for names, value in found:
                 if isinstance(value, keras.random.SeedGenerator) and id(value) not in seen:
                     seen.add(id(value))
@@ -319,8 +331,13 @@ class RunCheckpoint:
     """
 
     def __init__(
-        self, directory: str, trainer: Any, signature: Mapping[str, Any], keep: int = 3,
-        read_directory: str | None = None, print_fn: Callable[[str], None] = print,
+        self,
+        directory: str,
+        trainer: Any,
+        signature: Mapping[str, Any],
+        keep: int = 3,
+        read_directory: str | None = None,
+        print_fn: Callable[[str], None] = print,
     ):
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an integer >= 1. Received: keep={keep!r}")
@@ -336,7 +353,9 @@ class RunCheckpoint:
         # name-keyed object: the same top-level names as the 0.1.0 layout, so a checkpoint's keys say
         # which optimizer is which in both.
         objects = {
-            "trainer": trainer, "seed_generators": _seed_generator_states(trainer), "step": self._step,
+            "trainer": trainer,
+            "seed_generators": _seed_generator_states(trainer),
+            "step": self._step,
             "signature": self._signature,
             **{f"optimizer_{name}": optimizer for name, optimizer in trainer.optimizers.items()},
         }
@@ -345,15 +364,15 @@ class RunCheckpoint:
         self._replica_copies = _replica_copies(trainer)
         self._checkpoint = self._core
         if self._replica_copies:
-            self._checkpoint = tf.train.Checkpoint(
-                **objects, replicas=[copy for _, copy in self._replica_copies])
+            self._checkpoint = tf.train.Checkpoint(**objects, replicas=[copy for _, copy in self._replica_copies])
         optimizer_variables = [v for optimizer in trainer.optimizers.values() for v in optimizer.variables]
         missing = _unreachable(self._core, [*trainer.variables, *optimizer_variables])
         if missing:
             raise CheckpointError(
                 f"Cannot checkpoint {trainer.name}: {len(missing)} of its variables are not reachable from its "
                 "object graph, so a checkpoint would not hold them and a resumed run would start them from "
-                "their initial values: " + ", ".join(f"{v.path} (shape {tuple(v.shape)})" for v in missing)
+                "their initial values: "
+                + ", ".join(f"{v.path} (shape {tuple(v.shape)})" for v in missing)
                 + ". Keep each variable (or the object holding it) in an attribute of a layer, model or "
                 "optimizer, e.g. `self.w = self.add_weight(...)` rather than a bare `self.add_weight(...)`."
             )
@@ -413,8 +432,10 @@ class RunCheckpoint:
         foreign = [] if prefix in self._written else _files_of(prefix)
         if foreign and self.read_directory == self.directory:  # a worker's private copies are its own
             moved = _set_aside(foreign)
-            self.print_fn(f"note: {prefix} already existed and was not written by this run; kept its files as "
-                          f"{', '.join(os.path.basename(f) for f in moved)}")
+            self.print_fn(
+                f"note: {prefix} already existed and was not written by this run; kept its files as "
+                f"{', '.join(os.path.basename(f) for f in moved)}"
+            )
         previous = [p for p in (list(self._manager.checkpoints) or _on_disk(self.directory)) if p != prefix]
         self._step.assign(step)
         for replica, copy in self._replica_copies:
@@ -427,8 +448,11 @@ class RunCheckpoint:
             shutil.rmtree(f"{prefix}_temp", ignore_errors=True)  # TensorFlow's scratch directory for it
             self._written.discard(prefix)
             reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            kept = (f"the previous checkpoints remain, the newest being {previous[-1]}" if previous
-                    else "no checkpoint had been written there yet")
+            kept = (
+                f"the previous checkpoints remain, the newest being {previous[-1]}"
+                if previous
+                else "no checkpoint had been written there yet"
+            )
             raise CheckpointError(
                 f"Could not write checkpoint {prefix} in {self.directory} ({type(e).__name__}: {reason}). Nothing "
                 f"was lost: {kept}, and the partial files of ckpt-{step} were removed. Free space in (or fix) "
@@ -470,12 +494,11 @@ class RunCheckpoint:
                     f"{path}{skipped}"
                 )
             elif failures:
-                print_fn(
-                    f"warning: checkpoint {failures[-1]} is unreadable; resuming from the previous one, {path}"
-                )
+                print_fn(f"warning: checkpoint {failures[-1]} is unreadable; resuming from the previous one, {path}")
             return Found(path, step, signature)
         raise CheckpointError(
-            "No checkpoint in this directory can be read: " + "; ".join(failures)
+            "No checkpoint in this directory can be read: "
+            + "; ".join(failures)
             + ". Start a new run (another run_name or checkpoint_dir) or restore the files."
         )
 
@@ -485,8 +508,7 @@ class RunCheckpoint:
         if differences:
             raise CheckpointError(
                 f"Checkpoint {found.path} was written by a different run; resume with the same settings, "
-                f"or start a new run (another run_name or checkpoint_dir). Differences: "
-                + "; ".join(differences)
+                f"or start a new run (another run_name or checkpoint_dir). Differences: " + "; ".join(differences)
             )
 
     def restore(self, found: Found) -> int:

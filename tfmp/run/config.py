@@ -18,15 +18,16 @@ import os
 import re
 import types
 import typing
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tfmp.run import data as data_lib
 from tfmp import optimizers as optimizers_lib
 from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.models import gan as gan_model
+from tfmp.run import data as data_lib
 
 __all__ = [
     "CONSOLE_MODES",
@@ -43,9 +44,9 @@ __all__ = [
     "resolved_loss_scale",
 ]
 
+
 class ConfigError(ValueError):
     """An impossible run setting, found before any training."""
-
 
 
 ON_NONFINITE = ("skip", "stop")
@@ -55,13 +56,33 @@ STRATEGIES = ("default", "mirrored", "multi_worker")
 CONSOLE_MODES = ("auto", "progress", "lines")
 
 # Settings a resumed run may change; every other setting must match the checkpoint's.
-RESUMABLE = frozenset({
-    "epochs", "steps_per_epoch", "data_dir", "logdir", "run_name", "log_every", "warmup_steps", "diagnose_every",
-    "profile_steps", "strategy", "xla", "tf32", "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume",
-    "on_nonfinite", "deterministic", "num_samples", "validation_batch_size", "console",
-    "precision", "loss_scale",  # compared once resolved
-})
-
+RESUMABLE = frozenset(
+    {
+        "epochs",
+        "steps_per_epoch",
+        "data_dir",
+        "logdir",
+        "run_name",
+        "log_every",
+        "warmup_steps",
+        "diagnose_every",
+        "profile_steps",
+        "strategy",
+        "xla",
+        "tf32",
+        "checkpoint_dir",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "resume",
+        "on_nonfinite",
+        "deterministic",
+        "num_samples",
+        "validation_batch_size",
+        "console",
+        "precision",
+        "loss_scale",  # compared once resolved
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,8 +217,7 @@ class TrainConfig:
             _check_int("steps_per_epoch", self.steps_per_epoch, minimum=1)
         if self.dataset.lower() not in self.datasets:
             raise ConfigError(
-                f"Unknown dataset for this model. Valid: {', '.join(self.datasets)}. "
-                f"Received: dataset={self.dataset!r}"
+                f"Unknown dataset for this model. Valid: {', '.join(self.datasets)}. Received: dataset={self.dataset!r}"
             )
         for field in dataclasses.fields(self):
             # inf would turn the first applied update into NaN weights.
@@ -241,8 +261,13 @@ _INSTANCE_OF = {
     type(None): (type(None),),
 }
 # Each type in words, one and several.
-_KIND_NAMES = {bool: ("a boolean", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
-               str: ("a string", "strings"), type(None): ("None", "None values")}
+_KIND_NAMES = {
+    bool: ("a boolean", "booleans"),
+    int: ("an integer", "integers"),
+    float: ("a number", "numbers"),
+    str: ("a string", "strings"),
+    type(None): ("None", "None values"),
+}
 
 
 def _is_a(value: Any, kind: Any) -> bool:
@@ -275,7 +300,8 @@ def _check_types(config: TrainConfig) -> None:
         value = getattr(config, field.name)
         if not _is_a(value, declared[field.name]):
             raise ConfigError(
-                f"{field.name} must be {_describe(declared[field.name])}. Received: {field.name}={value!r}")
+                f"{field.name} must be {_describe(declared[field.name])}. Received: {field.name}={value!r}"
+            )
 
 
 def _check_finite_positive(name: str, value: float) -> None:
@@ -342,7 +368,9 @@ class GANConfig(TrainConfig):
             for width in getattr(self, name):
                 _check_int(name, width, minimum=1)
         if not 0 <= self.label_softening < 0.5:
-            raise ConfigError(f"label_softening must be in [0, 0.5). Received: label_softening={self.label_softening!r}")
+            raise ConfigError(
+                f"label_softening must be in [0, 0.5). Received: label_softening={self.label_softening!r}"
+            )
         if not 0 <= self.label_swap_fraction <= 1:
             raise ConfigError(
                 f"label_swap_fraction must be in [0, 1]. Received: label_swap_fraction={self.label_swap_fraction!r}"
@@ -393,4 +421,3 @@ class ClassifierConfig(TrainConfig):
             )
         _check_int("validation_batch_size", self.validation_batch_size, minimum=1)
         _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-

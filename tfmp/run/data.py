@@ -67,8 +67,8 @@ KERAS_CIFAR10_ARCHIVE = "cifar-10-batches-py-target_archive"
 KERAS_CIFAR10_FOLDER = "cifar-10-batches-py-target"
 
 _DIGITS_HINT = (
-    'To train with no download at all, use the embedded dataset "digits" instead (dataset=\'digits\'): it '
-    'ships inside the package.'
+    "To train with no download at all, use the embedded dataset \"digits\" instead (dataset='digits'): it "
+    "ships inside the package."
 )
 
 # The only globals a CIFAR-10 batch needs: rebuilding its numpy array. The real
@@ -171,9 +171,7 @@ def _keras_datasets_dir() -> str:
     return os.path.join(os.path.expanduser(home), "datasets")
 
 
-def _checked(
-    x: np.ndarray, y: np.ndarray, image_shape: tuple[int, ...], where: str
-) -> tuple[np.ndarray, np.ndarray]:
+def _checked(x: np.ndarray, y: np.ndarray, image_shape: tuple[int, ...], where: str) -> tuple[np.ndarray, np.ndarray]:
     """Checks uint8 images of `image_shape` and one integer label each; returns labels as int32."""
     x = np.asarray(x)
     y = np.asarray(y)
@@ -184,8 +182,7 @@ def _checked(
         )
     if not np.issubdtype(y.dtype, np.integer) or y.shape != (len(x),):
         raise CorruptDatasetError(
-            f"{where}: expected {len(x)} integer labels, one per image. "
-            f"Received: shape={y.shape}, dtype={y.dtype}"
+            f"{where}: expected {len(x)} integer labels, one per image. Received: shape={y.shape}, dtype={y.dtype}"
         )
     return x, y.astype(np.int32)
 
@@ -271,9 +268,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in _ALLOWED_PICKLE_GLOBALS:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(
-            f"refusing to load the global {module}.{name}: only numpy arrays are allowed"
-        )
+        raise pickle.UnpicklingError(f"refusing to load the global {module}.{name}: only numpy arrays are allowed")
 
 
 def _read_cifar10_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -492,9 +487,7 @@ def load_images(
         raise ValueError(f"Unknown dataset: expected one of {', '.join(DATASETS)}. Received: name={name!r}")
     shape = tuple(image_shape) if isinstance(image_shape, (tuple, list)) else None
     if shape is None or len(shape) != 3:
-        raise ValueError(
-            f"image_shape must be (height, width, channels). Received: image_shape={image_shape!r}"
-        )
+        raise ValueError(f"image_shape must be (height, width, channels). Received: image_shape={image_shape!r}")
     if key == "digits":
         return load_digits(image_size=shape[:2], channels=shape[2], seed=seed)
     if key == "synthetic":

@@ -7,7 +7,7 @@ a resumed run repeats the uninterrupted one bit for bit.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import tensorflow as tf
 

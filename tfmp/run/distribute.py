@@ -36,7 +36,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -70,10 +71,12 @@ def tf_config_example(port: int = 12345) -> str:
     Args:
         port: The port each worker listens on.
     """
-    return json.dumps({
-        "cluster": {"worker": [f"host0.example.com:{port}", f"host1.example.com:{port}"]},
-        "task": {"type": "worker", "index": 0},
-    })
+    return json.dumps(
+        {
+            "cluster": {"worker": [f"host0.example.com:{port}", f"host1.example.com:{port}"]},
+            "task": {"type": "worker", "index": 0},
+        }
+    )
 
 
 def _tf_config_error(problem: str, received: str | None) -> ValueError:
@@ -106,7 +109,8 @@ def _parse_tf_config(text: str | None) -> dict[str, Any]:
             # TensorFlow's server would otherwise fail deep inside with "Could not parse port".
             if not host or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
                 raise _tf_config_error(
-                    f"cluster[{role!r}] holds {address!r}: the port must be a number from 1 to 65535", text)
+                    f"cluster[{role!r}] holds {address!r}: the port must be a number from 1 to 65535", text
+                )
     if not isinstance(task_info, dict) or "type" not in task_info or "index" not in task_info:
         raise _tf_config_error("'task' must hold this process's 'type' and 'index'", text)
     role, index = task_info["type"], task_info["index"]
@@ -142,8 +146,9 @@ def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distrib
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy. Valid: {', '.join(STRATEGIES)}. Received: strategy={name!r}")
     if devices is not None and name != "mirrored":
-        raise ValueError(f"devices can only be given to the mirrored strategy. Received: strategy={name!r}, "
-                         f"devices={devices!r}")
+        raise ValueError(
+            f"devices can only be given to the mirrored strategy. Received: strategy={name!r}, devices={devices!r}"
+        )
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":

@@ -12,7 +12,8 @@ write the object layout.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import tensorflow as tf
 
@@ -35,7 +36,9 @@ def legacy_checkpoint(trainer: Any, step: tf.Variable, signature: tf.Variable) -
         each optimizer's `variables` as `optimizer_<name>`, as lists.
     """
     return tf.train.Checkpoint(
-        model=list(trainer.variables), step=step, signature=signature,
+        model=list(trainer.variables),
+        step=step,
+        signature=signature,
         **{f"optimizer_{name}": list(optimizer.variables) for name, optimizer in trainer.optimizers.items()},
     )
 
@@ -56,12 +59,15 @@ def check_counts(keys: Iterable[str], trainer: Any) -> None:
     for key in keys:
         if m := re.match(r"^(model|optimizer_.+)/\d+/\.ATTRIBUTES/VARIABLE_VALUE$", key):
             counts[m.group(1)] = counts.get(m.group(1), 0) + 1
-    expected = {"model": len(trainer.variables),
-                **{f"optimizer_{name}": len(o.variables) for name, o in trainer.optimizers.items()}}
+    expected = {
+        "model": len(trainer.variables),
+        **{f"optimizer_{name}": len(o.variables) for name, o in trainer.optimizers.items()},
+    }
     for name in sorted(set(counts) | set(expected)):
         if counts.get(name, 0) != expected.get(name, 0):
-            raise ValueError(f"its {name} list holds {counts.get(name, 0)} variables, this trainer's "
-                             f"{expected.get(name, 0)}")
+            raise ValueError(
+                f"its {name} list holds {counts.get(name, 0)} variables, this trainer's {expected.get(name, 0)}"
+            )
 
 
 def is_legacy(keys: Iterable[str]) -> bool:

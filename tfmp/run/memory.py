@@ -79,7 +79,7 @@ class HostPeakMemory:
         self._thread: threading.Thread | None = None
         self._sampled_kb = 0
 
-    def __enter__(self) -> "HostPeakMemory":
+    def __enter__(self) -> HostPeakMemory:
         if _status_kb("VmHWM") is not None:
             try:
                 with open("/proc/self/clear_refs", "w") as f:
@@ -132,7 +132,7 @@ class GpuPeakMemory:
         self.has_gpu = False
         self.peak_mb: float | None = None
 
-    def __enter__(self) -> "GpuPeakMemory":
+    def __enter__(self) -> GpuPeakMemory:
         self.has_gpu = bool(tf.config.list_logical_devices("GPU"))
         self.peak_mb = None
         if self.has_gpu:

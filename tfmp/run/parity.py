@@ -34,16 +34,14 @@ import math
 import os
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
 
-from tfmp.run import benchmark
 from tfmp import precision as precision_lib
-from tfmp.run import runner
-from tfmp.run import tasks
-from tfmp.run import training
+from tfmp.run import benchmark, runner, tasks, training
 
 __all__ = [
     "DEFAULT_CLASSIFIER",
@@ -64,8 +62,15 @@ REFERENCE = "float32"
 # 8 epochs reach about 90% validation accuracy in float32 (chance: 10%).
 # float16 runs with the default (dynamic) loss scaling.
 DEFAULT_CLASSIFIER = training.ClassifierConfig(
-    dataset="digits", alpha=0.35, batch_size=32, epochs=8, learning_rate=2e-3, lr_schedule="cosine",
-    log_every=1000, warmup_steps=0, logdir="logs",
+    dataset="digits",
+    alpha=0.35,
+    batch_size=32,
+    epochs=8,
+    learning_rate=2e-3,
+    lr_schedule="cosine",
+    log_every=1000,
+    warmup_steps=0,
+    logdir="logs",
 )
 
 
@@ -249,14 +254,19 @@ def run_parity(config: ParityConfig, print_fn: Callable[[str], None] = print) ->
             )
             scale = result.logs.get("loss_scale")
             record = ParityRecord(
-                precision=precision, seed=int(seed), val_accuracy=float(result.logs["val_accuracy"]),
-                val_loss=float(result.logs["val_loss"]), skipped_steps=result.skipped_steps,
+                precision=precision,
+                seed=int(seed),
+                val_accuracy=float(result.logs["val_accuracy"]),
+                val_loss=float(result.logs["val_loss"]),
+                skipped_steps=result.skipped_steps,
                 final_loss_scale=None if scale is None else float(scale),
             )
             records.append(record)
-            print_fn(f"seed {seed} {precision}: val_accuracy {record.val_accuracy:.4f} val_loss {record.val_loss:.4f} "
-                     f"skipped_steps {record.skipped_steps} loss_scale {_scale(record.final_loss_scale)} "
-                     f"({time.monotonic() - start:.0f} s, load {os.getloadavg()[0]:.1f})")
+            print_fn(
+                f"seed {seed} {precision}: val_accuracy {record.val_accuracy:.4f} val_loss {record.val_loss:.4f} "
+                f"skipped_steps {record.skipped_steps} loss_scale {_scale(record.final_loss_scale)} "
+                f"({time.monotonic() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
+            )
     return records
 
 

@@ -74,7 +74,7 @@ class PreemptionGuard:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
 
-    def __enter__(self) -> "PreemptionGuard":
+    def __enter__(self) -> PreemptionGuard:
         if threading.current_thread() is threading.main_thread():
             for signum in self.signals:
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -86,4 +86,3 @@ class PreemptionGuard:
             signal.signal(signum, previous)
         self._previous = {}
         self.active = False
-

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import tensorflow as tf
 
@@ -140,7 +141,9 @@ def require_matplotlib() -> None:
 
 
 def plot(
-    records: Sequence[ThroughputRecord], path: str, config: TimingSettings | None = None,
+    records: Sequence[ThroughputRecord],
+    path: str,
+    config: TimingSettings | None = None,
     device: str | None = None,
 ) -> str:
     """Writes a PNG bar chart of the trainer's images/s per model and precision.
@@ -200,8 +203,16 @@ def plot(
                 spread = None
                 if r.images_per_sec_min is not None and r.images_per_sec_max is not None:
                     spread = [[r.images_per_sec - r.images_per_sec_min], [r.images_per_sec_max - r.images_per_sec]]
-                ax.bar(x, r.images_per_sec, width, color=_PRECISION_COLORS[precision], yerr=spread, capsize=2,
-                       error_kw={"elinewidth": 0.8}, label=precision if i == 0 else None)
+                ax.bar(
+                    x,
+                    r.images_per_sec,
+                    width,
+                    color=_PRECISION_COLORS[precision],
+                    yerr=spread,
+                    capsize=2,
+                    error_kw={"elinewidth": 0.8},
+                    label=precision if i == 0 else None,
+                )
                 top = r.images_per_sec if r.images_per_sec_max is None else r.images_per_sec_max
                 label = f"{r.images_per_sec:.0f}"
                 if r.ratio_to_float32 is not None and precision != "float32":
@@ -217,8 +228,11 @@ def plot(
         ax.set_ylabel("images/s (tfmp trainer)")
         ax.margins(y=0.3)
         ax.legend(fontsize=8)
-    method = (f"median of {config.repeats} repeats x {config.steps} steps ({config.warmup_steps} warm-up)"
-              if config is not None else "steps and repeats not given")
+    method = (
+        f"median of {config.repeats} repeats x {config.steps} steps ({config.warmup_steps} warm-up)"
+        if config is not None
+        else "steps and repeats not given"
+    )
     figure.suptitle(f"tfmp trainer throughput by precision\n{device}; {method}", fontsize=10)
     figure.supxlabel(  # supxlabel, unlike a free text, gets room from the constrained layout
         "bar labels: images/s (median; whisker and (a-b): slowest to fastest round); "

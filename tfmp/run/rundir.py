@@ -36,7 +36,8 @@ import datetime
 import json
 import os
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 try:
     import fcntl
@@ -93,7 +94,7 @@ def _stat(pid: int) -> list[str]:
     """Fields 3 on of `/proc/<pid>/stat` (state, ppid, ...), or [] where unknown."""
     text = _read_text(f"/proc/{pid}/stat")
     # The command name (field 2) is in parentheses and may hold spaces.
-    return text[text.rfind(")") + 2:].split() if text else []
+    return text[text.rfind(")") + 2 :].split() if text else []
 
 
 def _start_time(pid: int) -> int | None:
@@ -130,8 +131,13 @@ def _this_process() -> Holder:
 def _parse(text: str) -> Holder | None:
     try:
         record = json.loads(text)
-        return Holder(int(record["pid"]), str(record["host"]), str(record.get("started", "")),
-                      record.get("start_time"), record.get("boot_id"))
+        return Holder(
+            int(record["pid"]),
+            str(record["host"]),
+            str(record.get("started", "")),
+            record.get("start_time"),
+            record.get("boot_id"),
+        )
     except (ValueError, TypeError, KeyError):
         return None
 
@@ -178,7 +184,7 @@ class RunDirLock:
             f"run_name (or checkpoint_dir). Lock file: {self.path}"
         )
 
-    def acquire(self) -> "RunDirLock":
+    def acquire(self) -> RunDirLock:
         """Takes the directory, or raises `RunDirInUseError` naming its holder.
 
         Returns:
@@ -243,8 +249,10 @@ class RunDirLock:
             )
         if holder.pid != os.getpid() and _running_on_this_host(holder):
             raise self._in_use(holder)
-        self.print_fn(f"note: taking over the run directory {self.directory} from {holder}, which is no longer "
-                      f"running (it was killed or crashed); lock file {self.path}")
+        self.print_fn(
+            f"note: taking over the run directory {self.directory} from {holder}, which is no longer "
+            f"running (it was killed or crashed); lock file {self.path}"
+        )
 
     def release(self) -> None:
         """Removes the lock file and lets the directory go. Safe to call twice."""
@@ -259,7 +267,7 @@ class RunDirLock:
         finally:
             os.close(fd)
 
-    def __enter__(self) -> "RunDirLock":
+    def __enter__(self) -> RunDirLock:
         return self.acquire()
 
     def __exit__(self, *exc_info: Any) -> None:

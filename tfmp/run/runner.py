@@ -35,23 +35,19 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tfmp.run import autotune
+from tfmp import precision as precision_lib
+from tfmp import trainers
+from tfmp.run import autotune, determinism, diagnostics, distribute, preemption, rundir
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
 from tfmp.run import data as data_lib
-from tfmp.run import determinism
-from tfmp.run import diagnostics
-from tfmp.run import distribute
-from tfmp import precision as precision_lib
-from tfmp.run import preemption
-from tfmp.run import rundir
-from tfmp import trainers
 from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig, loss_scale_is_set, resolved_loss_scale
 from tfmp.run.tasks import Built, Task
 
@@ -163,12 +159,16 @@ def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = Tru
     loss_scale = resolved_loss_scale(config.loss_scale)
     if precision == "auto" and config.strategy != "multi_worker":
         precision = _measured_precision(
-            task, split, jit_compile, loss_scale, print_fn, autotune.detect_hardware(), _time_steps)
+            task, split, jit_compile, loss_scale, print_fn, autotune.detect_hardware(), _time_steps
+        )
     precision = precision_lib.resolve_precision(precision)
     if precision != "mixed_float16":
         # Only a scale the user set: the default ("auto") says nothing to ignore.
-        if (loss_scale != "none" and loss_scale_is_set(config.loss_scale)
-                and precision_lib.canonical_precision(config.precision) != "auto"):
+        if (
+            loss_scale != "none"
+            and loss_scale_is_set(config.loss_scale)
+            and precision_lib.canonical_precision(config.precision) != "auto"
+        ):
             print_fn(f"note: loss_scale={loss_scale} is ignored under {precision}; only float16 needs loss scaling.")
         loss_scale = "none"
     if config.on_nonfinite == "stop" and loss_scale == "dynamic":
@@ -189,14 +189,24 @@ def _time_steps(trainer: trainers.MixedPrecisionTrainer, probe: Any) -> float:
     """Images per second of a few `fit()` steps on one batch, warm-up (tracing, compiling) excluded."""
     batch_size = int(tf.nest.flatten(probe)[0].shape[0])
     timer = callbacks_lib.StepTimer(batch_size * trainer.images_per_example, _PROBE_WARMUP_STEPS)
-    trainer.fit(tf.data.Dataset.from_tensors(probe).repeat(), epochs=1,
-                steps_per_epoch=_PROBE_WARMUP_STEPS + _PROBE_STEPS, callbacks=[timer], shuffle=False, verbose=0)
+    trainer.fit(
+        tf.data.Dataset.from_tensors(probe).repeat(),
+        epochs=1,
+        steps_per_epoch=_PROBE_WARMUP_STEPS + _PROBE_STEPS,
+        callbacks=[timer],
+        shuffle=False,
+        verbose=0,
+    )
     return timer.mean_images_per_sec
 
 
 def _measured_precision(
-    task: Task, split: data_lib.Split, jit_compile: bool, loss_scale: str | float,
-    print_fn: Callable[[str], None], hardware: autotune.Hardware,
+    task: Task,
+    split: data_lib.Split,
+    jit_compile: bool,
+    loss_scale: str | float,
+    print_fn: Callable[[str], None],
+    hardware: autotune.Hardware,
     time_steps: Callable[[trainers.MixedPrecisionTrainer, Any], float],
 ) -> str:
     """`auto`: the fastest candidate precision for this model on `hardware`, measured once.
@@ -231,7 +241,8 @@ def _measured_precision(
         described = {
             "trainer": type(trainer).__name__,
             "networks": {name: net.get_config() for name, net in trainer.networks.items()},
-            "batch_size": config.batch_size, "xla": jit_compile,
+            "batch_size": config.batch_size,
+            "xla": jit_compile,
             "float32_layers": task.float32_pattern("mixed_bfloat16"),
         }
         # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
@@ -256,8 +267,10 @@ def announce_float32_layers(task: Task, built: Built, precision: str, print_fn: 
     if built.float32_pattern == task.config.float32_layers:
         print_fn(f"float32 layers: {len(kept)} matching {built.float32_pattern!r} ({shown})")
     else:
-        print_fn(f"float32 layers: {len(kept)}, the model's default for {precision} on CPU "
-                 f"(float32_layers=none turns it off): {shown}")
+        print_fn(
+            f"float32 layers: {len(kept)}, the model's default for {precision} on CPU "
+            f"(float32_layers=none turns it off): {shown}"
+        )
 
 
 # -- directories ------------------------------------------------------------------
@@ -288,8 +301,7 @@ def make_writable_dir(name: str, path: str) -> list[str]:
     except OSError as e:
         rundir.remove_empty_dirs(created)
         raise ConfigError(
-            f"{name} must be a directory tfmp can create and write to ({e.strerror or e}). "
-            f"Received: {name}={path!r}"
+            f"{name} must be a directory tfmp can create and write to ({e.strerror or e}). Received: {name}={path!r}"
         ) from None
     return created
 
@@ -314,8 +326,10 @@ def _claim_new_dir(path: str, created: list[str]) -> str:
 
 def _network_signature(network: keras.Model) -> dict[str, Any]:
     """A network's architecture and per-layer dtype policies, independent of auto-generated layer names."""
-    layers = [(type(layer).__name__, layer.dtype_policy.name, [list(w.shape) for w in layer.weights])
-              for _, layer in precision_lib.layer_paths(network)]
+    layers = [
+        (type(layer).__name__, layer.dtype_policy.name, [list(w.shape) for w in layer.weights])
+        for _, layer in precision_lib.layer_paths(network)
+    ]
     policies: dict[str, int] = {}
     for _, policy, _ in layers:
         policies[policy] = policies.get(policy, 0) + 1
@@ -335,8 +349,10 @@ def _signature(config: TrainConfig, setting: Setting, trainer: trainers.MixedPre
         "precision": setting.precision,
         "loss_scale": str(setting.loss_scale),
         "networks": {name: _network_signature(network) for name, network in trainer.networks.items()},
-        "optimizers": {name: type(opt.inner_optimizer if isinstance(opt, keras.optimizers.LossScaleOptimizer)
-                                  else opt).__name__ for name, opt in trainer.optimizers.items()},
+        "optimizers": {
+            name: type(opt.inner_optimizer if isinstance(opt, keras.optimizers.LossScaleOptimizer) else opt).__name__
+            for name, opt in trainer.optimizers.items()
+        },
     }
 
 
@@ -431,20 +447,32 @@ class Runner:
         """The run itself, once its directories are held."""
         config, task, print_fn = self.config, self.task, self.print_fn
         precision, loss_scale, jit_compile, split = (
-            setting.precision, setting.loss_scale, setting.jit_compile, setting.split)
+            setting.precision,
+            setting.loss_scale,
+            setting.jit_compile,
+            setting.split,
+        )
         run_dir = dirs.run_dir
         steps = task.steps_per_epoch(len(split.x_train))
 
         keras.utils.set_random_seed(config.seed)
-        with (precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32),
-              determinism.op_determinism(config.deterministic)):
+        with (
+            precision_lib.precision_scope(precision),
+            precision_lib.tf32_scope(config.tf32),
+            determinism.op_determinism(config.deterministic),
+        ):
             with strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
                 built = task.build(precision, loss_scale, jit_compile, steps, split)
             trainer = built.trainer
             announce_float32_layers(task, built, precision, print_fn)
             checkpoint = checkpoint_lib.RunCheckpoint(
-                dirs.checkpoint_dir, trainer, _signature(config, setting, trainer), config.keep_checkpoints,
-                dirs.run_checkpoints, print_fn=print_fn)
+                dirs.checkpoint_dir,
+                trainer,
+                _signature(config, setting, trainer),
+                config.keep_checkpoints,
+                dirs.run_checkpoints,
+                print_fn=print_fn,
+            )
             print_fn(
                 f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
                 f"tf32={config.tf32} dataset={config.dataset} batch_size={config.batch_size} "
@@ -458,14 +486,20 @@ class Runner:
             position = self._restore(checkpoint)
             timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
             console = callbacks_lib.ConsoleLogger(
-                timer, task.console_fields, trainer.loss_scale_prefixes, config.log_every, setting.run_dir, print_fn,
+                timer,
+                task.console_fields,
+                trainer.loss_scale_prefixes,
+                config.log_every,
+                setting.run_dir,
+                print_fn,
                 # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
                 progress=callbacks_lib.console_mode(config.console, sys.stdout if print_fn is print else None)
                 == "progress",
             )
             # At the global step, so that a resumed run continues its per-step curves.
             summaries = callbacks_lib.Summaries(
-                run_dir, task.summary_route, self._hparams(setting, strategy), config.log_every, position, timer)
+                run_dir, task.summary_route, self._hparams(setting, strategy), config.log_every, position, timer
+            )
             others = self._callbacks(trainer, split, run_dir, position)
             dirs.training_started = True  # from here on SIGINT/SIGTERM finish the step and checkpoint
             with preemption.PreemptionGuard() as guard:
@@ -540,7 +574,11 @@ class Runner:
         return step
 
     def _fit(
-        self, trainer: trainers.MixedPrecisionTrainer, split: data_lib.Split, steps: int, position: int,
+        self,
+        trainer: trainers.MixedPrecisionTrainer,
+        split: data_lib.Split,
+        steps: int,
+        position: int,
         callbacks: list[keras.callbacks.Callback],
     ) -> None:
         """Trains from global step `position` to the end of the last epoch.
@@ -564,9 +602,12 @@ class Runner:
                 initial_epoch=first_epoch,
                 epochs=end_epoch,
                 steps_per_epoch=segment_steps,
-                callbacks=[callbacks_lib.RunSegment(callback, i == 0, i == len(segments) - 1, offset,
-                                                    {"steps": steps, "epochs": epochs})
-                           for callback in callbacks],
+                callbacks=[
+                    callbacks_lib.RunSegment(
+                        callback, i == 0, i == len(segments) - 1, offset, {"steps": steps, "epochs": epochs}
+                    )
+                    for callback in callbacks
+                ],
                 shuffle=False,  # the pipeline shuffles
                 verbose=0,
             )

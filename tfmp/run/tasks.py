@@ -39,20 +39,21 @@ import abc
 import copy
 import dataclasses
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tfmp.run import callbacks as callbacks_lib
-from tfmp.run import data as data_lib
 from tfmp import precision as precision_lib
 from tfmp import trainers
-from tfmp.run.config import ClassifierConfig, ConfigError, GANConfig, TrainConfig
 from tfmp.models.gan import build_discriminator, build_generator
 from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from tfmp.models.resnet50 import build_resnet50_classifier
+from tfmp.run import callbacks as callbacks_lib
+from tfmp.run import data as data_lib
+from tfmp.run.config import ClassifierConfig, ConfigError, GANConfig, TrainConfig
 
 __all__ = [
     "Built",
@@ -109,7 +110,7 @@ class Task(abc.ABC):
         if name is not None:
             self.name = name
 
-    def replace(self, **changes: Any) -> "Task":
+    def replace(self, **changes: Any) -> Task:
         """This task with `dataclasses.replace(config, **changes)` as its config."""
         other = copy.copy(self)
         other.config = dataclasses.replace(self.config, **changes)
@@ -128,7 +129,8 @@ class Task(abc.ABC):
     def float32_pattern(self, precision: str) -> str:
         """The `float32_layers` pattern a run at `precision` applies ("" = none)."""
         return precision_lib.resolve_float32_layers(
-            self.config.float32_layers, precision, self.cpu_bfloat16_float32_layers)
+            self.config.float32_layers, precision, self.cpu_bfloat16_float32_layers
+        )
 
     # -- data ------------------------------------------------------------------
 
@@ -192,7 +194,11 @@ class Task(abc.ABC):
         """The networks and the compiled trainer."""
 
     def build(
-        self, precision: str, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int = 1,
+        self,
+        precision: str,
+        loss_scale: str | float,
+        jit_compile: bool,
+        steps_per_epoch: int = 1,
         split: data_lib.Split | None = None,
     ) -> Built:
         """Builds the networks and compiles the trainer, under the current dtype policy.
@@ -263,25 +269,34 @@ class GANTask(Task):
 
     def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
         c = self.config
-        return (trainers.SEED_GAN.generator_optimizer(c.generator_learning_rate),
-                trainers.SEED_GAN.discriminator_optimizer(c.discriminator_learning_rate))
+        return (
+            trainers.SEED_GAN.generator_optimizer(c.generator_learning_rate),
+            trainers.SEED_GAN.discriminator_optimizer(c.discriminator_learning_rate),
+        )
 
     def _trainer(
         self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, split: data_lib.Split | None
     ) -> trainers.MixedPrecisionTrainer:
         c = self.config
         trainer = trainers.GANTrainer(
-            build_generator(c.latent_dim, c.generator_widths), build_discriminator(c.discriminator_widths),
-            c.label_softening, c.label_swap_fraction, seed=c.seed,
+            build_generator(c.latent_dim, c.generator_widths),
+            build_discriminator(c.discriminator_widths),
+            c.label_softening,
+            c.label_swap_fraction,
+            seed=c.seed,
         )
-        trainer.compile(*self.optimizers(steps_per_epoch), loss_scale=loss_scale, skip_nonfinite=True,
-                        jit_compile=jit_compile)
+        trainer.compile(
+            *self.optimizers(steps_per_epoch), loss_scale=loss_scale, skip_nonfinite=True, jit_compile=jit_compile
+        )
         return trainer
 
     def hparams(self) -> dict[str, Any]:
         c = self.config
-        return {"latent_dim": c.latent_dim, "generator_learning_rate": c.generator_learning_rate,
-                "discriminator_learning_rate": c.discriminator_learning_rate}
+        return {
+            "latent_dim": c.latent_dim,
+            "generator_learning_rate": c.generator_learning_rate,
+            "discriminator_learning_rate": c.discriminator_learning_rate,
+        }
 
     def callbacks(self, trainer: trainers.MixedPrecisionTrainer, run_dir: str) -> list[keras.callbacks.Callback]:
         """A grid of generated images per epoch, from fixed noise (`tfmp.run.callbacks.GeneratorSamples`)."""
@@ -302,7 +317,7 @@ class GANTask(Task):
             key = key[4:]
         for prefix, run in (("g_", "generator"), ("d_", "discriminator")):
             if key.startswith(prefix):
-                return (f"{run}_validation" if validation else run), key[len(prefix):]
+                return (f"{run}_validation" if validation else run), key[len(prefix) :]
         return ("validation" if validation else ""), key
 
 
@@ -334,8 +349,12 @@ class ClassifierTask(Task):
     config: ClassifierConfig
 
     def __init__(
-        self, config: ClassifierConfig, name: str = "mobilenet_v2", network: NetworkBuilder | None = None,
-        image_shape: tuple[int, int, int] | None = None, cpu_bfloat16_float32_layers: str | None = None,
+        self,
+        config: ClassifierConfig,
+        name: str = "mobilenet_v2",
+        network: NetworkBuilder | None = None,
+        image_shape: tuple[int, int, int] | None = None,
+        cpu_bfloat16_float32_layers: str | None = None,
         num_classes: int = 10,
     ):
         super().__init__(config, name)
@@ -360,7 +379,8 @@ class ClassifierTask(Task):
 
     def validation_data(self, split: data_lib.Split) -> tf.data.Dataset:
         return data_lib.make_dataset(
-            split.x_val, split.y_val, batch_size=self.config.validation_batch_size, shuffle=False)
+            split.x_val, split.y_val, batch_size=self.config.validation_batch_size, shuffle=False
+        )
 
     def probe(self, split: data_lib.Split) -> Any:
         return _probe_batch(split.x_train, split.y_train, self.config.batch_size)
@@ -369,7 +389,9 @@ class ClassifierTask(Task):
         c = self.config
         learning_rate = c.learning_rate
         if c.lr_schedule == "cosine":
-            learning_rate = keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps=c.epochs * steps_per_epoch)
+            learning_rate = keras.optimizers.schedules.CosineDecay(
+                learning_rate, decay_steps=c.epochs * steps_per_epoch
+            )
         return (keras.optimizers.Adam(learning_rate),)
 
     def loss(self) -> keras.losses.Loss:
@@ -383,28 +405,45 @@ class ClassifierTask(Task):
         num_classes = self.num_classes if split is None else int(max(split.y_train.max(), split.y_val.max())) + 1
         if self._network is None:
             network = build_mobilenet_v2_classifier(
-                self.image_shape, num_classes=num_classes, alpha=c.alpha, from_logits=c.from_logits,
+                self.image_shape,
+                num_classes=num_classes,
+                alpha=c.alpha,
+                from_logits=c.from_logits,
                 batch_norm_momentum=c.batch_norm_momentum,
             )
         else:
             network = self._network(self.image_shape, num_classes)
         trainer = trainers.ClassifierTrainer(network)
         (optimizer,) = self.optimizers(steps_per_epoch)
-        trainer.compile(optimizer, loss=self.loss(), metrics=["accuracy"], loss_scale=loss_scale,
-                        skip_nonfinite=True, jit_compile=jit_compile)
+        trainer.compile(
+            optimizer,
+            loss=self.loss(),
+            metrics=["accuracy"],
+            loss_scale=loss_scale,
+            skip_nonfinite=True,
+            jit_compile=jit_compile,
+        )
         return trainer
 
     def hparams(self) -> dict[str, Any]:
         c = self.config
-        return {"alpha": c.alpha, "learning_rate": c.learning_rate, "lr_schedule": c.lr_schedule,
-                "from_logits": c.from_logits, "batch_norm_momentum": c.batch_norm_momentum}
+        return {
+            "alpha": c.alpha,
+            "learning_rate": c.learning_rate,
+            "lr_schedule": c.lr_schedule,
+            "from_logits": c.from_logits,
+            "batch_norm_momentum": c.batch_norm_momentum,
+        }
 
 
 def resnet50_task(config: ClassifierConfig, input_size: int = 64) -> ClassifierTask:
     """ResNet-50 (`tfmp.models.resnet50`) as a classifier variant, at `input_size` squared RGB."""
     return ClassifierTask(
-        config, "resnet50", network=lambda shape, classes: build_resnet50_classifier(shape, num_classes=classes),
-        image_shape=(input_size, input_size, 3))
+        config,
+        "resnet50",
+        network=lambda shape, classes: build_resnet50_classifier(shape, num_classes=classes),
+        image_shape=(input_size, input_size, 3),
+    )
 
 
 def task_for(config: TrainConfig) -> Task:

@@ -29,15 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import keras
 
-from tfmp.run import diagnostics
 from tfmp import precision as precision_lib
-from tfmp.run import rundir
+from tfmp.run import diagnostics, rundir, tasks
 from tfmp.run import runner as runner_lib
-from tfmp.run import tasks
 from tfmp.run.config import (
     LR_SCHEDULES,
     ON_NONFINITE,
@@ -118,10 +116,13 @@ def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = p
         with precision_lib.precision_scope(setting.precision):
             built = task.build(setting.precision, setting.loss_scale, False, 1, setting.split)
             runner_lib.announce_float32_layers(task, built, setting.precision, print_fn)
-            print_fn(f"diagnosing {built.trainer.name}: precision={setting.precision} "
-                     f"loss_scale={setting.loss_scale} batch_size={config.batch_size} dataset={config.dataset}\n")
+            print_fn(
+                f"diagnosing {built.trainer.name}: precision={setting.precision} "
+                f"loss_scale={setting.loss_scale} batch_size={config.batch_size} dataset={config.dataset}\n"
+            )
             diagnosis = diagnostics.diagnose(
-                built.trainer, task.probe(setting.split), batch_size=config.batch_size, print_fn=print_fn)
+                built.trainer, task.probe(setting.split), batch_size=config.batch_size, print_fn=print_fn
+            )
         if config.run_name:
             diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)
             print_fn(f"\nlog2|g| histograms: tensorboard --logdir {setting.run_dir}")
@@ -135,9 +136,7 @@ COMPARISON = (
 )
 
 
-def compare_loss_scaling(
-    config: GANConfig, print_fn: Callable[[str], None] = print
-) -> list[tuple[str, RunResult]]:
+def compare_loss_scaling(config: GANConfig, print_fn: Callable[[str], None] = print) -> list[tuple[str, RunResult]]:
     """Runs the seed's three GAN configurations under one parent directory.
 
     float32; mixed_float16 without loss scaling; mixed_float16 with dynamic
@@ -167,4 +166,3 @@ def comparison_table(results: Sequence[tuple[str, RunResult]]) -> str:
         ips = f"{result.images_per_sec:.0f}" if result.images_per_sec is not None else "n/a"
         lines.append(f"| {name} | {logs['g_loss']:.4f} | {logs['d_loss']:.4f} | {skipped} | {ips} |")
     return "\n".join(lines)
-

@@ -8,7 +8,8 @@ optimizer `compile()` trains with.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -67,8 +68,10 @@ def prepare_optimizer(
     if isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
         return optimizer
     kwargs = {}
-    if (isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-            and optimizers_lib.parse_loss_scale(loss_scale) == "dynamic"):
+    if (
+        isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        and optimizers_lib.parse_loss_scale(loss_scale) == "dynamic"
+    ):
         # Keep the stock optimizer's dynamic settings.
         kwargs = {
             "initial_scale": optimizer.initial_scale,
@@ -252,7 +255,7 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         """
         raise NotImplementedError
 
-    def float32_copy(self) -> "MixedPrecisionTrainer":
+    def float32_copy(self) -> MixedPrecisionTrainer:
         """A trainer of the same kind whose networks compute in float32.
 
         The networks are copies (`tfmp.precision.float32_copy`) holding the

@@ -93,10 +93,16 @@ class ClassifierTrainer(MixedPrecisionTrainer):
 
     def objectives(self, data: Any) -> list[Objective]:
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        return [Objective(self.network.name, self.optimizer, self.trainable_variables,
-                          lambda: self._forward(x, y, sample_weight)[0])]
+        return [
+            Objective(
+                self.network.name,
+                self.optimizer,
+                self.trainable_variables,
+                lambda: self._forward(x, y, sample_weight)[0],
+            )
+        ]
 
-    def float32_copy(self) -> "ClassifierTrainer":
+    def float32_copy(self) -> ClassifierTrainer:
         copy = ClassifierTrainer(precision_lib.float32_copy(self.network))
         copy.compile(keras.optimizers.SGD(), loss=self.loss, loss_scale="none")
         return copy

@@ -55,16 +55,18 @@ class SeedGANTraining:
 
     def discriminator_optimizer(self, learning_rate: float | None = None) -> keras.optimizers.Optimizer:
         """A fresh `RMSprop`, the seed discriminator's optimizer (at `learning_rate` if given)."""
-        return keras.optimizers.RMSprop(
-            self.discriminator_learning_rate if learning_rate is None else learning_rate)
+        return keras.optimizers.RMSprop(self.discriminator_learning_rate if learning_rate is None else learning_rate)
 
 
 SEED_GAN = SeedGANTraining()
 
 
 def discriminator_labels(
-    batch_size: int | tf.Tensor, softening: float, swap_fraction: float,
-    offset: int | tf.Tensor = 0, global_batch_size: int | tf.Tensor | None = None,
+    batch_size: int | tf.Tensor,
+    softening: float,
+    swap_fraction: float,
+    offset: int | tf.Tensor = 0,
+    global_batch_size: int | tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """The seed's discriminator targets: softened, with a few rows swapped.
 
@@ -184,7 +186,9 @@ class GANTrainer(MixedPrecisionTrainer):
             generator_optimizer or SEED_GAN.generator_optimizer(), self.generator, loss_scale, skip_nonfinite
         )
         self.discriminator_optimizer = prepare_optimizer(
-            discriminator_optimizer or SEED_GAN.discriminator_optimizer(), self.discriminator, loss_scale,
+            discriminator_optimizer or SEED_GAN.discriminator_optimizer(),
+            self.discriminator,
+            loss_scale,
             skip_nonfinite,
         )
         self.generator_optimizer.build(self.generator.trainable_variables)
@@ -199,14 +203,16 @@ class GANTrainer(MixedPrecisionTrainer):
         """
         offset, total = _replica_rows(batch_size)
         noise = keras.random.uniform((total, self.latent_dim), minval=-1.0, maxval=1.0, seed=self.noise_seed)
-        return noise if total is batch_size else noise[offset:offset + batch_size]
+        return noise if total is batch_size else noise[offset : offset + batch_size]
 
     def _loss(self, logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
         return self.bce(labels, tf.cast(logits, tf.float32))
 
     def generator_loss(self, batch_size: int | tf.Tensor, training: bool) -> tf.Tensor:
         """The generator's loss on fresh noise: its images should pass as real."""
-        fake_logits = self.discriminator(self.generator(self.sample_noise(batch_size), training=training), training=training)
+        fake_logits = self.discriminator(
+            self.generator(self.sample_noise(batch_size), training=training), training=training
+        )
         real_target = tf.fill((batch_size, 1), tf.constant(self.label_softening, tf.float32))
         return self._loss(fake_logits, real_target)
 
@@ -248,16 +254,26 @@ class GANTrainer(MixedPrecisionTrainer):
         batch_size = tf.shape(real)[0]
         fake = self.generator(self.sample_noise(batch_size), training=True)
         return [
-            Objective("generator", self.generator_optimizer, self.generator.trainable_variables,
-                      lambda: self.generator_loss(batch_size, training=True)),
-            Objective("discriminator", self.discriminator_optimizer, self.discriminator.trainable_variables,
-                      lambda: self.discriminator_loss(real, fake, training=True)),
+            Objective(
+                "generator",
+                self.generator_optimizer,
+                self.generator.trainable_variables,
+                lambda: self.generator_loss(batch_size, training=True),
+            ),
+            Objective(
+                "discriminator",
+                self.discriminator_optimizer,
+                self.discriminator.trainable_variables,
+                lambda: self.discriminator_loss(real, fake, training=True),
+            ),
         ]
 
-    def float32_copy(self) -> "GANTrainer":
+    def float32_copy(self) -> GANTrainer:
         copy = GANTrainer(
-            precision_lib.float32_copy(self.generator), precision_lib.float32_copy(self.discriminator),
-            self.label_softening, self.label_swap_fraction,
+            precision_lib.float32_copy(self.generator),
+            precision_lib.float32_copy(self.discriminator),
+            self.label_softening,
+            self.label_swap_fraction,
         )
         copy.noise_seed.state.assign(self.noise_seed.state)
         copy.compile(keras.optimizers.SGD(), keras.optimizers.SGD(), loss_scale="none")

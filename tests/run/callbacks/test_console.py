@@ -9,13 +9,23 @@ def test_console_logger_prints_the_seed_line_and_a_summary():
     lines = []
     timer = callbacks.StepTimer(images_per_step=512, warmup_steps=1)
     console = callbacks.ConsoleLogger(
-        timer, (("G Loss", "g_loss"), ("D Loss", "d_loss")), ("g_", "d_"), log_every=2,
-        logdir="logs/run1", print_fn=lines.append,
+        timer,
+        (("G Loss", "g_loss"), ("D Loss", "d_loss")),
+        ("g_", "d_"),
+        log_every=2,
+        logdir="logs/run1",
+        print_fn=lines.append,
     )
     console.set_params({"epochs": 1, "steps": 3})
     console.on_epoch_begin(0)
-    logs = {"g_loss": 0.6991, "d_loss": 0.6123, "g_loss_scale": 32768.0, "d_loss_scale": 16384.0,
-            "g_skipped_steps": 0, "d_skipped_steps": 1}
+    logs = {
+        "g_loss": 0.6991,
+        "d_loss": 0.6123,
+        "g_loss_scale": 32768.0,
+        "d_loss_scale": 16384.0,
+        "g_skipped_steps": 0,
+        "d_skipped_steps": 1,
+    }
     for step, seconds in enumerate([2.0, 0.25, 0.5]):
         timer.step_times.append(seconds)
         console.on_train_batch_end(step, logs)
@@ -64,14 +74,17 @@ class _Stream:
         return self.tty
 
 
-@pytest.mark.parametrize("mode, stream, expected", [
-    ("auto", _Stream(True), "progress"),
-    ("auto", _Stream(False), "lines"),
-    ("auto", object(), "lines"),  # no isatty: not a terminal
-    ("auto", None, "lines"),
-    ("lines", _Stream(True), "lines"),
-    ("progress", _Stream(False), "progress"),
-])
+@pytest.mark.parametrize(
+    "mode, stream, expected",
+    [
+        ("auto", _Stream(True), "progress"),
+        ("auto", _Stream(False), "lines"),
+        ("auto", object(), "lines"),  # no isatty: not a terminal
+        ("auto", None, "lines"),
+        ("lines", _Stream(True), "lines"),
+        ("progress", _Stream(False), "progress"),
+    ],
+)
 def test_console_mode_is_a_progress_bar_only_on_a_terminal(mode, stream, expected):
     assert callbacks.console_mode(mode, stream) == expected
 
@@ -84,12 +97,19 @@ def test_console_mode_rejects_an_unknown_mode():
 def test_console_logger_progress_bar_replaces_the_step_lines(capsys):
     lines = []
     timer = callbacks.StepTimer(images_per_step=512, warmup_steps=0)
-    console = callbacks.ConsoleLogger(timer, (("G Loss", "g_loss"), ("D Loss", "d_loss")), ("g_", "d_"),
-                                      print_fn=lines.append, progress=True)
+    console = callbacks.ConsoleLogger(
+        timer, (("G Loss", "g_loss"), ("D Loss", "d_loss")), ("g_", "d_"), print_fn=lines.append, progress=True
+    )
     console.set_params({"epochs": 1, "steps": 2})
     console.on_epoch_begin(0)
-    logs = {"g_loss": 0.5, "d_loss": 0.25, "g_loss_scale": 32768.0, "d_loss_scale": 16384.0,
-            "g_skipped_steps": 0, "d_skipped_steps": 0}
+    logs = {
+        "g_loss": 0.5,
+        "d_loss": 0.25,
+        "g_loss_scale": 32768.0,
+        "d_loss_scale": 16384.0,
+        "g_skipped_steps": 0,
+        "d_skipped_steps": 0,
+    }
     for step in range(2):
         timer.step_times.append(0.5)
         console.on_train_batch_end(step, logs)

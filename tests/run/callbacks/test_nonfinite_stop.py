@@ -54,8 +54,9 @@ def test_nonfinite_stop_sees_a_non_finite_first_step():
     x[0, 0] = np.inf  # the very first batch of the fit()
     batches = list(tf.data.Dataset.from_tensor_slices((x, np.ones((4, 1), np.float32))).batch(2))
     with pytest.raises(callbacks.NonFiniteStepError) as error:
-        trainer.fit(batches[0][0], batches[0][1], epochs=1, verbose=0,
-                    callbacks=[callbacks.NonFiniteStop(batches.__getitem__)])
+        trainer.fit(
+            batches[0][0], batches[0][1], epochs=1, verbose=0, callbacks=[callbacks.NonFiniteStop(batches.__getitem__)]
+        )
     assert "epoch 1, step 1 of the epoch (global step 1)" in str(error.value)
     assert "input batch" in str(error.value) and "1 Inf" in str(error.value)
     assert int(trainer.optimizer.skipped_steps) == 1
@@ -69,8 +70,7 @@ def test_nonfinite_stop_does_not_call_broken_weights_unchanged():
     data = tf.data.Dataset.from_tensor_slices((x, np.zeros((4, 1), np.float32))).batch(2)
     batches = list(data)
     with pytest.raises(callbacks.NonFiniteStepError) as error:
-        trainer.fit(data, epochs=1, verbose=0, shuffle=False,
-                    callbacks=[callbacks.NonFiniteStop(batches.__getitem__)])
+        trainer.fit(data, epochs=1, verbose=0, shuffle=False, callbacks=[callbacks.NonFiniteStop(batches.__getitem__)])
     message = str(error.value)
     assert "step 2 of the epoch (global step 2)" in message
     assert "unchanged" not in message and "is finite" not in message

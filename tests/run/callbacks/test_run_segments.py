@@ -32,12 +32,34 @@ def test_run_segments_look_like_one_run_to_a_callback():
     recorder = _Recorder()
     run = {"steps": 3, "epochs": 3}
     # Resumed after 2 steps of epoch 0: one step finishes it, then epochs 1 and 2.
-    model.fit(x[:1], x[:1, :1], batch_size=1, epochs=1, verbose=0,
-              callbacks=[callbacks.RunSegment(recorder, True, False, batch_offset=2, params=run)])
-    model.fit(x, x[:, :1], batch_size=4, initial_epoch=1, epochs=3, verbose=0,
-              callbacks=[callbacks.RunSegment(recorder, False, True, params=run)])
+    model.fit(
+        x[:1],
+        x[:1, :1],
+        batch_size=1,
+        epochs=1,
+        verbose=0,
+        callbacks=[callbacks.RunSegment(recorder, True, False, batch_offset=2, params=run)],
+    )
+    model.fit(
+        x,
+        x[:, :1],
+        batch_size=4,
+        initial_epoch=1,
+        epochs=3,
+        verbose=0,
+        callbacks=[callbacks.RunSegment(recorder, False, True, params=run)],
+    )
     assert recorder.events == [
-        ("train_begin", 3, 3), ("epoch", 0), ("batch", 2),
-        ("epoch", 1), ("batch", 0), ("batch", 1), ("batch", 2),
-        ("epoch", 2), ("batch", 0), ("batch", 1), ("batch", 2), ("train_end",),
+        ("train_begin", 3, 3),
+        ("epoch", 0),
+        ("batch", 2),
+        ("epoch", 1),
+        ("batch", 0),
+        ("batch", 1),
+        ("batch", 2),
+        ("epoch", 2),
+        ("batch", 0),
+        ("batch", 1),
+        ("batch", 2),
+        ("train_end",),
     ]

@@ -27,7 +27,11 @@ def _read_scalars(directory):
 
 
 def test_epoch_summaries_route_scalars_and_record_hparams(tmp_path):
-    routes = {"g_loss": ("generator", "loss"), "d_loss": ("discriminator", "loss"), "images_per_sec": ("", "images_per_sec")}
+    routes = {
+        "g_loss": ("generator", "loss"),
+        "d_loss": ("discriminator", "loss"),
+        "images_per_sec": ("", "images_per_sec"),
+    }
     summaries = callbacks.Summaries(str(tmp_path), routes.__getitem__, {"precision": "mixed_float16", "batch_size": 64})
     summaries.on_train_begin()
     summaries.on_epoch_end(0, {"g_loss": 0.75, "d_loss": 0.5, "images_per_sec": 100.0})
@@ -50,8 +54,11 @@ def test_image_grid_tiles_row_major_and_pads():
 
 
 def _descriptions(directory):
-    return {value.tag: value.metadata.summary_description
-            for _, value in _summary_values(directory) if value.metadata.summary_description}
+    return {
+        value.tag: value.metadata.summary_description
+        for _, value in _summary_values(directory)
+        if value.metadata.summary_description
+    }
 
 
 def test_summaries_write_batch_scalars_at_the_global_step_without_warmup(tmp_path):

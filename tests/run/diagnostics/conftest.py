@@ -3,8 +3,8 @@
 import pytest
 
 import tfmp
-from tfmp.models.gan import build_discriminator, build_generator
 from tfmp import trainers
+from tfmp.models.gan import build_discriminator, build_generator
 
 
 @pytest.fixture(scope="module")

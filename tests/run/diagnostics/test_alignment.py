@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 import tfmp
+from tfmp import trainers
 from tfmp.models.gan import build_discriminator, build_generator
 from tfmp.run import diagnostics
-from tfmp import trainers
-
 
 _SEED_BAD_SIZES_WARNINGS = {
     ("(batch)", "batch size", 4090, 4088),

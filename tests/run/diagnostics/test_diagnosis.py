@@ -1,9 +1,9 @@
 """Tests for tfmp/run/diagnostics/diagnosis.py: the start-up warnings and all four reports together."""
 
 import tfmp
+from tfmp import trainers
 from tfmp.models.gan import build_discriminator, build_generator
 from tfmp.run import diagnostics
-from tfmp import trainers
 
 
 def test_startup_warnings_and_diagnose(float16_gan, digits):

@@ -31,7 +31,11 @@ def test_planted_nan_layer_is_the_first_nonfinite_one(precision):
     before = [w.copy() for w in model.get_weights()]
     report = diagnostics.first_nonfinite(model, _BATCH, loss="sparse_categorical_crossentropy")
     assert (report.layer, report.tensor, report.dtype, report.shape) == (
-        "chain/planted", "output", model.get_layer("planted").compute_dtype, (2, 4))
+        "chain/planted",
+        "output",
+        model.get_layer("planted").compute_dtype,
+        (2, 4),
+    )
     assert report.nan == 2 and report.inf == 0
     assert "chain/planted" in str(report) and "2 NaN" in str(report)
     for old, new in zip(before, model.get_weights()):

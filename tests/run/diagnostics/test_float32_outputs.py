@@ -3,9 +3,9 @@
 import keras
 
 import tfmp
+from tfmp import trainers
 from tfmp.models.gan import build_discriminator, build_generator
 from tfmp.run import diagnostics
-from tfmp import trainers
 
 
 def _classifier(final_dtype=None, activation="softmax"):

@@ -51,17 +51,27 @@ def test_gradient_fractions_and_suggested_scale_are_exact():
 def test_gradient_fraction_boundaries_follow_float16():
     # 2^-25 flushes; 2^-24 is the smallest subnormal; 2^-14 and 65504 are normal; 0 is not "lost".
     model, batch = _sum_model([2.0**-25, 2.0**-24, 2.0**-14, 65504.0, 0.0], precision="float32")
-    kernel = diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None, print_fn=None).objectives[0].variables[0]
+    kernel = (
+        diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None, print_fn=None)
+        .objectives[0]
+        .variables[0]
+    )
     assert (kernel.underflow, kernel.subnormal, kernel.overflow) == (0.2, 0.2, 0.0)
     # The histogram holds log2|g| of the non-zero values.
-    np.testing.assert_array_equal(np.sort(kernel.log2_abs), np.log2([2.0**-25, 2.0**-24, 2.0**-14, 65504.0]).astype("float32"))
+    np.testing.assert_array_equal(
+        np.sort(kernel.log2_abs), np.log2([2.0**-25, 2.0**-24, 2.0**-14, 65504.0]).astype("float32")
+    )
 
 
 def test_gradients_come_from_a_float32_copy_and_state_is_untouched():
     # In float16 the gradient 2^-30 would be 0; the report still sees it.
     model, batch = _sum_model([2.0**-30, 1.0])
     assert model.layers[1].compute_dtype == "float16"
-    kernel = diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None, print_fn=None).objectives[0].variables[0]
+    kernel = (
+        diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None, print_fn=None)
+        .objectives[0]
+        .variables[0]
+    )
     assert kernel.underflow == 0.5
     with pytest.raises(ValueError, match="loss=None"):
         diagnostics.gradient_report(model, batch, print_fn=None)
@@ -80,7 +90,11 @@ def test_gan_report_has_both_objectives_at_the_current_scale(float16_gan, digits
     generator = report.objectives[0]
     assert [v.name for v in generator.variables] == [v.path for v in float16_gan.generator.trainable_variables]
     assert all(v.count > 0 and v.nonfinite == 0 for v in generator.variables)
-    assert generator.suggested_scale * generator.max_abs * 8 <= 65504 < generator.suggested_scale * 2 * generator.max_abs * 8
+    assert (
+        generator.suggested_scale * generator.max_abs * 8
+        <= 65504
+        < generator.suggested_scale * 2 * generator.max_abs * 8
+    )
     # Nothing moved: weights, BatchNorm statistics, noise and dropout seeds.
     for old, new in zip(before, float16_gan.variables):
         np.testing.assert_array_equal(old, new.numpy())

@@ -19,15 +19,36 @@ hand-written step of one row), `pipeline` (the real input pipeline),
 from tfmp.run.benchmark.modes import compare, input_pipeline
 from tfmp.run.benchmark.pipeline import Pipeline, epoch_batch_sizes, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record
-from tfmp.run.benchmark.settings import (DEFAULT_RESNET_INPUT_SIZE, MODELS, MODES, PIPELINE_MODELS, PRECISIONS,
-                                         BenchmarkConfig, canonical_models, canonical_precisions, default_specs)
+from tfmp.run.benchmark.settings import (
+    DEFAULT_RESNET_INPUT_SIZE,
+    MODELS,
+    MODES,
+    PIPELINE_MODELS,
+    PRECISIONS,
+    BenchmarkConfig,
+    canonical_models,
+    canonical_precisions,
+    default_specs,
+)
 from tfmp.run.benchmark.workload import Workload, build_workload
 
 __all__ = [  # by defining module: settings, records, workload, pipeline, modes
-    "BenchmarkConfig", "DEFAULT_RESNET_INPUT_SIZE", "MODELS", "MODES", "PIPELINE_MODELS", "PRECISIONS",
-    "canonical_models", "canonical_precisions", "default_specs",
-    "PipelineRecord", "Record",
-    "Workload", "build_workload",
-    "Pipeline", "epoch_batch_sizes", "training_pipeline",
-    "compare", "input_pipeline",
+    "BenchmarkConfig",
+    "DEFAULT_RESNET_INPUT_SIZE",
+    "MODELS",
+    "MODES",
+    "PIPELINE_MODELS",
+    "PRECISIONS",
+    "canonical_models",
+    "canonical_precisions",
+    "default_specs",
+    "PipelineRecord",
+    "Record",
+    "Workload",
+    "build_workload",
+    "Pipeline",
+    "epoch_batch_sizes",
+    "training_pipeline",
+    "compare",
+    "input_pipeline",
 ]

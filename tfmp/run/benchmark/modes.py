@@ -10,7 +10,8 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -19,8 +20,7 @@ from tfmp import precision as precision_lib
 from tfmp.run import tasks
 from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record
-from tfmp.run.benchmark.settings import (BenchmarkConfig, canonical_models, canonical_precisions, dedupe,
-                                         default_specs)
+from tfmp.run.benchmark.settings import BenchmarkConfig, canonical_models, canonical_precisions, dedupe, default_specs
 from tfmp.run.benchmark.timing import hand_written_driver, interleave, trainer_driver
 from tfmp.run.benchmark.workload import Workload, build_workload
 from tfmp.run.memory import GpuPeakMemory, HostPeakMemory
@@ -55,12 +55,20 @@ def _row_task(spec: tasks.Task, batch_size: int, config: BenchmarkConfig, **chan
     runs over the measurement as it runs over a training run.
     """
     steps = config.warmup_steps + config.steps * config.repeats
-    return spec.replace(batch_size=batch_size, seed=config.seed, float32_layers=config.float32_layers,
-                        tf32=config.tf32, epochs=1, steps_per_epoch=steps, **changes)
+    return spec.replace(
+        batch_size=batch_size,
+        seed=config.seed,
+        float32_layers=config.float32_layers,
+        tf32=config.tf32,
+        epochs=1,
+        steps_per_epoch=steps,
+        **changes,
+    )
 
 
-def _build(spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig,
-           hand_written: bool = True) -> Workload:
+def _build(
+    spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig, hand_written: bool = True
+) -> Workload:
     """The row's workload, built by the model's task as training builds it."""
     task = _row_task(spec, batch_size, config)
     return build_workload(task, precision, xla, task.config.steps_per_epoch, hand_written=hand_written)
@@ -88,8 +96,7 @@ def _measure_compare_row(
         trainer = trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
         hand = hand_written_driver(workload, dataset, config.warmup_steps)
         interleave([trainer, hand], config.steps, config.repeats)
-    return (trainer.images_per_sec, hand.median_images_per_sec, workload.images_per_step,
-            len(workload.float32_layers))
+    return (trainer.images_per_sec, hand.median_images_per_sec, workload.images_per_step, len(workload.float32_layers))
 
 
 def compare(
@@ -125,20 +132,22 @@ def compare(
                 spec, precision, xla, batch_size, config
             )
         images_per_sec = statistics.median(repeats)
-        rows.append(Record(
-            model=spec.name,
-            precision=precision,
-            xla=xla,
-            batch_size=batch_size,
-            images_per_sec=images_per_sec,
-            step_ms=1000.0 * images_per_step / images_per_sec,
-            ratio_to_float32=None,
-            ratio_to_hand_written=images_per_sec / hand_images_per_sec,
-            peak_host_mb=host.peak_mb,
-            peak_gpu_mb=gpu.peak_mb,
-            images_per_sec_min=min(repeats),
-            images_per_sec_max=max(repeats),
-        ))
+        rows.append(
+            Record(
+                model=spec.name,
+                precision=precision,
+                xla=xla,
+                batch_size=batch_size,
+                images_per_sec=images_per_sec,
+                step_ms=1000.0 * images_per_step / images_per_sec,
+                ratio_to_float32=None,
+                ratio_to_hand_written=images_per_sec / hand_images_per_sec,
+                peak_host_mb=host.peak_mb,
+                peak_gpu_mb=gpu.peak_mb,
+                images_per_sec_min=min(repeats),
+                images_per_sec_max=max(repeats),
+            )
+        )
         if progress is not None:
             progress(
                 f"{_label(spec, precision, xla, batch_size)}{_kept(kept)}: {images_per_sec:.1f} img/s "

@@ -52,5 +52,7 @@ def epoch_batch_sizes(num_examples: int, batch_size: int, drop_remainder: bool) 
 def training_pipeline(task: tasks.Task) -> Pipeline:
     """The task's training pipeline on its config's dataset, exactly as a training run builds it, repeated."""
     split = task.load_data()
-    return Pipeline(task.train_data(split).repeat(),
-                    epoch_batch_sizes(len(split.x_train), task.config.batch_size, task.drop_remainder))
+    return Pipeline(
+        task.train_data(split).repeat(),
+        epoch_batch_sizes(len(split.x_train), task.config.batch_size, task.drop_remainder),
+    )

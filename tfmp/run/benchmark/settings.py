@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from tfmp import precision as precision_lib
 from tfmp.models.resnet50 import MIN_INPUT_SIZE

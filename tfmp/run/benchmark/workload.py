@@ -10,7 +10,8 @@ docs/guides/benchmark-methodology.md shows it).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -80,8 +81,9 @@ def _hand_written_update(
     return loss
 
 
-def _hand_written_classifier(task: tasks.ClassifierTask, network: keras.Model, precision: str, jit_compile: bool,
-                             steps: int):
+def _hand_written_classifier(
+    task: tasks.ClassifierTask, network: keras.Model, precision: str, jit_compile: bool, steps: int
+):
     variables = network.trainable_variables
     (optimizer,) = task.optimizers(steps)  # the run's optimizer and schedule, a fresh copy
     optimizer = _hand_written_optimizer(optimizer, precision, variables)
@@ -95,8 +97,7 @@ def _hand_written_classifier(task: tasks.ClassifierTask, network: keras.Model, p
     return step, (optimizer,)
 
 
-def _hand_written_gan(task: tasks.GANTask, trainer: trainers.GANTrainer, precision: str, jit_compile: bool,
-                      steps: int):
+def _hand_written_gan(task: tasks.GANTask, trainer: trainers.GANTrainer, precision: str, jit_compile: bool, steps: int):
     generator, discriminator = trainer.generator, trainer.discriminator
     g_vars, d_vars = generator.trainable_variables, discriminator.trainable_variables
     g_opt, d_opt = task.optimizers(steps)
@@ -131,7 +132,11 @@ def _hand_written_gan(task: tasks.GANTask, trainer: trainers.GANTrainer, precisi
 
 
 def build_workload(
-    task: tasks.Task, precision: str, jit_compile: bool, steps: int = 1, hand_written: bool = True,
+    task: tasks.Task,
+    precision: str,
+    jit_compile: bool,
+    steps: int = 1,
+    hand_written: bool = True,
 ) -> Workload:
     """Builds one row's workload from `task`, under the current dtype policy (which must be `precision`'s).
 

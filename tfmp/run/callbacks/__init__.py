@@ -26,14 +26,27 @@ Put `StepTimer` before the callbacks that read `images_per_sec`, and
 """
 
 # In reading order, which the API page keeps.
-from tfmp.run.callbacks.timing import StepTimer
-from tfmp.run.callbacks.console import CONSOLE_MODES, console_mode, ConsoleLogger
-from tfmp.run.callbacks.tensorboard import describe, Summaries, image_grid, GeneratorSamples, GradientDiagnostics
-from tfmp.run.callbacks.profiling import ProfileSteps
 from tfmp.run.callbacks.checkpointing import Checkpointing
+from tfmp.run.callbacks.console import CONSOLE_MODES, ConsoleLogger, console_mode
 from tfmp.run.callbacks.nonfinite import NonFiniteStepError, NonFiniteStop
+from tfmp.run.callbacks.profiling import ProfileSteps
 from tfmp.run.callbacks.segments import RunSegment
+from tfmp.run.callbacks.tensorboard import GeneratorSamples, GradientDiagnostics, Summaries, describe, image_grid
+from tfmp.run.callbacks.timing import StepTimer
 
-__all__ = ["CONSOLE_MODES", "Checkpointing", "ConsoleLogger", "GeneratorSamples", "GradientDiagnostics",
-           "NonFiniteStepError", "NonFiniteStop", "ProfileSteps", "RunSegment", "StepTimer", "Summaries", "console_mode",
-           "describe", "image_grid"]
+__all__ = [
+    "CONSOLE_MODES",
+    "Checkpointing",
+    "ConsoleLogger",
+    "GeneratorSamples",
+    "GradientDiagnostics",
+    "NonFiniteStepError",
+    "NonFiniteStop",
+    "ProfileSteps",
+    "RunSegment",
+    "StepTimer",
+    "Summaries",
+    "console_mode",
+    "describe",
+    "image_grid",
+]

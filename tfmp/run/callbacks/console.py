@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import keras
 
@@ -93,7 +94,8 @@ class ConsoleLogger(keras.callbacks.Callback):
         """`G 0, D 1` with per-optimizer prefixes (`g_`, `d_`), a bare count with one; "" without any."""
         return ", ".join(
             f"{p.rstrip('_').upper()} {int(logs[p + 'skipped_steps'])}" if p else str(int(logs[p + "skipped_steps"]))
-            for p in self.loss_scale_prefixes if p + "skipped_steps" in logs
+            for p in self.loss_scale_prefixes
+            if p + "skipped_steps" in logs
         )
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -106,8 +108,11 @@ class ConsoleLogger(keras.callbacks.Callback):
 
     def _bar_values(self, logs: Mapping[str, Any]) -> list[tuple[str, float]]:
         values = [(label, float(logs[key])) for label, key in self.fields if key in logs]
-        values += [(f"{p.rstrip('_').upper()} loss_scale" if p else "loss_scale", float(logs[p + "loss_scale"]))
-                   for p in self.loss_scale_prefixes if p + "loss_scale" in logs]
+        values += [
+            (f"{p.rstrip('_').upper()} loss_scale" if p else "loss_scale", float(logs[p + "loss_scale"]))
+            for p in self.loss_scale_prefixes
+            if p + "loss_scale" in logs
+        ]
         return values + [("img/s", self.timer.images_per_step / self.timer.last_step_time)]
 
     def on_train_batch_end(self, batch, logs=None):
@@ -132,8 +137,9 @@ class ConsoleLogger(keras.callbacks.Callback):
         if self._bar is not None:
             self._bar.update(self._bar_step, finalize=True)
             self._bar = None
-        shown = ", ".join(f"{k} {_format_number(v) if 'loss_scale' in k or 'skipped' in k else f'{v:.4g}'}"
-                          for k, v in logs.items())
+        shown = ", ".join(
+            f"{k} {_format_number(v) if 'loss_scale' in k or 'skipped' in k else f'{v:.4g}'}" for k, v in logs.items()
+        )
         self.print_fn(f"epoch {epoch + 1}/{self.params.get('epochs', '?')}: {shown}")
 
     def on_train_end(self, logs=None):
@@ -147,7 +153,9 @@ class ConsoleLogger(keras.callbacks.Callback):
                 f"(first {timer.warmup_steps} steps excluded as warm-up)"
             )
         skipped = self._skipped(self.final_logs)
-        finals = ", ".join(f"{label} {self.final_logs[key]:.4f}" for label, key in self.fields if key in self.final_logs)
+        finals = ", ".join(
+            f"{label} {self.final_logs[key]:.4f}" for label, key in self.fields if key in self.final_logs
+        )
         lines = [
             f"summary: {len(timer.step_times)} steps; mean throughput {throughput}",
             f"  skipped steps: {skipped or 'none (no loss scaling)'}; final {finals}",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import keras
 import numpy as np
@@ -45,7 +46,9 @@ class NonFiniteStop(keras.callbacks.Callback):
 
     @staticmethod
     def _count(logs: Mapping[str, Any]) -> int:
-        return int(sum(value for key, value in logs.items() if key.endswith("skipped_steps") and not key.startswith("val_")))
+        return int(
+            sum(value for key, value in logs.items() if key.endswith("skipped_steps") and not key.startswith("val_"))
+        )
 
     def _restored_count(self) -> int:
         """The optimizers' skipped steps now (restored from a checkpoint, or 0)."""
@@ -53,8 +56,11 @@ class NonFiniteStop(keras.callbacks.Callback):
 
     def _nonfinite_variables(self) -> list[str]:
         """Paths of the trainer's network variables holding NaN or Inf."""
-        return [v.path for v in self.model.variables
-                if v.dtype.startswith(("float", "bfloat")) and not np.isfinite(np.asarray(v.numpy(), np.float32)).all()]
+        return [
+            v.path
+            for v in self.model.variables
+            if v.dtype.startswith(("float", "bfloat")) and not np.isfinite(np.asarray(v.numpy(), np.float32)).all()
+        ]
 
     def on_train_begin(self, logs=None):
         # Before the first step: a non-finite first step must count as one.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import keras
 
@@ -28,7 +29,11 @@ class RunSegment(keras.callbacks.Callback):
     """
 
     def __init__(
-        self, callback: keras.callbacks.Callback, first: bool, last: bool, batch_offset: int = 0,
+        self,
+        callback: keras.callbacks.Callback,
+        first: bool,
+        last: bool,
+        batch_offset: int = 0,
         params: Mapping[str, Any] | None = None,
     ):
         super().__init__()

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import keras
 import numpy as np
@@ -29,25 +30,35 @@ __all__ = ["GeneratorSamples", "GradientDiagnostics", "Summaries", "describe", "
 
 # What each logged quantity is, by the end of its log key; per-step (`batch_`) and per-epoch (`epoch_`) text.
 _DESCRIPTIONS = (
-    ("skipped_steps",
-     "Cumulative count of skipped steps since the run began (resumes included): steps whose gradients held "
-     "NaN/Inf, so the update was not applied (and a dynamic loss scale was halved). It never decreases; "
-     "a rise marks skipped steps.",
-     "Cumulative count of skipped steps since the run began, at the end of the epoch (not the epoch's own count)."),
-    ("loss_scale",
-     "The optimizer's loss scale after this step (dynamic scaling halves it on a skipped step and doubles it "
-     "after a run of finite ones).",
-     "The optimizer's loss scale at the end of the epoch."),
-    ("images_per_sec",
-     "Training throughput in images per second over the steps since the previous point, the run's warm-up "
-     "steps (tracing, compilation) excluded.",
-     "Training throughput in images per second over the epoch's steps, the run's warm-up steps excluded."),
-    ("loss",
-     "Mean loss over the epoch's steps so far (the running mean Keras logs per batch).",
-     "Mean loss over the epoch's steps."),
-    ("accuracy",
-     "Mean accuracy over the epoch's steps so far (the running mean Keras logs per batch).",
-     "Mean accuracy over the epoch's steps (validation: over the validation set)."),
+    (
+        "skipped_steps",
+        "Cumulative count of skipped steps since the run began (resumes included): steps whose gradients held "
+        "NaN/Inf, so the update was not applied (and a dynamic loss scale was halved). It never decreases; "
+        "a rise marks skipped steps.",
+        "Cumulative count of skipped steps since the run began, at the end of the epoch (not the epoch's own count).",
+    ),
+    (
+        "loss_scale",
+        "The optimizer's loss scale after this step (dynamic scaling halves it on a skipped step and doubles it "
+        "after a run of finite ones).",
+        "The optimizer's loss scale at the end of the epoch.",
+    ),
+    (
+        "images_per_sec",
+        "Training throughput in images per second over the steps since the previous point, the run's warm-up "
+        "steps (tracing, compilation) excluded.",
+        "Training throughput in images per second over the epoch's steps, the run's warm-up steps excluded.",
+    ),
+    (
+        "loss",
+        "Mean loss over the epoch's steps so far (the running mean Keras logs per batch).",
+        "Mean loss over the epoch's steps.",
+    ),
+    (
+        "accuracy",
+        "Mean accuracy over the epoch's steps so far (the running mean Keras logs per batch).",
+        "Mean accuracy over the epoch's steps (validation: over the validation set).",
+    ),
 )
 
 
@@ -58,8 +69,11 @@ def describe(name: str, per_step: bool) -> str:
         name: The quantity, e.g. `loss`, `loss_scale`, `skipped_steps`.
         per_step: The `batch_` (per-step) text rather than the `epoch_` one.
     """
-    axis = ("x: the run's global training step (1 = after the first step; continues across epochs and resumes)."
-            if per_step else "x: the epoch (0 = the first).")
+    axis = (
+        "x: the run's global training step (1 = after the first step; continues across epochs and resumes)."
+        if per_step
+        else "x: the epoch (0 = the first)."
+    )
     for suffix, step_text, epoch_text in _DESCRIPTIONS:
         if name.endswith(suffix):
             return f"{step_text if per_step else epoch_text} {axis}"
@@ -131,8 +145,9 @@ class Summaries(keras.callbacks.Callback):
                 continue
             run, name = self.route(key)
             with self.writer(run).as_default():
-                tf.summary.scalar(f"{prefix}_{name}", float(value), step=step,
-                                  description=describe(name, per_step=prefix == "batch"))
+                tf.summary.scalar(
+                    f"{prefix}_{name}", float(value), step=step, description=describe(name, per_step=prefix == "batch")
+                )
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
@@ -177,7 +192,7 @@ def image_grid(images: np.ndarray, columns: int | None = None, gap: int = 0, gap
     for i in range(rows * columns):
         r, col = divmod(i, columns)
         top, left = r * (h + gap), col * (w + gap)
-        grid[top:top + h, left:left + w] = images[i] if i < n else 0
+        grid[top : top + h, left : left + w] = images[i] if i < n else 0
     return grid
 
 

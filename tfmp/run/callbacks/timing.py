@@ -17,9 +17,10 @@ class StepTimer(keras.callbacks.Callback):
     """Times training steps and reports throughput.
 
     Each epoch's logs get `images_per_sec` over the epoch's steps after the
-    warm-up (no entry for an epoch made only of warm-up steps). A step's time runs from `on_train_batch_begin` to `on_train_batch_end`;
-    Keras converts the step's logs to Python numbers before the latter, so the
-    step has finished on the device by then.
+    warm-up (no entry for an epoch made only of warm-up steps). A step's time
+    runs from `on_train_batch_begin` to `on_train_batch_end`; Keras converts
+    the step's logs to Python numbers before the latter, so the step has
+    finished on the device by then.
 
     Args:
         images_per_step: Images one step processes (for the GAN, twice the
@@ -54,7 +55,7 @@ class StepTimer(keras.callbacks.Callback):
     @property
     def mean_images_per_sec(self) -> float | None:
         """Images per second over all steps after the warm-up (None if none)."""
-        measured = self.step_times[self.warmup_steps:]
+        measured = self.step_times[self.warmup_steps :]
         if not measured:
             return None
         return self.images_per_step * len(measured) / sum(measured)
@@ -73,7 +74,7 @@ class StepTimer(keras.callbacks.Callback):
 
     def images_per_sec_since(self, start: int) -> float | None:
         """Images per second over the steps from index `start` on, warm-up excluded (None if none)."""
-        measured = self.step_times[max(start, self.warmup_steps):]
+        measured = self.step_times[max(start, self.warmup_steps) :]
         if not measured:
             return None
         return self.images_per_step * len(measured) / sum(measured)

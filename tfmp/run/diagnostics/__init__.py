@@ -35,20 +35,20 @@ from tfmp.run.diagnostics.alignment import (
     AlignmentReport,
     tensor_core_report,
 )
-from tfmp.run.diagnostics.outputs import OutputFinding, OutputReport, float32_output_report
+from tfmp.run.diagnostics.diagnosis import Diagnosis, diagnose, startup_warnings
 from tfmp.run.diagnostics.gradients import (
     FLOAT16_MAX,
     FLOAT16_MIN_NORMAL,
     FLOAT16_MIN_SUBNORMAL,
     SCALE_MARGIN,
-    VariableGradients,
-    ObjectiveGradients,
     GradientReport,
+    ObjectiveGradients,
+    VariableGradients,
     gradient_report,
     write_gradient_summaries,
 )
 from tfmp.run.diagnostics.nonfinite import NonFiniteReport, first_nonfinite
-from tfmp.run.diagnostics.diagnosis import startup_warnings, Diagnosis, diagnose
+from tfmp.run.diagnostics.outputs import OutputFinding, OutputReport, float32_output_report
 
 __all__ = [
     "ALIGNMENT",

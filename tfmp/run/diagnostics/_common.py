@@ -7,7 +7,8 @@ the reports.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import keras
 
@@ -24,9 +25,7 @@ def networks(source: Source) -> dict[str, keras.Model]:
         return source.networks
     if isinstance(source, keras.Model):
         return {source.name: source}
-    raise TypeError(
-        f"Expected a keras.Model or a tfmp.trainers trainer. Received: {type(source).__name__} {source!r}"
-    )
+    raise TypeError(f"Expected a keras.Model or a tfmp.trainers trainer. Received: {type(source).__name__} {source!r}")
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -85,5 +84,3 @@ def as_trainer(source: Source, loss: Any) -> trainers_lib.MixedPrecisionTrainer:
     trainer = trainers_lib.ClassifierTrainer(model)
     trainer.compile(keras.optimizers.SGD(), loss=loss, loss_scale="none")
     return trainer
-
-

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 
@@ -99,13 +99,14 @@ def _gemm_dimensions(layer: keras.layers.Layer) -> list[tuple[str, int, str]]:
     if isinstance(layer, keras.layers.Dense):
         return [("units", layer.units, "out"), ("input features", int(layer.kernel.shape[0]), "in")]
     if isinstance(layer, _SEPARABLE):  # the pointwise convolution is the GEMM
-        return [("filters", layer.filters, "out"),
-                ("pointwise input channels", int(layer.pointwise_kernel.shape[-2]), "in")]
+        return [
+            ("filters", layer.filters, "out"),
+            ("pointwise input channels", int(layer.pointwise_kernel.shape[-2]), "in"),
+        ]
     if isinstance(layer, _CONV_TRANSPOSE):
         return [("filters", layer.filters, "out"), ("input channels", int(layer.kernel.shape[-1]), "in")]
     if isinstance(layer, _CONV):
-        return [("filters", layer.filters, "out"),
-                ("input channels", int(layer.kernel.shape[-2]) * layer.groups, "in")]
+        return [("filters", layer.filters, "out"), ("input channels", int(layer.kernel.shape[-2]) * layer.groups, "in")]
     if isinstance(layer, keras.layers.EinsumDense):
         return [(f"kernel dim {i}", int(d), "inner") for i, d in enumerate(layer.kernel.shape)]
     if isinstance(layer, keras.layers.RNN) and hasattr(layer.cell, "units"):
@@ -114,8 +115,11 @@ def _gemm_dimensions(layer: keras.layers.Layer) -> list[tuple[str, int, str]]:
 
 
 def _boundary_layers(
-    model: keras.Model, inputs_are_data: bool, outputs_are_outputs: bool,
-    fed_by_input: set[int], feeds_output: set[int],
+    model: keras.Model,
+    inputs_are_data: bool,
+    outputs_are_outputs: bool,
+    fed_by_input: set[int],
+    feeds_output: set[int],
 ) -> None:
     """Marks layers fed by a model input / feeding a model output.
 
@@ -145,8 +149,9 @@ def _boundary_layers(
                     targets.update(id(t) for t in node.input_tensors)
     for layer in layers:
         if is_graph_model(layer):
-            _boundary_layers(layer, nested_in.get(id(layer), False), nested_out.get(id(layer), False),
-                             fed_by_input, feeds_output)
+            _boundary_layers(
+                layer, nested_in.get(id(layer), False), nested_out.get(id(layer), False), fed_by_input, feeds_output
+            )
 
 
 def tensor_core_report(
@@ -211,8 +216,11 @@ def tensor_core_report(
                     reason = "set by the model input"
                 elif side == "out" and id(layer) in feeds_output:
                     reason = "set by the model output"
-                findings.append(AlignmentFinding(
-                    "info" if reason else "warn", path, dimension, value, _aligned(value, multiple), reason))
+                findings.append(
+                    AlignmentFinding(
+                        "info" if reason else "warn", path, dimension, value, _aligned(value, multiple), reason
+                    )
+                )
     report = AlignmentReport(findings, batch_size, multiple)
     if print_fn is not None:
         print_fn(str(report))

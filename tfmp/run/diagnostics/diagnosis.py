@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -24,8 +25,10 @@ def startup_warnings(source: Source, batch_size: int | None) -> str:
     """
     alignment = tensor_core_report(source, batch_size, print_fn=None)
     outputs = float32_output_report(source, print_fn=None)
-    lines = [f"  {f.layer}: {f.dimension} {f.value} is not a multiple of {alignment.multiple} (use {f.aligned})"
-             for f in alignment.warnings]
+    lines = [
+        f"  {f.layer}: {f.dimension} {f.value} is not a multiple of {alignment.multiple} (use {f.aligned})"
+        for f in alignment.warnings
+    ]
     lines += [f"  {f.where}: {f.what} in {f.dtype}; {f.fix}" for f in outputs.findings]
     if not lines:
         return ""
@@ -46,8 +49,12 @@ class Diagnosis:
 
 
 def diagnose(
-    source: Source, data: Any, loss: Any = None, loss_scale: float | str | None = "current",
-    batch_size: int | None = None, print_fn: Callable[[str], None] | None = print,
+    source: Source,
+    data: Any,
+    loss: Any = None,
+    loss_scale: float | str | None = "current",
+    batch_size: int | None = None,
+    print_fn: Callable[[str], None] | None = print,
 ) -> Diagnosis:
     """Runs all four reports on `source` with one batch `data`.
 

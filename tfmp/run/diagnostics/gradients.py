@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -85,8 +86,9 @@ def _variable_gradients(name: str, grad: np.ndarray, loss_scale: float | None) -
     finite = np.isfinite(g)
     g_finite = np.where(finite, g, 0.0)
     a = np.abs(g_finite)
-    stats = VariableGradients(name, g.size, float(a.max()) if a.size else 0.0, int(np.count_nonzero(~finite)),
-                              *_fractions(g_finite))
+    stats = VariableGradients(
+        name, g.size, float(a.max()) if a.size else 0.0, int(np.count_nonzero(~finite)), *_fractions(g_finite)
+    )
     if loss_scale is not None:
         stats.scaled_underflow, stats.scaled_subnormal, stats.scaled_overflow = _fractions(g_finite * loss_scale)
     stats.log2_abs = np.log2(a[a > 0]).astype(np.float32)
@@ -181,8 +183,14 @@ class GradientReport:
                 if scale is not None:
                     row += [_pct(v.scaled_underflow), _pct(v.scaled_subnormal), _pct(v.scaled_overflow)]
                 rows.append(row)
-            total = ["(all)", sum(v.count for v in obj.variables), f"{obj.max_abs:.3g}",
-                     _pct(obj.underflow), _pct(obj.subnormal), _pct(obj.overflow)]
+            total = [
+                "(all)",
+                sum(v.count for v in obj.variables),
+                f"{obj.max_abs:.3g}",
+                _pct(obj.underflow),
+                _pct(obj.subnormal),
+                _pct(obj.overflow),
+            ]
             if scale is not None:
                 total += [_pct(x) for x in obj.scaled]
             rows.append(total)
@@ -214,8 +222,13 @@ def _float32_gradients(
             loss = objective.loss_fn()
         grads = tape.gradient(loss, objective.variables)
         names = [v.path for v in objective.variables]
-        results.append((objective.name, names, [np.zeros(v.shape) if g is None else np.asarray(g)
-                                                 for v, g in zip(objective.variables, grads)]))
+        results.append(
+            (
+                objective.name,
+                names,
+                [np.zeros(v.shape) if g is None else np.asarray(g) for v, g in zip(objective.variables, grads)],
+            )
+        )
     return results
 
 
@@ -257,10 +270,14 @@ def gradient_report(
     """
     if not margin >= 1:
         raise ValueError(f"margin must be >= 1. Received: margin={margin!r}")
-    if loss_scale is not None and loss_scale != "current" and not (
-        isinstance(loss_scale, (int, float)) and loss_scale > 0
+    if (
+        loss_scale is not None
+        and loss_scale != "current"
+        and not (isinstance(loss_scale, (int, float)) and loss_scale > 0)
     ):
-        raise ValueError(f"loss_scale must be a positive number, 'current' or None. Received: loss_scale={loss_scale!r}")
+        raise ValueError(
+            f"loss_scale must be a positive number, 'current' or None. Received: loss_scale={loss_scale!r}"
+        )
     trainer = as_trainer(source, loss)
     if loss_scale == "current":
         with state_preserved(trainer):

@@ -8,7 +8,8 @@ first tensor holding NaN or Inf.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -84,7 +85,7 @@ class _LayerRecorder:
         self.calls: list[tuple[str, keras.layers.Layer, list[tf.Tensor], list[tf.Tensor]]] = []
         self._layers = [(f"{path}", layer) for model in models.values() for path, layer in layer_paths(model)]
 
-    def __enter__(self) -> "_LayerRecorder":
+    def __enter__(self) -> _LayerRecorder:
         for path, layer in self._layers:
             if "call" in layer.__dict__:
                 raise ValueError(f"Layer {path!r} already has a patched call; cannot record it.")
@@ -155,8 +156,9 @@ def _first_nonfinite(
         nan, inf = _nonfinite_counts(tensor)
         if nan or inf:
             tensor = tf.convert_to_tensor(tensor)
-            return NonFiniteReport(None, "(input batch)", "input batch", tensor.dtype.name,
-                                   tuple(tensor.shape), nan, inf)
+            return NonFiniteReport(
+                None, "(input batch)", "input batch", tensor.dtype.name, tuple(tensor.shape), nan, inf
+            )
     last_scale = None
     for objective in trainer.objectives(data):
         scale = scale_of(objective) if loss_scale == "current" else loss_scale
@@ -167,8 +169,9 @@ def _first_nonfinite(
             scaled = value * scale if scale else value
 
         def report(layer, tensor_name, tensor, nan, inf):
-            return NonFiniteReport(objective.name, layer, tensor_name, tensor.dtype.name, tuple(tensor.shape),
-                                   nan, inf, scale)
+            return NonFiniteReport(
+                objective.name, layer, tensor_name, tensor.dtype.name, tuple(tensor.shape), nan, inf, scale
+            )
 
         for path, _, _, outputs in recorder.calls:
             for out in outputs:

@@ -7,7 +7,8 @@ but is computed in float16 or bfloat16.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import keras
 
@@ -92,18 +93,27 @@ def float32_output_report(
         for path, layer in layer_paths(model):
             activation = _squashing_activation(layer)
             if activation and layer.compute_dtype in _LOW_PRECISION:
-                findings.append(OutputFinding(
-                    path, activation, layer.compute_dtype, "give this layer dtype='float32'"))
+                findings.append(OutputFinding(path, activation, layer.compute_dtype, "give this layer dtype='float32'"))
         for i, dtype in enumerate(_output_dtypes(model)):
             if dtype not in _LOW_PRECISION:
                 continue
-            findings.append(OutputFinding(
-                f"{model.name} output {i}", "model output", dtype,
-                "end with keras.layers.Activation('linear', dtype='float32')"))
+            findings.append(
+                OutputFinding(
+                    f"{model.name} output {i}",
+                    "model output",
+                    dtype,
+                    "end with keras.layers.Activation('linear', dtype='float32')",
+                )
+            )
             if name in loss_networks:
-                findings.append(OutputFinding(
-                    f"{model.name} output {i}", "loss input (logits/probabilities)", dtype,
-                    "compute the loss on float32 outputs (the same fix)"))
+                findings.append(
+                    OutputFinding(
+                        f"{model.name} output {i}",
+                        "loss input (logits/probabilities)",
+                        dtype,
+                        "compute the loss on float32 outputs (the same fix)",
+                    )
+                )
     report = OutputReport(findings)
     if print_fn is not None:
         print_fn(str(report))
