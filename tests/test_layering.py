@@ -168,6 +168,7 @@ RUN_LAYERS = (
     ("distribute", "checkpoint", "diagnostics"),  # run services
     ("callbacks",),  # a run's side effects, built on the services
     ("tasks",),  # what one config builds
+    ("setting",),  # what a config resolves to before any model is built
     ("runner",),  # one run
     ("training", "benchmark", "reporting"),  # entry points
     ("parity",),  # paired runs of the entry points

@@ -14,7 +14,8 @@ from typing import Any
 import keras
 
 from tfmp import precision as precision_lib
-from tfmp.loss_scale import DEFAULT_MAX_SCALE, LossScaleOptimizer, _check_positive_number
+from tfmp._arguments import check_positive_number
+from tfmp.loss_scale import DEFAULT_MAX_SCALE, LossScaleOptimizer
 
 __all__ = ["LOSS_SCALE_NAMES", "parse_loss_scale", "wrap_optimizer"]
 
@@ -52,7 +53,7 @@ def parse_loss_scale(loss_scale: str | float | int | None, max_scale: float = DE
     else:
         value = loss_scale
     try:
-        value = _check_positive_number("loss_scale", value)
+        value = check_positive_number("loss_scale", value)
     except ValueError:
         value = None
     if value is None or value > max_scale:

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/runner.py: what `resolve` decides, and what `Runner(task).run()` itself does.
+"""Tests for tfmp/run/runner.py: what `Runner(task).run()` itself does.
 
 Whole runs of every precision, `auto`'s measurement, exact resume, the
 checkpoint signature and a directory held by another run are tested through
@@ -10,38 +10,15 @@ however the run ends, the callbacks and hyperparameters it assembles, the
 
 import dataclasses
 import os
-import re
 
 import keras
 import pytest
 import tensorflow as tf
+from runner_tiny import TINY_GAN, quiet, tiny
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from tfmp import trainers
-from tfmp.run import autotune, rundir, runner, tasks
-from tfmp.run import config as config_lib
-
-# Tiny but real: the embedded digits, a few steps, narrow models, no measurement (a fixed precision).
-TINY_GAN = config_lib.GANConfig(
-    dataset="digits",
-    batch_size=32,
-    epochs=1,
-    steps_per_epoch=2,
-    warmup_steps=1,
-    num_samples=4,
-    generator_widths=(8, 8, 8),
-    discriminator_widths=(8, 8, 8),
-    precision="float32",
-)
-HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
-
-
-def _quiet(line):
-    pass
-
-
-def _tiny(tmp_path, **changes):
-    return tasks.GANTask(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), **changes))
+from tfmp.run import rundir, runner, setting, tasks
 
 
 def _record_fits(monkeypatch):
@@ -65,81 +42,15 @@ def _record_fits(monkeypatch):
     return fits
 
 
-# --- resolve ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "precision, loss_scale, expected_precision, expected_scale, note",
-    [
-        ("fp32", "auto", "float32", "none", None),
-        ("float32", "128", "float32", "none", "note: loss_scale=128.0 is ignored under float32"),
-        ("bf16", "dynamic", "mixed_bfloat16", "none", "note: loss_scale=dynamic is ignored under mixed_bfloat16"),
-        ("mixed_bfloat16", "none", "mixed_bfloat16", "none", None),
-        ("fp16", "auto", "mixed_float16", "dynamic", None),  # not set: float16 scales dynamically
-        ("mixed_float16", "none", "mixed_float16", "none", None),
-        ("mixed_float16", 128, "mixed_float16", 128.0, None),
-    ],
-)
-def test_resolve_keeps_a_loss_scale_only_under_float16_and_says_when_it_drops_one(
-    precision, loss_scale, expected_precision, expected_scale, note, tmp_path
-):
-    lines = []
-    setting = runner.resolve(_tiny(tmp_path, precision=precision, loss_scale=loss_scale), lines.append)
-    assert (setting.precision, setting.loss_scale) == (expected_precision, expected_scale)
-    expected_lines = [] if note is None else [f"{note}; only float16 needs loss scaling."]
-    assert lines == expected_lines
-
-
-@pytest.mark.parametrize(
-    "xla, expected",
-    [
-        ("true", True),
-        ("false", False),
-        (True, True),
-        (False, False),
-        pytest.param("auto", False, marks=pytest.mark.skipif(HAS_GPU, reason="auto is off without a GPU")),
-    ],
-)
-def test_resolve_turns_the_xla_setting_into_jit_compile(xla, expected, tmp_path):
-    assert runner.resolve(_tiny(tmp_path, xla=xla), _quiet).jit_compile is expected
-
-
-def test_resolve_names_the_run_directory_without_creating_it(tmp_path):
-    logdir = tmp_path / "logs"
-    named = runner.resolve(_tiny(logdir, run_name="sweep/a"), _quiet)
-    assert named.run_dir == os.path.join(str(logdir), "sweep/a")
-    default = runner.resolve(_tiny(logdir, precision="fp16"), _quiet)
-    assert os.path.dirname(default.run_dir) == str(logdir)
-    assert re.fullmatch(r"\d{8}-\d{6}_mixed_float16_ls-dynamic", os.path.basename(default.run_dir))
-    assert not logdir.exists()
-
-
-def test_resolve_checks_the_steps_of_an_epoch_only_when_asked(tmp_path):
-    task = _tiny(tmp_path, batch_size=4096)  # more than the digits' training split
-    with pytest.raises(config_lib.ConfigError, match="batch_size=4096"):
-        runner.resolve(task, _quiet)
-    assert runner.resolve(task, _quiet, check_steps=False).precision == "float32"
-
-
-@pytest.mark.skipif(HAS_GPU, reason="the rule gives float32 without a GPU")
-def test_resolve_decides_auto_by_rule_under_multi_worker_without_measuring(tmp_path, monkeypatch):
-    def measured():
-        raise AssertionError("auto was measured: every worker could choose differently")
-
-    monkeypatch.setattr(autotune, "detect_hardware", measured)
-    setting = runner.resolve(_tiny(tmp_path, precision="auto", strategy="multi_worker"), _quiet)
-    assert (setting.precision, setting.loss_scale) == ("float32", "none")
-
-
 # --- whole runs ---------------------------------------------------------------------------
 
 
 def test_a_run_claims_a_new_directory_beside_one_taken_in_the_same_second(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "default_run_name", lambda precision, loss_scale: "same-second")
+    monkeypatch.setattr(setting, "default_run_name", lambda precision, loss_scale: "same-second")
     taken = tmp_path / "same-second"
     taken.mkdir()
     (taken / "other-run.txt").write_text("another run's file")
-    result = runner.Runner(_tiny(tmp_path), print_fn=_quiet).run()
+    result = runner.Runner(tiny(tmp_path), print_fn=quiet).run()
     assert result.logdir == str(tmp_path / "same-second-2")
     assert os.path.isfile(tmp_path / "same-second-2" / "checkpoints" / "ckpt-2.index")
     assert os.listdir(taken) == ["other-run.txt"]
@@ -181,7 +92,7 @@ class _FailingTask(tasks.GANTask):
 )
 def test_the_directory_locks_are_released_however_the_run_ends(error, at, raised, kept, tmp_path):
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path / "logs"), run_name="run")
-    run = runner.Runner(_FailingTask(config, error, at), print_fn=_quiet)
+    run = runner.Runner(_FailingTask(config, error, at), print_fn=quiet)
     if raised is None:
         run.run()
     else:
@@ -211,7 +122,7 @@ def test_the_directory_locks_are_released_however_the_run_ends(error, at, raised
 )
 def test_the_run_has_the_callbacks_its_config_asks_for_and_no_others(changes, asked, tmp_path, monkeypatch):
     fits = _record_fits(monkeypatch)
-    runner.Runner(_tiny(tmp_path, steps_per_epoch=1, **changes), print_fn=_quiet).run()
+    runner.Runner(tiny(tmp_path, steps_per_epoch=1, **changes), print_fn=quiet).run()
     (fit,) = fits
     # The timer first (the others read it), the checkpointing last (it saves what the others did).
     assert fit["callbacks"] == [
@@ -226,9 +137,7 @@ def test_the_run_has_the_callbacks_its_config_asks_for_and_no_others(changes, as
 
 
 def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
-    result = runner.Runner(
-        _tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3), print_fn=_quiet
-    ).run()
+    result = runner.Runner(tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3), print_fn=quiet).run()
     recorded = {}
     for name in os.listdir(result.logdir):
         if name.startswith("events"):
@@ -276,7 +185,7 @@ def test_a_resumed_run_finishes_a_partial_epoch_in_its_own_fit(
     steps_per_epoch, epochs, expected_fits, tmp_path, monkeypatch
 ):
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", steps_per_epoch=3)
-    runner.Runner(tasks.GANTask(config), print_fn=_quiet).run()  # stops at step 3
+    runner.Runner(tasks.GANTask(config), print_fn=quiet).run()  # stops at step 3
     fits = _record_fits(monkeypatch)
     lines = []
     resumed = dataclasses.replace(config, resume=True, steps_per_epoch=steps_per_epoch, epochs=epochs)
@@ -288,7 +197,7 @@ def test_a_resumed_run_finishes_a_partial_epoch_in_its_own_fit(
 
 def test_the_result_reports_the_steps_and_skipped_steps_of_the_run(tmp_path):
     # 2**24, the largest fixed scale: float16 gradients overflow, and those steps are skipped and counted.
-    result = runner.Runner(_tiny(tmp_path, precision="fp16", loss_scale=2**24, epochs=2), print_fn=_quiet).run()
+    result = runner.Runner(tiny(tmp_path, precision="fp16", loss_scale=2**24, epochs=2), print_fn=quiet).run()
     assert (result.steps, result.warmup_steps) == (4, 1)
     assert (result.precision, result.loss_scale, result.jit_compile) == ("mixed_float16", 2.0**24, False)
     skipped = sum(int(optimizer.skipped_steps) for optimizer in result.trainer.optimizers.values())

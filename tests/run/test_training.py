@@ -8,7 +8,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from tfmp.run import autotune, runner, training
+from tfmp.run import autotune, setting, training
 
 # Tiny but real: the embedded digits, a few steps, narrow models.
 TINY_GAN = training.GANConfig(
@@ -136,7 +136,7 @@ def test_diagnose_run_refuses_a_run_directory_a_training_run_holds(tmp_path):
 
 
 # `auto` measures on the device it sees. The tests inject the device (`autotune.detect_hardware`) and, but
-# for one real tiny probe, the timing (`runner._time_steps`), so every branch runs the same on any machine.
+# for one real tiny probe, the timing (`setting._time_steps`), so every branch runs the same on any machine.
 H100 = autotune.GPU("NVIDIA H100 80GB HBM3", (9, 0))
 
 
@@ -147,7 +147,7 @@ def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
     """
     monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(autotune, "detect_hardware", lambda: hardware)
-    real, probed = runner._time_steps, []
+    real, probed = setting._time_steps, []
 
     def time_steps(trainer, probe):
         policy = next(iter(trainer.networks.values())).dtype_policy.name
@@ -155,7 +155,7 @@ def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
         probed.append((policy, scales, tf.config.experimental.tensor_float_32_execution_enabled()))
         return real(trainer, probe) if figures is None else figures[policy]
 
-    monkeypatch.setattr(runner, "_time_steps", time_steps)
+    monkeypatch.setattr(setting, "_time_steps", time_steps)
     return probed
 
 

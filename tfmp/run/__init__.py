@@ -8,7 +8,7 @@ table is in docs/guides/architecture.md and tests/test_layering.py):
 * paired runs: `parity`;
 * entry points: `training` (`train_gan`, `train_classifier`, `diagnose_run`, ...),
   `benchmark`, `reporting`;
-* one run: `runner`; what one config builds: `tasks`;
+* one run: `runner`; what a config resolves to: `setting`; what it builds: `tasks`;
 * a run's side effects: `callbacks`;
 * run services: `checkpoint`, `distribute`, `diagnostics`;
 * settings: `config` (with the choices it checks, e.g. `STRATEGIES`, `CONSOLE_MODES`);

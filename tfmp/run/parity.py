@@ -41,7 +41,8 @@ import keras
 import numpy as np
 
 from tfmp import precision as precision_lib
-from tfmp.run import benchmark, runner, tasks, training
+from tfmp.run import benchmark, tasks, training
+from tfmp.run import setting as setting_lib
 
 __all__ = [
     "DEFAULT_CLASSIFIER",
@@ -200,7 +201,7 @@ def paired_start(config: training.ClassifierConfig, precision: str) -> PairedSta
         A `PairedStart`; compare two with `np.array_equal` / `digest()`.
     """
     task = tasks.ClassifierTask(dataclasses.replace(config, precision=precision, run_name="paired_start"))
-    setting = runner.resolve(task, lambda line: None)
+    setting = setting_lib.resolve(task, lambda line: None)
     steps = task.steps_per_epoch(len(setting.split.x_train))
     keras.utils.set_random_seed(config.seed)  # as train_classifier does, right before building
     with precision_lib.precision_scope(setting.precision):

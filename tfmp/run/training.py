@@ -36,6 +36,7 @@ import keras
 from tfmp import precision as precision_lib
 from tfmp.run import diagnostics, rundir, tasks
 from tfmp.run import runner as runner_lib
+from tfmp.run import setting as setting_lib
 from tfmp.run.config import (
     LR_SCHEDULES,
     ON_NONFINITE,
@@ -44,7 +45,8 @@ from tfmp.run.config import (
     GANConfig,
     TrainConfig,
 )
-from tfmp.run.runner import Interrupted, RunResult, default_run_name
+from tfmp.run.runner import Interrupted, RunResult
+from tfmp.run.setting import default_run_name
 
 __all__ = [
     "COMPARISON",
@@ -107,7 +109,7 @@ def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = p
     """
     task = tasks.task_for(config)
     print_fn = print_fn or (lambda line: None)
-    setting = runner_lib.resolve(task, print_fn, check_steps=False)
+    setting = setting_lib.resolve(task, print_fn, check_steps=False)
     with contextlib.ExitStack() as held:
         if config.run_name:
             runner_lib.make_writable_dir("logdir", setting.run_dir)

@@ -1,0 +1,32 @@
+"""A tiny but real GAN run, shared by tests/run/test_runner.py and tests/run/test_setting.py."""
+
+import dataclasses
+
+import tensorflow as tf
+
+from tfmp.run import config as config_lib
+from tfmp.run import tasks
+
+__all__ = ["HAS_GPU", "TINY_GAN", "quiet", "tiny"]
+
+# Tiny but real: the embedded digits, a few steps, narrow models, no measurement (a fixed precision).
+TINY_GAN = config_lib.GANConfig(
+    dataset="digits",
+    batch_size=32,
+    epochs=1,
+    steps_per_epoch=2,
+    warmup_steps=1,
+    num_samples=4,
+    generator_widths=(8, 8, 8),
+    discriminator_widths=(8, 8, 8),
+    precision="float32",
+)
+HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
+
+
+def quiet(line):
+    pass
+
+
+def tiny(tmp_path, **changes):
+    return tasks.GANTask(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), **changes))

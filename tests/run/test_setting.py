@@ -1,0 +1,75 @@
+"""Tests for tfmp/run/setting.py: what `resolve` decides before any model is built."""
+
+import os
+import re
+
+import pytest
+from runner_tiny import HAS_GPU, quiet, tiny
+
+from tfmp.run import autotune, setting
+from tfmp.run import config as config_lib
+
+# --- resolve ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "precision, loss_scale, expected_precision, expected_scale, note",
+    [
+        ("fp32", "auto", "float32", "none", None),
+        ("float32", "128", "float32", "none", "note: loss_scale=128.0 is ignored under float32"),
+        ("bf16", "dynamic", "mixed_bfloat16", "none", "note: loss_scale=dynamic is ignored under mixed_bfloat16"),
+        ("mixed_bfloat16", "none", "mixed_bfloat16", "none", None),
+        ("fp16", "auto", "mixed_float16", "dynamic", None),  # not set: float16 scales dynamically
+        ("mixed_float16", "none", "mixed_float16", "none", None),
+        ("mixed_float16", 128, "mixed_float16", 128.0, None),
+    ],
+)
+def test_resolve_keeps_a_loss_scale_only_under_float16_and_says_when_it_drops_one(
+    precision, loss_scale, expected_precision, expected_scale, note, tmp_path
+):
+    lines = []
+    resolved = setting.resolve(tiny(tmp_path, precision=precision, loss_scale=loss_scale), lines.append)
+    assert (resolved.precision, resolved.loss_scale) == (expected_precision, expected_scale)
+    expected_lines = [] if note is None else [f"{note}; only float16 needs loss scaling."]
+    assert lines == expected_lines
+
+
+@pytest.mark.parametrize(
+    "xla, expected",
+    [
+        ("true", True),
+        ("false", False),
+        (True, True),
+        (False, False),
+        pytest.param("auto", False, marks=pytest.mark.skipif(HAS_GPU, reason="auto is off without a GPU")),
+    ],
+)
+def test_resolve_turns_the_xla_setting_into_jit_compile(xla, expected, tmp_path):
+    assert setting.resolve(tiny(tmp_path, xla=xla), quiet).jit_compile is expected
+
+
+def test_resolve_names_the_run_directory_without_creating_it(tmp_path):
+    logdir = tmp_path / "logs"
+    named = setting.resolve(tiny(logdir, run_name="sweep/a"), quiet)
+    assert named.run_dir == os.path.join(str(logdir), "sweep/a")
+    default = setting.resolve(tiny(logdir, precision="fp16"), quiet)
+    assert os.path.dirname(default.run_dir) == str(logdir)
+    assert re.fullmatch(r"\d{8}-\d{6}_mixed_float16_ls-dynamic", os.path.basename(default.run_dir))
+    assert not logdir.exists()
+
+
+def test_resolve_checks_the_steps_of_an_epoch_only_when_asked(tmp_path):
+    task = tiny(tmp_path, batch_size=4096)  # more than the digits' training split
+    with pytest.raises(config_lib.ConfigError, match="batch_size=4096"):
+        setting.resolve(task, quiet)
+    assert setting.resolve(task, quiet, check_steps=False).precision == "float32"
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the rule gives float32 without a GPU")
+def test_resolve_decides_auto_by_rule_under_multi_worker_without_measuring(tmp_path, monkeypatch):
+    def measured():
+        raise AssertionError("auto was measured: every worker could choose differently")
+
+    monkeypatch.setattr(autotune, "detect_hardware", measured)
+    resolved = setting.resolve(tiny(tmp_path, precision="auto", strategy="multi_worker"), quiet)
+    assert (resolved.precision, resolved.loss_scale) == ("float32", "none")

@@ -1,0 +1,177 @@
+"""What a task's config resolves to before any model is built: `resolve` and its `Setting`.
+
+`resolve(task)` validates the config, loads the data, checks that an epoch
+has a step, and settles the precision (`auto` measured on this device by
+training each candidate briefly, cached per device and model), the loss
+scale (`"none"` unless the precision is float16) and XLA. `Runner.run`,
+`diagnose_run` and the parity benchmark all start from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+from tfmp import precision as precision_lib
+from tfmp import trainers
+from tfmp.run import autotune
+from tfmp.run import callbacks as callbacks_lib
+from tfmp.run import data as data_lib
+from tfmp.run.config import ConfigError, loss_scale_is_set, resolved_loss_scale
+from tfmp.run.tasks import Built, Task
+
+__all__ = ["Setting", "default_run_name", "resolve"]
+
+
+def default_run_name(precision: str, loss_scale: str | float) -> str:
+    """A timestamp plus the precision and loss-scale settings."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}_{precision}_ls-{loss_scale}"
+
+
+@dataclasses.dataclass
+class Setting:
+    """What a task's config resolves to before any model is built.
+
+    Attributes:
+        precision: The precision (`auto` resolved).
+        loss_scale: `"dynamic"`, `"none"` or a fixed scale (`"none"` unless
+            the precision is `mixed_float16`).
+        jit_compile: Whether the step is XLA-compiled.
+        split: The loaded data.
+        run_dir: The run's TensorBoard directory (not created).
+    """
+
+    precision: str
+    loss_scale: str | float
+    jit_compile: bool
+    split: data_lib.Split
+    run_dir: str
+
+
+def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = True) -> Setting:
+    """Validates the task's config, loads the data and resolves precision, loss scale and XLA.
+
+    `auto` precision is measured on this device (each candidate trains the
+    task's model briefly), except under `multi_worker`, where the
+    compute-capability rule decides (`tfmp.precision.choose_precision`):
+    every worker must run one policy. With `check_steps`, a batch size that
+    leaves no training step is refused first.
+
+    Raises:
+        ConfigError: for an impossible setting, naming it.
+        tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
+    """
+    config = task.config
+    config.validate()
+    split = task.load_data()
+    if check_steps:
+        task.steps_per_epoch(len(split.x_train))
+    jit_compile = precision_lib.resolve_jit_compile(config.xla)
+    precision = precision_lib.canonical_precision(config.precision)
+    loss_scale = resolved_loss_scale(config.loss_scale)
+    if precision == "auto" and config.strategy != "multi_worker":
+        precision = _measured_precision(
+            task, split, jit_compile, loss_scale, print_fn, autotune.detect_hardware(), _time_steps
+        )
+    precision = precision_lib.resolve_precision(precision)
+    if precision != "mixed_float16":
+        # Only a scale the user set: the default ("auto") says nothing to ignore.
+        if (
+            loss_scale != "none"
+            and loss_scale_is_set(config.loss_scale)
+            and precision_lib.canonical_precision(config.precision) != "auto"
+        ):
+            print_fn(f"note: loss_scale={loss_scale} is ignored under {precision}; only float16 needs loss scaling.")
+        loss_scale = "none"
+    if config.on_nonfinite == "stop" and loss_scale == "dynamic":
+        raise ConfigError(
+            "on_nonfinite='stop' cannot be used with mixed_float16 and dynamic loss scaling: there, overflowing "
+            "steps are expected and skipped while the scale adapts. Use on_nonfinite=skip, or a fixed loss_scale. "
+            f"Received: on_nonfinite='stop', precision={precision!r}, loss_scale='dynamic'"
+        )
+    run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale))
+    return Setting(precision, loss_scale, jit_compile, split, run_dir)
+
+
+_PROBE_WARMUP_STEPS = 2
+_PROBE_STEPS = 6
+
+
+def _time_steps(trainer: trainers.MixedPrecisionTrainer, probe: Any) -> float:
+    """Images per second of a few `fit()` steps on one batch, warm-up (tracing, compiling) excluded."""
+    batch_size = int(tf.nest.flatten(probe)[0].shape[0])
+    timer = callbacks_lib.StepTimer(batch_size * trainer.images_per_example, _PROBE_WARMUP_STEPS)
+    trainer.fit(
+        tf.data.Dataset.from_tensors(probe).repeat(),
+        epochs=1,
+        steps_per_epoch=_PROBE_WARMUP_STEPS + _PROBE_STEPS,
+        callbacks=[timer],
+        shuffle=False,
+        verbose=0,
+    )
+    return timer.mean_images_per_sec
+
+
+def _measured_precision(
+    task: Task,
+    split: data_lib.Split,
+    jit_compile: bool,
+    loss_scale: str | float,
+    print_fn: Callable[[str], None],
+    hardware: autotune.Hardware,
+    time_steps: Callable[[trainers.MixedPrecisionTrainer, Any], float],
+) -> str:
+    """`auto`: the fastest candidate precision for this model on `hardware`, measured once.
+
+    The candidates come from the device (`tfmp.run.autotune.candidates`). Each
+    trains a fresh copy of the task's model as the run will train it (its
+    float32 layers, XLA and TF32 settings; float16 with the run's loss
+    scale, dynamic by default) for a few steps on its probe batch, timed by
+    `time_steps`. The answer is cached per device and model.
+    """
+    config = task.config
+    candidates = autotune.candidates(hardware)
+    built: dict[str, Built] = {}
+    probe = task.probe(split)
+
+    def build(precision: str) -> Built:
+        if precision not in built:
+            scale = loss_scale if precision == "mixed_float16" else "none"  # float16 is timed with its loss scaling
+            with precision_lib.precision_scope(precision):
+                built[precision] = task.build(precision, scale, jit_compile, 1, split)
+        return built[precision]
+
+    def measure(precision: str) -> float:
+        with precision_lib.tf32_scope(config.tf32):
+            measured = time_steps(build(precision).trainer, probe)
+        del built[precision]  # one candidate's model and optimizer state in memory at a time
+        return measured
+
+    signature = ""  # a single candidate measures nothing and needs no model
+    if len(candidates) > 1:
+        trainer = build("float32").trainer
+        described = {
+            "trainer": type(trainer).__name__,
+            "networks": {name: net.get_config() for name, net in trainer.networks.items()},
+            "batch_size": config.batch_size,
+            "xla": jit_compile,
+            "float32_layers": task.float32_pattern("mixed_bfloat16"),
+        }
+        # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
+        if "mixed_float16" in candidates:
+            described["loss_scale"] = str(loss_scale)
+        if hardware.gpus:
+            described["tf32"] = bool(config.tf32)
+        signature = json.dumps(described, sort_keys=True, default=str)
+    capability = hardware.compute_capability
+    tf32 = config.tf32 and capability is not None and capability >= (8, 0)
+    choice = autotune.choose(signature, measure, hardware, labels={"float32": "float32 with TF32"} if tf32 else None)
+    print_fn(str(choice))
+    return choice.precision
