@@ -224,9 +224,7 @@ def main(argv):
         progress(f"wrote {_PLOT_OUT.value}")
 
 
-def run():
-    """Console entry point (`tfmp-benchmark`)."""
-    common.run_app(main, sys.modules[__name__])
+run = common.entry_point(main, __name__)  # the console command `tfmp-benchmark`
 
 
 if __name__ == "__main__":

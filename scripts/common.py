@@ -365,6 +365,22 @@ def grouped_help(module: types.ModuleType, program: str, flag_values: flags.Flag
     return "\n".join(parts) + "\n"
 
 
+def entry_point(main: Callable[[list[str]], None], module_name: str) -> Callable[[], None]:
+    """A script's console entry point (`tfmp-train-gan = tfmp_scripts.train_gan:run`): `run_app` on its `main`.
+
+    Args:
+        main: The script's `main(argv)`.
+        module_name: The script's `__name__`; its module is looked up when the
+            entry point runs, so the script's flags are all defined by then.
+    """
+
+    def run() -> None:
+        run_app(main, sys.modules[module_name])
+
+    run.__doc__ = f"Runs {module_name} as a console command."
+    return run
+
+
 def run_app(main: Callable[[list[str]], None], module: types.ModuleType) -> None:
     """Runs a script's `main` with absl (`app.run`), its `--help` from `grouped_help`.
 

@@ -11,7 +11,6 @@ Precision and loss-scale flags are set by the comparison itself.
 """
 
 import os
-import sys
 
 from absl import flags
 
@@ -40,9 +39,7 @@ def main(argv):
     print(f"Overlay the curves: tensorboard --logdir {config.logdir}")
 
 
-def run():
-    """Console entry point (`tfmp-compare-loss-scaling`)."""
-    common.run_app(main, sys.modules[__name__])
+run = common.entry_point(main, __name__)  # the console command `tfmp-compare-loss-scaling`
 
 
 if __name__ == "__main__":

@@ -14,8 +14,6 @@ static loss scale), and the first non-finite layer, if any. With
 its "bad sizes" variant (widths 63/31/7, batch 4090) side by side.
 """
 
-import sys
-
 from absl import app, flags
 
 # common first: importing it imports TensorFlow quietly.
@@ -94,9 +92,7 @@ def main(argv):
     common.run(training.diagnose_run, config)
 
 
-def run():
-    """Console entry point (`tfmp-diagnose`)."""
-    common.run_app(main, sys.modules[__name__])
+run = common.entry_point(main, __name__)  # the console command `tfmp-diagnose`
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ mean paired gap to float32 with its spread. The method is in
 """
 
 import os
-import sys
 
 from absl import app, flags
 
@@ -85,9 +84,7 @@ def main(argv):
         print(f"\nrecords: {_JSON_OUT.value}")
 
 
-def run():
-    """Console entry point (`tfmp-parity`)."""
-    common.run_app(main, sys.modules[__name__])
+run = common.entry_point(main, __name__)  # the console command `tfmp-parity`
 
 
 if __name__ == "__main__":

@@ -7,8 +7,6 @@ r"""Trains the MobileNetV2 classifier (seed 002) with mixed precision.
 Defaults: CIFAR-10, batch 128, Adam(1e-3), a float32 softmax.
 """
 
-import sys
-
 from absl import flags
 
 # common first: importing it imports TensorFlow quietly.
@@ -25,9 +23,7 @@ flags.adopt_module_key_flags(common)  # --help lists common's flags too
 main = common.make_main(training.ClassifierConfig, training.train_classifier, _FLAGS)
 
 
-def run():
-    """Console entry point (`tfmp-train-classifier`)."""
-    common.run_app(main, sys.modules[__name__])
+run = common.entry_point(main, __name__)  # the console command `tfmp-train-classifier`
 
 
 if __name__ == "__main__":

@@ -7,8 +7,6 @@ r"""Trains the seed's GAN (generator + discriminator) with mixed precision.
 Defaults are the seed's: MNIST, batch 4096, Adam(1e-3) / RMSprop(1e-4).
 """
 
-import sys
-
 from absl import flags
 
 # common first: importing it imports TensorFlow quietly.
@@ -34,9 +32,7 @@ flags.adopt_module_key_flags(common)  # --help lists common's flags too
 main = common.make_main(training.GANConfig, training.train_gan, _FLAGS)
 
 
-def run():
-    """Console entry point (`tfmp-train-gan`)."""
-    common.run_app(main, sys.modules[__name__])
+run = common.entry_point(main, __name__)  # the console command `tfmp-train-gan`
 
 
 if __name__ == "__main__":

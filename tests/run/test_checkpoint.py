@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tiny
 
 import tfmp
 from tfmp import trainers
@@ -395,15 +396,11 @@ def test_op_determinism_is_restored():
 
 # --- exact resume through train_gan / train_classifier ------------------------------
 
-TINY_GAN = training.GANConfig(
-    dataset="digits",
-    batch_size=32,
+TINY_GAN = dataclasses.replace(
+    tiny.TINY_GAN,
     epochs=2,
     steps_per_epoch=3,
     warmup_steps=0,
-    num_samples=4,
-    generator_widths=(8, 8, 8),
-    discriminator_widths=(8, 8, 8),
     precision="mixed_float16",
     loss_scale="dynamic",
     deterministic=True,

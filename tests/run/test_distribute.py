@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tiny
 
 import tfmp
 from tfmp import trainers
@@ -382,17 +383,8 @@ def test_mirrored_classifier_run_matches_one_device(tmp_path):
 
 @pytest.mark.slow
 def test_mirrored_gan_run_matches_one_device(tmp_path):
-    config = training.GANConfig(
-        dataset="digits",
-        batch_size=32,
-        epochs=1,
-        steps_per_epoch=3,
-        warmup_steps=0,
-        num_samples=4,
-        generator_widths=(8, 8, 8),
-        discriminator_widths=(8, 8, 8),
-        precision="mixed_float16",
-        logdir=str(tmp_path),
+    config = dataclasses.replace(
+        tiny.TINY_GAN, steps_per_epoch=3, warmup_steps=0, precision="mixed_float16", logdir=str(tmp_path)
     )
     single, replicated, (max_diff, _) = _compare_runs(training.train_gan, config)
     assert max_diff <= _update_bound(single.trainer)

@@ -14,8 +14,8 @@ import os
 import keras
 import pytest
 import tensorflow as tf
-from runner_tiny import TINY_GAN, quiet, tiny
 from tensorboard.plugins.hparams import plugin_data_pb2
+from tiny import TINY_GAN, quiet, tiny
 
 from tfmp import trainers
 from tfmp.run import rundir, runner, setting, tasks

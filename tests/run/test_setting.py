@@ -4,7 +4,7 @@ import os
 import re
 
 import pytest
-from runner_tiny import HAS_GPU, quiet, tiny
+from tiny import HAS_GPU, quiet, tiny
 
 from tfmp.run import autotune, setting
 from tfmp.run import config as config_lib

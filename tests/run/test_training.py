@@ -7,21 +7,12 @@ import os
 
 import pytest
 import tensorflow as tf
+import tiny
 
 from tfmp.run import autotune, setting, training
 
 # Tiny but real: the embedded digits, a few steps, narrow models.
-TINY_GAN = training.GANConfig(
-    dataset="digits",
-    batch_size=32,
-    epochs=2,
-    steps_per_epoch=2,
-    warmup_steps=1,
-    num_samples=4,
-    generator_widths=(8, 8, 8),
-    discriminator_widths=(8, 8, 8),
-    log_every=1,
-)
+TINY_GAN = dataclasses.replace(tiny.TINY_GAN, epochs=2, log_every=1, precision=training.GANConfig().precision)
 TINY_CLASSIFIER = training.ClassifierConfig(
     dataset="digits",
     batch_size=16,

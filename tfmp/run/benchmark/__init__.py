@@ -32,23 +32,13 @@ from tfmp.run.benchmark.settings import (
 )
 from tfmp.run.benchmark.workload import Workload, build_workload
 
+# fmt: off
 __all__ = [  # by defining module: settings, records, workload, pipeline, modes
-    "BenchmarkConfig",
-    "DEFAULT_RESNET_INPUT_SIZE",
-    "MODELS",
-    "MODES",
-    "PIPELINE_MODELS",
-    "PRECISIONS",
-    "canonical_models",
-    "canonical_precisions",
-    "default_specs",
-    "PipelineRecord",
-    "Record",
-    "Workload",
-    "build_workload",
-    "Pipeline",
-    "epoch_batch_sizes",
-    "training_pipeline",
-    "compare",
-    "input_pipeline",
+    "BenchmarkConfig", "DEFAULT_RESNET_INPUT_SIZE", "MODELS", "MODES", "PIPELINE_MODELS", "PRECISIONS",
+    "canonical_models", "canonical_precisions", "default_specs",
+    "PipelineRecord", "Record",
+    "Workload", "build_workload",
+    "Pipeline", "epoch_batch_sizes", "training_pipeline",
+    "compare", "input_pipeline",
 ]
+# fmt: on

@@ -1,4 +1,9 @@
-"""A tiny but real GAN run, shared by tests/run/test_runner.py and tests/run/test_setting.py."""
+"""Tiny but real runs shared by the run framework's tests: the embedded digits, narrow models, a few steps.
+
+`TINY_GAN` is the base each test derives its own config from
+(`dataclasses.replace(TINY_GAN, epochs=2, ...)`), so what makes a run tiny is
+written once.
+"""
 
 import dataclasses
 
@@ -9,7 +14,7 @@ from tfmp.run import tasks
 
 __all__ = ["HAS_GPU", "TINY_GAN", "quiet", "tiny"]
 
-# Tiny but real: the embedded digits, a few steps, narrow models, no measurement (a fixed precision).
+# A fixed precision, so nothing is measured.
 TINY_GAN = config_lib.GANConfig(
     dataset="digits",
     batch_size=32,
