@@ -51,12 +51,16 @@ def build_generator(
     fused_batch_norm: bool = True,
     name: str = "generator",
 ) -> keras.Model:
-    """Builds the seed's generator under the current dtype policy.
+    """Builds the original tutorial's generator under the current dtype policy.
 
+    ```
     Dense(7*7*w0) -> reshape to 7x7xw0 -> BatchNorm -> Conv2D(w0, 5x5, tanh)
     -> UpSampling2D(2) -> BatchNorm -> Conv2D(w1, 5x5, tanh) -> UpSampling2D(2)
     -> BatchNorm -> Conv2D(w2, 5x5, tanh) -> BatchNorm
-    -> Conv2D(1, 5x5, sigmoid, float32). With the defaults `(64, 32, 8)`.
+    -> Conv2D(1, 5x5, sigmoid, float32)
+    ```
+
+    With the defaults `(64, 32, 8)`.
 
     Args:
         latent_dim: Size of the noise vector (the seed draws it uniform in
