@@ -199,8 +199,8 @@ def define_training_flags(defaults: training.TrainConfig, exclude: tuple[str, ..
             "console",
             defaults.console,
             list(callbacks.CONSOLE_MODES),
-            "progress: a Keras progress bar per epoch; lines: the seed's step line every --log_every steps; "
-            "auto: progress on a terminal, lines otherwise (pipes, files).",
+            "progress: a Keras progress bar per epoch; lines: the original tutorial's step line every "
+            "--log_every steps; auto: progress on a terminal, lines otherwise (pipes, files).",
         ),
         "warmup_steps": lambda: flags.DEFINE_integer(
             "warmup_steps", defaults.warmup_steps, "Leading steps left out of the mean throughput.", lower_bound=0

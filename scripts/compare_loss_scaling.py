@@ -1,4 +1,4 @@
-"""The seed's loss-scaling comparison: three GAN runs side by side.
+"""The original tutorial's loss-scaling comparison: three GAN runs side by side.
 
 1. float32; 2. mixed_float16 without loss scaling; 3. mixed_float16 with
 dynamic loss scaling. All three go under one parent directory, so

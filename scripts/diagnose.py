@@ -46,7 +46,7 @@ _FLAGS = common.define_training_flags(
 _GENERATOR_WIDTHS = flags.DEFINE_list(
     "generator_widths",
     ",".join(map(str, training.GANConfig.generator_widths)),
-    "gan: the generator's three conv widths (seed 000's bad sizes: 63,31,7).",
+    "gan: the generator's three conv widths (the GAN tutorial's bad sizes: 63,31,7).",
 )
 _ALPHA = flags.DEFINE_float("alpha", training.ClassifierConfig.alpha, "mobilenet_v2: the width multiplier.")
 _SEED_VARIANTS = flags.DEFINE_bool(
@@ -72,7 +72,8 @@ def _model_values() -> dict:
 
 
 def _seed_variants(precision: str) -> None:
-    seed = training.GANConfig()  # the seed's widths and batch; its "bad sizes" variant: widths one below, batch 4090
+    # The GAN tutorial's widths and batch; its "bad sizes" variant: widths one below, batch 4090.
+    seed = training.GANConfig()
     for title, widths, batch_size in (
         ("seed 000's generator", seed.generator_widths, seed.batch_size),
         ("seed 000's bad sizes", tuple(w - 1 for w in seed.generator_widths), 4090),

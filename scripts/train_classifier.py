@@ -1,4 +1,4 @@
-r"""Trains the MobileNetV2 classifier (seed 002) with mixed precision.
+r"""Trains the MobileNetV2 classifier of the original tutorials with mixed precision.
 
     python3 scripts/train_classifier.py --dataset=digits --alpha=0.35 --epochs=5 \
         --precision=mixed_bfloat16

@@ -1,10 +1,10 @@
-r"""Trains the seed's GAN (generator + discriminator) with mixed precision.
+r"""Trains the original tutorial's GAN (generator + discriminator) with mixed precision.
 
     python3 scripts/train_gan.py --dataset=digits --batch_size=256 --epochs=3 \
         --precision=mixed_float16 --loss_scale=dynamic
     tensorboard --logdir logs
 
-Defaults are the seed's: MNIST, batch 4096, Adam(1e-3) / RMSprop(1e-4).
+Defaults are the tutorial's: MNIST, batch 4096, Adam(1e-3) / RMSprop(1e-4).
 """
 
 from absl import flags

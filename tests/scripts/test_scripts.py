@@ -738,13 +738,13 @@ def test_train_gan_help_groups_the_flags_with_their_defaults():
     sections = [line[:-1] for line in proc.stdout.splitlines() if re.match(r"^\S.*:$", line)]
     assert sections == ["flags", "train_gan.py", "precision", "training", "data", "logs and console", "checkpoints"]
     assert "  --batch_size: Examples per step" in proc.stdout and "(default: '4096')" in proc.stdout
-    assert proc.stdout.startswith("Trains the seed's GAN")
+    assert proc.stdout.startswith("Trains the original tutorial's GAN")
 
 
 def test_the_console_command_help_has_the_scripts_docstring_and_flags():
     proc = _run("tfmp-train-gan", "--help")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.startswith("Trains the seed's GAN")
+    assert proc.stdout.startswith("Trains the original tutorial's GAN")
     assert "\ntfmp-train-gan:\n  --discriminator_learning_rate:" in proc.stdout
     assert {"precision", "loss_scale", "resume", "latent_dim"} <= _help_flags(proc.stdout)
 
