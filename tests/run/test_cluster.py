@@ -31,6 +31,7 @@ SLURM_VARIABLES = (
     "SLURM_JOB_ID",
     "TF_CONFIG",
     "CUDA_VISIBLE_DEVICES",
+    "SLURM_GPUS_PER_TASK",
 )
 
 
@@ -197,6 +198,14 @@ def test_gpus_are_shared_out_from_slurms_own_binding(slurm, monkeypatch):
     # An empty list hides every GPU (TensorFlow would count one).
     slurm(CUDA_VISIBLE_DEVICES="")
     assert cluster.slurm_resolver().num_accelerators() == {"GPU": 0}
+    # srun --gpus-per-task=1 bound one GPU to each task: it keeps it.
+    slurm(procid=1, CUDA_VISIBLE_DEVICES="5", SLURM_GPUS_PER_TASK="1")
+    assert cluster.slurm_resolver().num_accelerators() == {"GPU": 1}
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+    # Two tasks sharing one GPU: refused rather than run on CPUs.
+    slurm(CUDA_VISIBLE_DEVICES="0", SLURM_GPUS_PER_TASK=None)
+    with pytest.raises(ValueError, match=r"puts 2 tasks on a node whose 1 GPU\(s\) cannot give each task one"):
+        cluster.slurm_resolver()
 
 
 def test_resolver_names_the_cluster_setting(slurm, monkeypatch):

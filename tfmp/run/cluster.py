@@ -204,8 +204,9 @@ class SlurmResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
     the k-th task of a node on `port_base + k`) and no GPUs. With GPUs it
     is TensorFlow's, except that a task's share is taken from the devices
     `CUDA_VISIBLE_DEVICES` listed at start (Slurm's binding), not from
-    device numbers 0, 1, ...; with one task per node the task keeps them all
-    untouched. Build it with `slurm_resolver`, which checks the environment.
+    device numbers 0, 1, ...; with one task per node, or GPUs that Slurm
+    bound per task (`srun --gpus-per-task`), each task keeps them untouched.
+    Build it with `slurm_resolver`, which checks the environment.
     """
 
     def __init__(self, *, visible_devices: list[str] | None = None, **kwargs: Any):
@@ -274,14 +275,27 @@ def slurm_resolver(port_base: int = SLURM_PORT_BASE) -> SlurmResolver:
             f"{max(counts)} tasks on a node: choose a lower slurm_port_base. Received: slurm_port_base={port_base}"
         )
     gpus, visible = _gpus_on_node()
+    per_node = max(counts)
+    if os.environ.get("SLURM_GPUS_PER_TASK"):
+        # srun --gpus-per-task: Slurm gave each task its own GPUs already; each keeps what it sees.
+        gpus_per_node, gpus_per_task, split = gpus * per_node, gpus, False
+    else:
+        # Every task of a node sees all of its GPUs: split them evenly, as SlurmClusterResolver does.
+        gpus_per_node, gpus_per_task, split = gpus, gpus // per_node, per_node > 1
+        if gpus and not gpus_per_task:
+            raise _slurm_error(
+                "SLURM_STEP_TASKS_PER_NODE",
+                f"puts {per_node} tasks on a node whose {gpus} GPU(s) cannot give each task one: start at most "
+                f"{gpus} tasks per node (--ntasks-per-node), or let srun bind them (--gpus-per-task)",
+            )
     resolver = SlurmResolver(
         jobs={"worker": num_tasks},
         port_base=port_base,
-        gpus_per_node=gpus,
-        gpus_per_task=gpus // max(counts),
+        gpus_per_node=gpus_per_node,
+        gpus_per_task=gpus_per_task,
         tasks_per_node=dict(zip(hosts, counts)),
-        # One task per node keeps every GPU Slurm bound to it, as listed.
-        auto_set_gpu=max(counts) > 1,
+        # Otherwise each task keeps every GPU Slurm bound to it, as listed.
+        auto_set_gpu=split,
         visible_devices=visible,
     )
     resolver.cluster_spec()  # sets task_type and task_id
