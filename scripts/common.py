@@ -164,8 +164,22 @@ def define_training_flags(defaults: training.TrainConfig, exclude: tuple[str, ..
             "strategy",
             defaults.strategy,
             list(distribute.STRATEGIES),
-            "default: one device; mirrored: every local GPU; multi_worker: the hosts of TF_CONFIG "
+            "default: one device; mirrored: every local GPU; multi_worker: the hosts of --cluster "
             "(start this script on each; only the chief writes logs).",
+        ),
+        "cluster": lambda: flags.DEFINE_enum(
+            "cluster",
+            defaults.cluster,
+            list(distribute.CLUSTERS),
+            "Where --strategy=multi_worker finds its hosts. tf_config: the TF_CONFIG variable of each host; "
+            "slurm: the environment srun gives its tasks (launch with srun; worker index = SLURM_PROCID).",
+        ),
+        "slurm_port_base": lambda: flags.DEFINE_integer(
+            "slurm_port_base",
+            defaults.slurm_port_base,
+            "With --cluster=slurm: the port of each node's first task; its k-th task listens on this + k.",
+            lower_bound=1,
+            upper_bound=65535,
         ),
         "steps_per_epoch": lambda: flags.DEFINE_integer(
             "steps_per_epoch", defaults.steps_per_epoch, "Optional cap on the steps of an epoch.", lower_bound=1
@@ -323,7 +337,20 @@ def make_main(
 HELP_GROUPS = (
     ("precision", ("precision", "loss_scale", "xla", "tf32", "float32_layers")),
     ("model and optimizer", ("alpha", "learning_rate", "lr_schedule", "from_logits", "batch_norm_momentum")),
-    ("training", ("epochs", "batch_size", "steps_per_epoch", "strategy", "seed", "on_nonfinite", "deterministic")),
+    (
+        "training",
+        (
+            "epochs",
+            "batch_size",
+            "steps_per_epoch",
+            "strategy",
+            "cluster",
+            "slurm_port_base",
+            "seed",
+            "on_nonfinite",
+            "deterministic",
+        ),
+    ),
     ("data", ("dataset", "data_dir")),
     (
         "logs and console",

@@ -165,6 +165,7 @@ def test_the_scan_sees_every_form_of_import(tmp_path):
 RUN_LAYERS = (
     ("data", "determinism", "legacy_checkpoint", "memory", "rundir", "preemption", "autotune"),  # leaves
     ("config",),  # the settings a run is checked against
+    ("cluster",),  # where a multi-worker run finds its hosts
     ("distribute", "checkpoint", "diagnostics"),  # run services
     ("callbacks",),  # a run's side effects, built on the services
     ("tasks",),  # what one config builds

@@ -149,3 +149,38 @@ def test_non_finite_model_settings_are_refused_naming_them(config, name, value):
     with pytest.raises(config_lib.ConfigError) as error:
         dataclasses.replace(config, **{name: value}).validate()
     assert str(error.value).startswith(f"{name} must be ") and str(error.value).endswith(f"Received: {name}={value!r}")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"cluster": "pbs"}, "Unknown cluster. Valid: tf_config, slurm. Received: cluster='pbs'"),
+        (
+            {"cluster": "slurm"},
+            "cluster only says where strategy='multi_worker' finds its hosts: add strategy='multi_worker' or drop "
+            "the cluster setting. Received: cluster='slurm', strategy='default'",
+        ),
+        (
+            {"strategy": "multi_worker", "slurm_port_base": 0},
+            "slurm_port_base must be an integer >= 1. Received: slurm_port_base=0",
+        ),
+        (
+            {"strategy": "multi_worker", "cluster": "slurm", "slurm_port_base": 65536},
+            "slurm_port_base must be a port number from 1 to 65535. Received: slurm_port_base=65536",
+        ),
+        (
+            {"strategy": "multi_worker", "slurm_port_base": 9000},
+            "slurm_port_base is read only under cluster='slurm'. Received: slurm_port_base=9000, cluster='tf_config'",
+        ),
+        ({"cluster": None}, "cluster must be a string. Received: cluster=None"),
+    ],
+)
+def test_the_cluster_settings_are_refused_naming_them(change, message):
+    with pytest.raises(config_lib.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, **change).validate()
+    assert str(error.value) == message
+
+
+def test_a_slurm_cluster_with_the_multi_worker_strategy_is_valid_and_may_change_on_resume():
+    dataclasses.replace(TINY_GAN, strategy="multi_worker", cluster="slurm", slurm_port_base=20000).validate()
+    assert {"cluster", "slurm_port_base"} <= config_lib.RESUMABLE

@@ -469,6 +469,39 @@ def test_a_state_file_listing_files_elsewhere_is_refused_and_they_stay(tmp_path)
 @pytest.mark.parametrize(
     "flags, expected",
     [
+        (["--strategy=multi_worker", "--cluster=pbs"], ["--cluster=pbs: value should be one of <tf_config|slurm>"]),
+        (["--cluster=slurm"], ["Received: --cluster='slurm', --strategy='default'"]),
+        # Outside an srun step: the variable named, with the srun line to use; before any training.
+        (
+            ["--strategy=multi_worker", "--cluster=slurm"],
+            [
+                "srun python3 scripts/train_gan.py --strategy=multi_worker --cluster=slurm",
+                "Received: SLURM_PROCID=None",
+            ],
+        ),
+    ],
+)
+def test_cluster_flags_outside_a_slurm_step_are_refused_naming_them(flags, expected, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "TF_CONFIG"}
+    script = [sys.executable, os.path.join(ROOT, "scripts", "train_gan.py")]
+    proc = subprocess.run(
+        script + ["--dataset=digits", f"--logdir={tmp_path / 'logs'}", *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(env, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
+        cwd=ROOT,
+    )
+    assert proc.returncode != 0
+    for text in expected:
+        assert text in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "logs")
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
         (["--resume"], "resume needs the run to continue"),
         (["--on_nonfinite=stop", "--precision=mixed_float16", "--loss_scale=dynamic"], "on_nonfinite='stop'"),
         (["--on_nonfinite=maybe"], "maybe"),

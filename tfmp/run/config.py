@@ -30,6 +30,7 @@ from tfmp.models import gan as gan_model
 from tfmp.run import data as data_lib
 
 __all__ = [
+    "CLUSTERS",
     "CONSOLE_MODES",
     "ClassifierConfig",
     "ConfigError",
@@ -38,6 +39,7 @@ __all__ = [
     "LR_SCHEDULES",
     "ON_NONFINITE",
     "RESUMABLE",
+    "SLURM_PORT_BASE",
     "STRATEGIES",
     "TrainConfig",
     "loss_scale_is_set",
@@ -50,9 +52,11 @@ class ConfigError(ValueError):
 
 
 ON_NONFINITE = ("skip", "stop")
-# The choices of two settings, defined here, where they are checked, rather than in the modules that act on
-# them (tfmp.run.distribute, tfmp.run.callbacks): config is the lowest layer of the run framework.
+# The choices of some settings, defined here, where they are checked, rather than in the modules that act on
+# them (tfmp.run.distribute, tfmp.run.cluster, tfmp.run.callbacks): config is the lowest layer of the run framework.
 STRATEGIES = ("default", "mirrored", "multi_worker")
+CLUSTERS = ("tf_config", "slurm")
+SLURM_PORT_BASE = 8888  # SlurmClusterResolver's own default
 CONSOLE_MODES = ("auto", "progress", "lines")
 
 # Settings a resumed run may change; every other setting must match the checkpoint's.
@@ -68,6 +72,8 @@ RESUMABLE = frozenset(
         "diagnose_every",
         "profile_steps",
         "strategy",
+        "cluster",  # a run may be restarted under another launcher
+        "slurm_port_base",
         "xla",
         "tf32",
         "checkpoint_dir",
@@ -129,6 +135,14 @@ class TrainConfig:
             `"multi_worker"` (hosts named by `TF_CONFIG`). `batch_size` is
             then the global batch, split evenly across the replicas; only the
             chief writes the logs.
+        cluster: Where `multi_worker` finds its hosts and this process's
+            place among them (`tfmp.run.cluster`), one of `CLUSTERS`:
+            `"tf_config"` (the `TF_CONFIG` environment variable, written per
+            host) or `"slurm"` (the environment `srun` gives each task, read
+            by `tf.distribute.cluster_resolver.SlurmClusterResolver`: worker
+            index = `SLURM_PROCID`). Only with `strategy="multi_worker"`.
+        slurm_port_base: Under `cluster="slurm"`, the port of a node's first
+            task; its k-th task listens on `slurm_port_base + k`.
         checkpoint_dir: Where the run's checkpoints go; default
             `<logdir>/<run_name>/checkpoints` (`tfmp.run.checkpoint`).
         checkpoint_every: Also checkpoint every this many steps; 0 = only at
@@ -175,6 +189,8 @@ class TrainConfig:
     profile_steps: tuple[int, int] | None = None
     float32_layers: str = precision_lib.FLOAT32_LAYERS_AUTO
     strategy: str = "default"
+    cluster: str = "tf_config"
+    slurm_port_base: int = SLURM_PORT_BASE
     checkpoint_dir: str = ""
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
@@ -202,6 +218,7 @@ class TrainConfig:
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
         _check_int("diagnose_every", self.diagnose_every, minimum=0)
         _check_choice("strategy", self.strategy, STRATEGIES)
+        self._check_cluster()
         if self.profile_steps is not None:
             start, end = self.profile_steps
             _check_int("profile_steps start", start, minimum=1)
@@ -233,6 +250,26 @@ class TrainConfig:
                 f"Received: resume=True, run_name={self.run_name!r}, checkpoint_dir={self.checkpoint_dir!r}"
             )
         _check_run_name(self.run_name)
+
+    def _check_cluster(self) -> None:
+        _check_choice("cluster", self.cluster, CLUSTERS)
+        # Settings that only multi_worker's Slurm launch reads are refused elsewhere rather than ignored.
+        if self.cluster != "tf_config" and self.strategy != "multi_worker":
+            raise ConfigError(
+                "cluster only says where strategy='multi_worker' finds its hosts: add strategy='multi_worker' "
+                f"or drop the cluster setting. Received: cluster={self.cluster!r}, strategy={self.strategy!r}"
+            )
+        _check_int("slurm_port_base", self.slurm_port_base, minimum=1)
+        if self.slurm_port_base > 65535:
+            raise ConfigError(
+                "slurm_port_base must be a port number from 1 to 65535. "
+                f"Received: slurm_port_base={self.slurm_port_base!r}"
+            )
+        if self.slurm_port_base != SLURM_PORT_BASE and self.cluster != "slurm":
+            raise ConfigError(
+                "slurm_port_base is read only under cluster='slurm'. "
+                f"Received: slurm_port_base={self.slurm_port_base!r}, cluster={self.cluster!r}"
+            )
 
 
 LOSS_SCALE_AUTO = "auto"

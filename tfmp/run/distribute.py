@@ -8,7 +8,8 @@ A run names its strategy (`TrainConfig.strategy`, the scripts' `--strategy`):
   (without GPUs, one per logical CPU device);
 * `multi_worker`: `tf.distribute.MultiWorkerMirroredStrategy` across hosts,
   each host reading its role from the `TF_CONFIG` environment variable
-  (`tf_config_example` shows one).
+  (`tf_config_example` shows one) or, with `cluster="slurm"`, from the
+  environment `srun` gives its tasks (`tfmp.run.cluster`).
 
 Everything that touches the strategy's variables (models, optimizers with
 their loss scaling, metrics, `compile()`) is built under `strategy.scope()`;
@@ -42,9 +43,14 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfmp.run.config import STRATEGIES  # defined with the setting it checks; still importable from here
+from tfmp.run import cluster as cluster_lib
+from tfmp.run.cluster import tf_config_example  # still importable from here
+
+# Defined with the settings they check; importable from here.
+from tfmp.run.config import CLUSTERS, SLURM_PORT_BASE, STRATEGIES
 
 __all__ = [
+    "CLUSTERS",
     "STRATEGIES",
     "AverageReplicaStatistics",
     "average_across_replicas",
@@ -65,66 +71,20 @@ __all__ = [
 _STRATEGIES: dict[tuple[Any, ...], tf.distribute.Strategy] = {}
 
 
-def tf_config_example(port: int = 12345) -> str:
-    """A `TF_CONFIG` for worker 0 of two hosts, as JSON text.
-
-    Args:
-        port: The port each worker listens on.
-    """
-    return json.dumps(
-        {
-            "cluster": {"worker": [f"host0.example.com:{port}", f"host1.example.com:{port}"]},
-            "task": {"type": "worker", "index": 0},
-        }
-    )
-
-
-def _tf_config_error(problem: str, received: str | None) -> ValueError:
-    return ValueError(
-        f"strategy='multi_worker' needs the TF_CONFIG environment variable: JSON naming every task's "
-        f"host:port under 'cluster' (a 'worker' list, optionally one 'chief') and this process's role "
-        f"under 'task' ('type' and 'index'), the same cluster on every host. Example for worker 0 of two "
-        f"hosts: TF_CONFIG='{tf_config_example()}'. Problem: {problem}. Received: TF_CONFIG={received!r}"
-    )
-
-
-def _parse_tf_config(text: str | None) -> dict[str, Any]:
-    """Checks `TF_CONFIG` text for what MultiWorkerMirroredStrategy needs."""
-    if not text:
-        raise _tf_config_error("it is not set", text)
-    try:
-        config = json.loads(text)
-    except ValueError as e:
-        raise _tf_config_error(f"it is not valid JSON ({e})", text) from None
-    if not isinstance(config, dict):
-        raise _tf_config_error("it is not a JSON object", text)
-    cluster, task_info = config.get("cluster"), config.get("task")
-    if not isinstance(cluster, dict) or not cluster.get("worker") and not cluster.get("chief"):
-        raise _tf_config_error("'cluster' must map 'worker' (and optionally 'chief') to host:port lists", text)
-    for role, addresses in cluster.items():
-        if not isinstance(addresses, list) or not all(isinstance(a, str) and ":" in a for a in addresses):
-            raise _tf_config_error(f"cluster[{role!r}] must be a list of 'host:port' strings", text)
-        for address in addresses:
-            host, _, port = address.rpartition(":")
-            # TensorFlow's server would otherwise fail deep inside with "Could not parse port".
-            if not host or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-                raise _tf_config_error(
-                    f"cluster[{role!r}] holds {address!r}: the port must be a number from 1 to 65535", text
-                )
-    if not isinstance(task_info, dict) or "type" not in task_info or "index" not in task_info:
-        raise _tf_config_error("'task' must hold this process's 'type' and 'index'", text)
-    role, index = task_info["type"], task_info["index"]
-    if role not in cluster or not isinstance(index, int) or not 0 <= index < len(cluster[role]):
-        raise _tf_config_error(f"task {role}:{index} is not in the cluster", text)
-    return config
-
-
-def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distribute.Strategy:
+def make_strategy(
+    name: str,
+    devices: Sequence[str] | None = None,
+    *,
+    cluster: str = "tf_config",
+    slurm_port_base: int = SLURM_PORT_BASE,
+) -> tf.distribute.Strategy:
     """Returns the `tf.distribute.Strategy` a run names.
 
-    Calling it again with the same arguments returns the same object (see
-    the module's note on collective keys). `multi_worker` reads `TF_CONFIG`
-    and must run before any other TensorFlow operation in the process: it
+    Calling it again with the same arguments in the same environment
+    returns the same object (see the module's note on collective keys).
+    `multi_worker` reads its cluster (`TF_CONFIG`, or Slurm's environment:
+    `tfmp.run.cluster.resolver`) and must run before any other TensorFlow
+    operation in the process: it
     configures the process's collective ops, which TensorFlow allows only
     at start-up. It blocks until every worker of the cluster has started.
 
@@ -133,14 +93,19 @@ def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distrib
         devices: For `mirrored` only: the devices to mirror over, e.g.
             `["/gpu:0", "/gpu:1"]`; by default every local GPU, or every
             logical CPU device when there is no GPU.
+        cluster: For `multi_worker` only: where the hosts come from,
+            `"tf_config"` or `"slurm"` (`tfmp.run.cluster`).
+        slurm_port_base: For `cluster="slurm"`: the port of each node's
+            first task; its k-th task listens on `slurm_port_base + k`.
 
     Returns:
         The strategy.
 
     Raises:
         ValueError: for an unknown name, `devices` with another strategy
-            than `mirrored`, or (`multi_worker`) a missing or malformed
-            `TF_CONFIG`.
+            than `mirrored`, a `cluster` with another strategy than
+            `multi_worker`, or (`multi_worker`) a missing or malformed
+            `TF_CONFIG` or Slurm environment.
         RuntimeError: `multi_worker` requested after TensorFlow started.
     """
     if name not in STRATEGIES:
@@ -149,18 +114,22 @@ def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distrib
         raise ValueError(
             f"devices can only be given to the mirrored strategy. Received: strategy={name!r}, devices={devices!r}"
         )
+    if cluster != "tf_config" and name != "multi_worker":
+        raise ValueError(
+            f"cluster only applies to the multi_worker strategy. Received: strategy={name!r}, cluster={cluster!r}"
+        )
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
         strategy = tf.distribute.MirroredStrategy(None if devices is None else list(devices))
         # Keyed by the devices it resolved, however they were named.
         return _STRATEGIES.setdefault((name, tuple(strategy.extended.worker_devices)), strategy)
-    text = os.environ.get("TF_CONFIG")
-    _parse_tf_config(text)
-    key: tuple[Any, ...] = (name, text)
+    resolver = cluster_lib.resolver(cluster, slurm_port_base)
+    spec = json.dumps(resolver.cluster_spec().as_dict(), sort_keys=True)
+    key: tuple[Any, ...] = (name, spec, resolver.task_type, resolver.task_id, resolver.rpc_layer)
     if key not in _STRATEGIES:
         try:
-            _STRATEGIES[key] = tf.distribute.MultiWorkerMirroredStrategy()
+            _STRATEGIES[key] = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
         except RuntimeError as e:
             raise RuntimeError(
                 "MultiWorkerMirroredStrategy must be created before any other TensorFlow operation runs in "

@@ -237,7 +237,9 @@ class Runner:
     def _make_strategy(self) -> tf.distribute.Strategy:
         """The run's `tf.distribute` strategy, with the global batch checked against its replicas."""
         try:
-            strategy = distribute.make_strategy(self.config.strategy)
+            strategy = distribute.make_strategy(
+                self.config.strategy, cluster=self.config.cluster, slurm_port_base=self.config.slurm_port_base
+            )
             distribute.per_replica_batch(self.config.batch_size, strategy)
         except ValueError as e:
             raise ConfigError(str(e)) from None
