@@ -167,6 +167,13 @@ def define_training_flags(defaults: training.TrainConfig, exclude: tuple[str, ..
             "default: one device; mirrored: every local GPU; multi_worker: the hosts of TF_CONFIG "
             "(start this script on each; only the chief writes logs).",
         ),
+        "worker_timeout": lambda: flags.DEFINE_float(
+            "worker_timeout",
+            defaults.worker_timeout,
+            "--strategy=multi_worker: seconds without a heartbeat after which a worker counts as lost and the "
+            "others stop (exit 69); restart all with --resume.",
+            lower_bound=1,
+        ),
         "steps_per_epoch": lambda: flags.DEFINE_integer(
             "steps_per_epoch", defaults.steps_per_epoch, "Optional cap on the steps of an epoch.", lower_bound=1
         ),
@@ -323,7 +330,19 @@ def make_main(
 HELP_GROUPS = (
     ("precision", ("precision", "loss_scale", "xla", "tf32", "float32_layers")),
     ("model and optimizer", ("alpha", "learning_rate", "lr_schedule", "from_logits", "batch_norm_momentum")),
-    ("training", ("epochs", "batch_size", "steps_per_epoch", "strategy", "seed", "on_nonfinite", "deterministic")),
+    (
+        "training",
+        (
+            "epochs",
+            "batch_size",
+            "steps_per_epoch",
+            "strategy",
+            "worker_timeout",
+            "seed",
+            "on_nonfinite",
+            "deterministic",
+        ),
+    ),
     ("data", ("dataset", "data_dir")),
     (
         "logs and console",
@@ -535,7 +554,10 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
     holds, or a stop on a non-finite step exit with status 1 and the message;
     a preemption (SIGTERM/SIGINT, checkpoint written) exits with 128 + the
     signal number, as a process killed by it would, and so does Ctrl-C
-    during start-up (130, one line). Every message names the flags where
+    during start-up (130, one line). Under `--strategy=multi_worker` a
+    preemption of any worker stops every worker with
+    `preemption.CLUSTER_EXIT_CODE` (75), and a lost worker stops the others
+    with `preemption.WORKER_LOST_EXIT_CODE` (69). Every message names the flags where
     the library names settings (`to_flags`).
     """
     try:
@@ -555,7 +577,7 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
         callbacks.NonFiniteStepError,
     ) as e:
         sys.exit(f"error: {to_flags(str(e))}")
-    except preemption.Preempted as e:
+    except (preemption.Preempted, preemption.WorkerLost) as e:
         print(to_flags(str(e)), file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:

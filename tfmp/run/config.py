@@ -68,6 +68,7 @@ RESUMABLE = frozenset(
         "diagnose_every",
         "profile_steps",
         "strategy",
+        "worker_timeout",
         "xla",
         "tf32",
         "checkpoint_dir",
@@ -129,6 +130,10 @@ class TrainConfig:
             `"multi_worker"` (hosts named by `TF_CONFIG`). `batch_size` is
             then the global batch, split evenly across the replicas; only the
             chief writes the logs.
+        worker_timeout: Under `multi_worker`, seconds without a heartbeat
+            after which a worker counts as lost: the others then stop
+            (`tfmp.run.preemption.WorkerLost`) instead of waiting for it. A
+            finite number >= 1; the other strategies ignore it.
         checkpoint_dir: Where the run's checkpoints go; default
             `<logdir>/<run_name>/checkpoints` (`tfmp.run.checkpoint`).
         checkpoint_every: Also checkpoint every this many steps; 0 = only at
@@ -175,6 +180,7 @@ class TrainConfig:
     profile_steps: tuple[int, int] | None = None
     float32_layers: str = precision_lib.FLOAT32_LAYERS_AUTO
     strategy: str = "default"
+    worker_timeout: float = 30.0
     checkpoint_dir: str = ""
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
@@ -202,6 +208,11 @@ class TrainConfig:
         _check_int("warmup_steps", self.warmup_steps, minimum=0)
         _check_int("diagnose_every", self.diagnose_every, minimum=0)
         _check_choice("strategy", self.strategy, STRATEGIES)
+        if not 1 <= self.worker_timeout < math.inf:
+            raise ConfigError(
+                "worker_timeout must be a finite number of seconds >= 1. "
+                f"Received: worker_timeout={self.worker_timeout!r}"
+            )
         if self.profile_steps is not None:
             start, end = self.profile_steps
             _check_int("profile_steps start", start, minimum=1)

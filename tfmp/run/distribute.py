@@ -42,6 +42,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfmp import _compat
 from tfmp.run.config import STRATEGIES  # defined with the setting it checks; still importable from here
 
 __all__ = [
@@ -119,7 +120,9 @@ def _parse_tf_config(text: str | None) -> dict[str, Any]:
     return config
 
 
-def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distribute.Strategy:
+def make_strategy(
+    name: str, devices: Sequence[str] | None = None, worker_timeout: float | None = None
+) -> tf.distribute.Strategy:
     """Returns the `tf.distribute.Strategy` a run names.
 
     Calling it again with the same arguments returns the same object (see
@@ -133,6 +136,10 @@ def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distrib
         devices: For `mirrored` only: the devices to mirror over, e.g.
             `["/gpu:0", "/gpu:1"]`; by default every local GPU, or every
             logical CPU device when there is no GPU.
+        worker_timeout: For `multi_worker`: seconds without a heartbeat
+            after which a worker counts as lost and the others' collectives
+            fail naming it (`tfmp.run.preemption.worker_lost`); None keeps
+            TensorFlow's default.
 
     Returns:
         The strategy.
@@ -156,10 +163,12 @@ def make_strategy(name: str, devices: Sequence[str] | None = None) -> tf.distrib
         # Keyed by the devices it resolved, however they were named.
         return _STRATEGIES.setdefault((name, tuple(strategy.extended.worker_devices)), strategy)
     text = os.environ.get("TF_CONFIG")
-    _parse_tf_config(text)
+    cluster = _parse_tf_config(text)["cluster"]
     key: tuple[Any, ...] = (name, text)
     if key not in _STRATEGIES:
         try:
+            if worker_timeout is not None:
+                _compat.configure_worker_heartbeat(cluster, worker_timeout)
             _STRATEGIES[key] = tf.distribute.MultiWorkerMirroredStrategy()
         except RuntimeError as e:
             raise RuntimeError(
