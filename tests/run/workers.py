@@ -55,7 +55,7 @@ class Workers:
         self.processes = []
         self._readers = []
         for index in range(count):
-            (tmp_path / f"tmp{index}").mkdir(exist_ok=True)
+            (tmp_path / f"tmp{index}").mkdir(parents=True, exist_ok=True)
             env = dict(
                 os.environ,
                 TF_CPP_MIN_LOG_LEVEL="2",
