@@ -181,6 +181,13 @@ def define_training_flags(defaults: training.TrainConfig, exclude: tuple[str, ..
             lower_bound=1,
             upper_bound=65535,
         ),
+        "worker_timeout": lambda: flags.DEFINE_float(
+            "worker_timeout",
+            defaults.worker_timeout,
+            "--strategy=multi_worker: seconds without a heartbeat after which a worker counts as lost and the "
+            "others stop (exit 69); restart all with --resume.",
+            lower_bound=1,
+        ),
         "steps_per_epoch": lambda: flags.DEFINE_integer(
             "steps_per_epoch", defaults.steps_per_epoch, "Optional cap on the steps of an epoch.", lower_bound=1
         ),
@@ -346,6 +353,7 @@ HELP_GROUPS = (
             "strategy",
             "cluster",
             "slurm_port_base",
+            "worker_timeout",
             "seed",
             "on_nonfinite",
             "deterministic",
@@ -562,7 +570,10 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
     holds, or a stop on a non-finite step exit with status 1 and the message;
     a preemption (SIGTERM/SIGINT, checkpoint written) exits with 128 + the
     signal number, as a process killed by it would, and so does Ctrl-C
-    during start-up (130, one line). Every message names the flags where
+    during start-up (130, one line). Under `--strategy=multi_worker` a
+    preemption of any worker stops every worker with
+    `preemption.CLUSTER_EXIT_CODE` (75), and a lost worker stops the others
+    with `preemption.WORKER_LOST_EXIT_CODE` (69). Every message names the flags where
     the library names settings (`to_flags`).
     """
     try:
@@ -582,7 +593,7 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
         callbacks.NonFiniteStepError,
     ) as e:
         sys.exit(f"error: {to_flags(str(e))}")
-    except preemption.Preempted as e:
+    except (preemption.Preempted, preemption.WorkerLost) as e:
         print(to_flags(str(e)), file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:

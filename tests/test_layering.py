@@ -163,7 +163,16 @@ def test_the_scan_sees_every_form_of_import(tmp_path):
 # Bottom to top, as docs/guides/architecture.md draws them. A module of tfmp/run imports only from
 # layers below its own (and from inside its own package), so an upward import fails here.
 RUN_LAYERS = (
-    ("data", "determinism", "legacy_checkpoint", "memory", "rundir", "preemption", "autotune"),  # leaves
+    (
+        "data",
+        "determinism",
+        "legacy_checkpoint",
+        "memory",
+        "rundir",
+        "preemption",
+        "autotune",
+        "replica_state",
+    ),  # leaves
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts
     ("distribute", "checkpoint", "diagnostics"),  # run services

@@ -25,6 +25,8 @@ from typing import Any, NamedTuple
 import keras
 import tensorflow as tf
 from keras.src.utils import tracking as _keras_tracking  # Keras 3.15
+from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2 as _coordination_config  # TF 2.21
+from tensorflow.python.eager import context as _tf_context  # TF 2.21
 from tensorflow.python.framework import config as _tf_config  # TF 2.21
 from tensorflow.python.ops import control_flow_util as _control_flow_util  # TF 2.21
 
@@ -33,6 +35,7 @@ __all__ = [
     "ModelWorkarounds",
     "check",
     "child_layers",
+    "configure_worker_heartbeat",
     "disable_op_determinism",
     "inbound_nodes",
     "is_op_determinism_enabled",
@@ -90,6 +93,16 @@ PRIVATE_APIS = (
         "whether a layer is traced for XLA (tracing_for_xla)",
     ),
     PrivateAPI(
+        "tensorflow.python.eager.context.Context",
+        "configure_coordination_service",
+        "the heartbeat timeout after which a lost worker stops the others (configure_worker_heartbeat)",
+    ),
+    PrivateAPI(
+        "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2",
+        "CoordinatedJob",
+        "the jobs the coordination service watches (configure_worker_heartbeat)",
+    ),
+    PrivateAPI(
         "tf.__internal__.distribute",
         "strategy_supports_no_merge_call",
         "whether a loss-scaled apply may skip merge_call",
@@ -105,6 +118,8 @@ def _owners() -> dict[str, Any]:
         "keras.src.utils.tracking": _keras_tracking,
         "tensorflow.python.framework.config": _tf_config,
         "tensorflow.python.ops.control_flow_util": _control_flow_util,
+        "tensorflow.python.eager.context.Context": _tf_context.Context,
+        "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2": _coordination_config,
         "tf.__internal__.distribute": tf.__internal__.distribute,
     }
 
@@ -264,6 +279,37 @@ def tracing_for_xla() -> bool:
     tf.keras 2's BatchNormalization asked the same; TensorFlow has no public call.
     """
     return _control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def configure_worker_heartbeat(cluster: dict[str, list[str]], timeout_seconds: float) -> None:
+    """Makes `MultiWorkerMirroredStrategy`'s coordination service declare a worker lost after `timeout_seconds`.
+
+    Call it before creating the strategy, which then keeps this
+    configuration instead of its own (the same service, leader and jobs, with
+    TensorFlow's default heartbeat timeout). A task that sends no heartbeat
+    for that long is reported to every other task, whose collectives then
+    fail with `tf.errors.UnavailableError` naming it. No public alternative:
+    `tf.distribute.experimental.CommunicationOptions(timeout_seconds=...)`
+    bounds each collective instead, which would also stop a healthy run
+    whose worker takes longer (validation, a checkpoint write) to reach the
+    next collective.
+
+    Args:
+        cluster: The `TF_CONFIG` cluster: `chief` and `worker` address lists.
+        timeout_seconds: Seconds without a heartbeat before a task is lost.
+    """
+    jobs = [
+        _coordination_config.CoordinatedJob(name=job, num_tasks=len(cluster[job]))
+        for job in ("chief", "worker")
+        if cluster.get(job)
+    ]
+    leader = "/job:chief/replica:0/task:0" if cluster.get("chief") else "/job:worker/replica:0/task:0"
+    _tf_context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=leader,
+        heartbeat_timeout_in_ms=int(timeout_seconds * 1000),
+        coordinated_jobs=jobs,
+    )
 
 
 def is_op_determinism_enabled() -> bool:

@@ -184,3 +184,14 @@ def test_the_cluster_settings_are_refused_naming_them(change, message):
 def test_a_slurm_cluster_with_the_multi_worker_strategy_is_valid_and_may_change_on_resume():
     dataclasses.replace(TINY_GAN, strategy="multi_worker", cluster="slurm", slurm_port_base=20000).validate()
     assert {"cluster", "slurm_port_base"} <= config_lib.RESUMABLE
+
+
+@pytest.mark.parametrize("value", [0.5, 0, -1.0, math.inf, math.nan])
+def test_worker_timeout_must_be_a_finite_number_of_seconds_of_at_least_one(value):
+    with pytest.raises(config_lib.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, worker_timeout=value).validate()
+    assert str(error.value) == (
+        f"worker_timeout must be a finite number of seconds >= 1. Received: worker_timeout={value!r}"
+    )
+    dataclasses.replace(TINY_GAN, worker_timeout=1).validate()  # an int is a number of seconds too
+    assert "worker_timeout" in config_lib.RESUMABLE  # a resumed run may wait longer or shorter

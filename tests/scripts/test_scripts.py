@@ -858,3 +858,25 @@ def test_float16_on_a_cpu_is_noted_after_the_runs_first_line(precisions, gpus, n
     note = [common.FLOAT16_ON_CPU_NOTE] if noted else []
     assert lines == ["training gan_trainer: ...", *note, "(0, 0), ..."]
     assert (print_fn is record) != noted
+
+
+@pytest.mark.parametrize(
+    "error, code",
+    [
+        ("preempted", 75),  # a SIGTERM to any worker of a multi-worker run
+        ("lost", 69),  # a worker stopped answering
+    ],
+)
+def test_run_exits_with_the_documented_code_of_a_multi_worker_stop(capsys, error, code):
+    from scripts import common
+    from tfmp.run import preemption, training
+
+    def train(config, print_fn):
+        if error == "preempted":
+            raise preemption.Preempted(signal.SIGTERM, 3, "/r/ckpt-3", {"worker 1 (h:1)": signal.SIGTERM})
+        raise preemption.WorkerLost("lost worker 1 (h:1): ... start every worker again with resume=True", [], 3, None)
+
+    with pytest.raises(SystemExit) as exited:
+        common.run(train, training.GANConfig())
+    assert exited.value.code == code
+    assert "start every worker again with" in capsys.readouterr().err  # (in flag terms once flags are parsed)

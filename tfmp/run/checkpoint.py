@@ -19,12 +19,13 @@ A `RunCheckpoint` holds everything a step changes, as one object-based
   (`seed_generators/noise_seed`, `seed_generators/discriminator/_operations/3/seed_generator`).
   Keras's seed generators are not TensorFlow trackables, so the trainer's
   object graph does not reach them;
-* `replicas` (under `MirroredStrategy` only): the other replicas' own copies
-  of the non-trainable state each replica updates from its share of the
-  batch (BatchNorm statistics), which a distributed variable's checkpoint
-  would otherwise reduce to the first replica's; a run resumed mid-epoch
+* `replicas` (under `MirroredStrategy`) or `workers` (under
+  `MultiWorkerMirroredStrategy`): the other replicas' own copies of the
+  non-trainable state each replica updates from its share of the batch
+  (BatchNorm statistics), which a distributed variable's checkpoint would
+  otherwise reduce to the chief's first replica's; a run resumed mid-epoch
   then ends the epoch exactly as the uninterrupted one
-  (`_replica_copies`). Resumed with another number of replicas, every
+  (`tfmp.run.replica_state`). Resumed with another number of replicas, every
   replica starts from the first one's copy, with a note;
 * `step`: the global step, from which the epoch and the position in the
   data follow (`tfmp.run.training` replays the data stream to that position);
@@ -99,6 +100,7 @@ import tensorflow as tf
 
 from tfmp.run import legacy_checkpoint as legacy
 from tfmp.run.determinism import op_determinism  # noqa: F401 - its 0.1 path, `tfmp.checkpoint.op_determinism`
+from tfmp.run.replica_state import ReplicaState
 
 __all__ = ["CheckpointError", "Found", "RunCheckpoint"]
 
@@ -276,37 +278,6 @@ def _unreachable(checkpoint: tf.train.Checkpoint, variables: Iterable[Any]) -> l
     return [v for v in variables if id(v) not in reachable]
 
 
-def _replica_copies(trainer: Any) -> list[tuple[tf.Variable, tf.Variable]]:
-    """`(replica's copy, plain variable)` pairs for the state each replica of this process keeps apart.
-
-    Under `MirroredStrategy` a non-trainable variable (BatchNorm's moving
-    statistics) has one copy per replica, each updated from that replica's
-    share of the batch until `tfmp.run.distribute.AverageReplicaStatistics`
-    averages them at the epoch's end. A checkpoint saves a distributed
-    variable's first copy only, so a run resumed mid-epoch would give every
-    replica the first one's statistics and end the epoch with different
-    averages than the run it continues. Each further copy therefore gets a
-    plain variable that `save` fills and `restore` reads back. Trainable
-    variables are kept equal by the all-reduced updates and need none; with
-    one local replica (one device, or one per worker under `multi_worker`)
-    there is nothing to keep.
-    """
-    strategy = trainer.distribute_strategy
-    pairs = []
-    for variable in trainer.variables:
-        if variable.trainable:
-            continue
-        for replica in strategy.experimental_local_results(variable.value)[1:]:
-            with tf.init_scope(), tf.device("/cpu:0"):
-                pairs.append((replica, tf.Variable(replica.read_value(), trainable=False)))
-    return pairs
-
-
-def _replica_copies_in(keys: Iterable[str]) -> int:
-    """How many per-replica copies (`_replica_copies`) a checkpoint with these `keys` holds."""
-    return sum(1 for key in keys if re.match(r"^replicas/\d+/\.ATTRIBUTES/VARIABLE_VALUE$", key))
-
-
 class RunCheckpoint:
     """The checkpoints of one training run.
 
@@ -361,10 +332,10 @@ class RunCheckpoint:
         }
         self._core = tf.train.Checkpoint(**objects)
         # What the core cannot hold: the other replicas' own copies (a checkpoint saves a variable's first).
-        self._replica_copies = _replica_copies(trainer)
+        self._replica_state = ReplicaState(trainer)
         self._checkpoint = self._core
-        if self._replica_copies:
-            self._checkpoint = tf.train.Checkpoint(**objects, replicas=[copy for _, copy in self._replica_copies])
+        if self._replica_state.copies:
+            self._checkpoint = tf.train.Checkpoint(**objects, **{self._replica_state.name: self._replica_state.copies})
         optimizer_variables = [v for optimizer in trainer.optimizers.values() for v in optimizer.variables]
         missing = _unreachable(self._core, [*trainer.variables, *optimizer_variables])
         if missing:
@@ -438,8 +409,7 @@ class RunCheckpoint:
             )
         previous = [p for p in (list(self._manager.checkpoints) or _on_disk(self.directory)) if p != prefix]
         self._step.assign(step)
-        for replica, copy in self._replica_copies:
-            copy.assign(replica.read_value())
+        self._replica_state.save()  # under several workers a collective: every worker saves at this step
         try:
             path = self._manager.save(checkpoint_number=step)
         except (tf.errors.OpError, OSError) as e:
@@ -524,14 +494,15 @@ class RunCheckpoint:
         """
         self.check_signature(found)
         try:
-            keys = list(tf.train.load_checkpoint(found.path).get_variable_to_shape_map())  # one read of the index
-            saved_copies = 0
+            shapes = tf.train.load_checkpoint(found.path).get_variable_to_shape_map()  # one read of the index
+            keys = list(shapes)
+            saved_copies = None
             if legacy.is_legacy(keys):
                 legacy.check_counts(keys, self._trainer)
                 checkpoint = legacy.legacy_checkpoint(self._trainer, self._step, self._signature)
             else:
-                saved_copies = _replica_copies_in(keys)
-                checkpoint = self._checkpoint if saved_copies == len(self._replica_copies) else self._core
+                saved_copies = self._replica_state.saved(shapes)
+                checkpoint = self._checkpoint if self._replica_state.fits(shapes) else self._core
             # Created before reading, so the saved counter has a variable to go to and assert_consumed
             # checks the rest; the manager numbers checkpoints by step, not by this counter.
             _ = checkpoint.save_counter
@@ -541,8 +512,8 @@ class RunCheckpoint:
                 status.assert_existing_objects_matched()
                 status.expect_partial()
                 self.print_fn(
-                    f"note: {found.path} was written with {saved_copies} per-replica copies of state each "
-                    f"replica keeps (BatchNorm statistics); this run has {len(self._replica_copies)}, so every "
+                    f"note: {found.path} was written with {saved_copies} of state each "
+                    f"replica keeps (BatchNorm statistics); this run has {self._replica_state.describe()}, so every "
                     "replica resumes from the first replica's copy."
                 )
             else:
@@ -554,6 +525,5 @@ class RunCheckpoint:
                 "It was written by another model; start a new run (another run_name or checkpoint_dir)."
             ) from None
         if checkpoint is self._checkpoint:
-            for replica, copy in self._replica_copies:
-                replica.assign(copy.read_value())
+            self._replica_state.restore()
         return int(self._step.numpy())

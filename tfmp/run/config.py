@@ -74,6 +74,7 @@ RESUMABLE = frozenset(
         "strategy",
         "cluster",  # a run may be restarted under another launcher
         "slurm_port_base",
+        "worker_timeout",
         "xla",
         "tf32",
         "checkpoint_dir",
@@ -143,6 +144,10 @@ class TrainConfig:
             index = `SLURM_PROCID`). Only with `strategy="multi_worker"`.
         slurm_port_base: Under `cluster="slurm"`, the port of a node's first
             task; its k-th task listens on `slurm_port_base + k`.
+        worker_timeout: Under `multi_worker`, seconds without a heartbeat
+            after which a worker counts as lost: the others then stop
+            (`tfmp.run.preemption.WorkerLost`) instead of waiting for it. A
+            finite number >= 1; the other strategies ignore it.
         checkpoint_dir: Where the run's checkpoints go; default
             `<logdir>/<run_name>/checkpoints` (`tfmp.run.checkpoint`).
         checkpoint_every: Also checkpoint every this many steps; 0 = only at
@@ -191,6 +196,7 @@ class TrainConfig:
     strategy: str = "default"
     cluster: str = "tf_config"
     slurm_port_base: int = SLURM_PORT_BASE
+    worker_timeout: float = 30.0
     checkpoint_dir: str = ""
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
@@ -219,6 +225,11 @@ class TrainConfig:
         _check_int("diagnose_every", self.diagnose_every, minimum=0)
         _check_choice("strategy", self.strategy, STRATEGIES)
         self._check_cluster()
+        if not 1 <= self.worker_timeout < math.inf:
+            raise ConfigError(
+                "worker_timeout must be a finite number of seconds >= 1. "
+                f"Received: worker_timeout={self.worker_timeout!r}"
+            )
         if self.profile_steps is not None:
             start, end = self.profile_steps
             _check_int("profile_steps start", start, minimum=1)

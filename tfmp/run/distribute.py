@@ -43,6 +43,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfmp import _compat
 from tfmp.run import cluster as cluster_lib
 from tfmp.run.cluster import tf_config_example  # still importable from here
 
@@ -77,6 +78,7 @@ def make_strategy(
     *,
     cluster: str = "tf_config",
     slurm_port_base: int = SLURM_PORT_BASE,
+    worker_timeout: float | None = None,
 ) -> tf.distribute.Strategy:
     """Returns the `tf.distribute.Strategy` a run names.
 
@@ -97,6 +99,10 @@ def make_strategy(
             `"tf_config"` or `"slurm"` (`tfmp.run.cluster`).
         slurm_port_base: For `cluster="slurm"`: the port of each node's
             first task; its k-th task listens on `slurm_port_base + k`.
+        worker_timeout: For `multi_worker`: seconds without a heartbeat
+            after which a worker counts as lost and the others' collectives
+            fail naming it (`tfmp.run.preemption.worker_lost`); None keeps
+            TensorFlow's default.
 
     Returns:
         The strategy.
@@ -129,6 +135,8 @@ def make_strategy(
     key: tuple[Any, ...] = (name, spec, resolver.task_type, resolver.task_id, resolver.rpc_layer)
     if key not in _STRATEGIES:
         try:
+            if worker_timeout is not None:
+                _compat.configure_worker_heartbeat(resolver.cluster_spec().as_dict(), worker_timeout)
             _STRATEGIES[key] = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
         except RuntimeError as e:
             raise RuntimeError(

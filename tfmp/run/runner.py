@@ -164,6 +164,15 @@ def _claim_new_dir(path: str, created: list[str]) -> str:
 # -- the run ------------------------------------------------------------------------
 
 
+def _cluster(strategy: tf.distribute.Strategy) -> dict[str, list[str]]:
+    """The chief and worker addresses of a multi-worker strategy's cluster; empty with one worker."""
+    if distribute.task(strategy)[0] is None:
+        return {}
+    spec = strategy.cluster_resolver.cluster_spec().as_dict()
+    cluster = {role: list(spec[role]) for role in ("chief", "worker") if spec.get(role)}
+    return cluster if sum(len(addresses) for addresses in cluster.values()) > 1 else {}
+
+
 def _network_signature(network: keras.Model) -> dict[str, Any]:
     """A network's architecture and per-layer dtype policies, independent of auto-generated layer names."""
     layers = [
@@ -216,8 +225,10 @@ class Runner:
             ConfigError: for an impossible setting, before training.
             tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
             Interrupted: Ctrl-C before the first step (nothing left behind).
-            tfmp.run.preemption.Preempted: SIGTERM/SIGINT during training, after
-                the checkpoint is written.
+            tfmp.run.preemption.Preempted: SIGTERM/SIGINT during training (to
+                any worker of a multi-worker run), after the checkpoint is written.
+            tfmp.run.preemption.WorkerLost: another worker of a multi-worker run
+                stopped answering.
         """
         dirs = None
         try:
@@ -238,7 +249,10 @@ class Runner:
         """The run's `tf.distribute` strategy, with the global batch checked against its replicas."""
         try:
             strategy = distribute.make_strategy(
-                self.config.strategy, cluster=self.config.cluster, slurm_port_base=self.config.slurm_port_base
+                self.config.strategy,
+                cluster=self.config.cluster,
+                slurm_port_base=self.config.slurm_port_base,
+                worker_timeout=self.config.worker_timeout,
             )
             distribute.per_replica_batch(self.config.batch_size, strategy)
         except ValueError as e:
@@ -345,8 +359,25 @@ class Runner:
             others = self._callbacks(trainer, split, run_dir, position)
             dirs.training_started = True  # from here on SIGINT/SIGTERM finish the step and checkpoint
             with preemption.PreemptionGuard() as guard:
-                saver = callbacks_lib.Checkpointing(checkpoint, position, config.checkpoint_every, guard, print_fn)
-                self._fit(trainer, split, steps, position, [timer, console, summaries, *others, saver])
+                cluster = _cluster(strategy)
+                saver = callbacks_lib.Checkpointing(
+                    checkpoint,
+                    position,
+                    config.checkpoint_every,
+                    guard,
+                    print_fn,
+                    cluster=preemption.ClusterStop(strategy, preemption.worker_names(cluster)) if cluster else None,
+                )
+                try:
+                    self._fit(trainer, split, steps, position, [timer, console, summaries, *others, saver])
+                except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError) as e:
+                    if not cluster:
+                        raise
+                    task_type, task_id = distribute.task(strategy)
+                    newest = checkpoint.checkpoints[-1] if checkpoint.checkpoints else None
+                    raise preemption.worker_lost(
+                        e, cluster, (task_type, task_id), saver.step, newest, config.worker_timeout
+                    ) from None
         return RunResult(
             logs=console.final_logs,
             images_per_sec=timer.mean_images_per_sec,

@@ -38,3 +38,40 @@ def test_checkpointing_saves_every_n_steps_and_stops_on_request(tmp_path):
             trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[Stop(), saver])
     assert stopped.value.step == 5 and stopped.value.checkpoint.endswith("ckpt-5")
     assert ckpt.latest().step == 5
+
+
+def test_in_a_cluster_every_worker_stops_at_the_step_the_workers_agree_on(tmp_path):
+    # A stand-in for tfmp.run.preemption.ClusterStop: another worker reports SIGTERM at the end of step 3. This
+    # worker received nothing, and its own request would not stop it alone: the gathered answer decides.
+    import signal
+
+    import keras
+
+    from tfmp import trainers
+    from tfmp.run import checkpoint, preemption
+
+    inputs = keras.Input((2,))
+    trainer = trainers.ClassifierTrainer(keras.Model(inputs, keras.layers.Dense(1)(inputs)))
+    trainer.compile(keras.optimizers.SGD(0.1), loss="mse")
+    run_dir = tmp_path / "run"
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path / "private"), trainer, {}, keep=10, read_directory=str(run_dir))
+    asked = []
+
+    def cluster(signum):
+        asked.append(signum)
+        # Asked twice at step 3: the decision, then the barrier after the save.
+        return {"worker 1 (10.0.0.2:2222)": signal.SIGTERM} if len(asked) >= 3 else {}
+
+    x = np.ones((8, 2), np.float32)
+    saver = callbacks.Checkpointing(ckpt, step=0, every=0, print_fn=lambda line: None, cluster=cluster)
+    with pytest.raises(preemption.Preempted) as stopped:
+        trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[saver])
+    assert asked == [None] * 4  # after steps 1, 2 and 3, then once more after the save
+    error = stopped.value
+    assert error.step == 3 and error.exit_code == preemption.CLUSTER_EXIT_CODE
+    assert error.signalled == {"worker 1 (10.0.0.2:2222)": signal.SIGTERM}
+    # This worker wrote its copy where it writes; the message names the run's checkpoint, which resume reads.
+    assert [os.path.basename(p) for p in ckpt.checkpoints] == [] and os.path.isfile(
+        tmp_path / "private" / "ckpt-3.index"
+    )
+    assert error.checkpoint == str(run_dir / "ckpt-3")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import keras
@@ -19,12 +20,19 @@ class Checkpointing(keras.callbacks.Callback):
     step in flight finishes, a checkpoint is written and
     `tfmp.run.preemption.Preempted` is raised out of `fit()`.
 
+    With a `tfmp.run.preemption.ClusterStop` (multi-worker runs), a worker's
+    own signal is not acted on alone: after every step and at each epoch's
+    end every worker gathers every worker's signal, so that all of them save
+    at the same step and raise `Preempted` together, whichever was
+    signalled.
+
     Args:
         checkpoint: The run's `tfmp.run.checkpoint.RunCheckpoint`.
         step: Training steps done before this `fit()` (the restored step).
         every: Also save every this many steps; 0 = only at epoch ends.
         guard: The active preemption guard, if any.
         print_fn: Says where each checkpoint went.
+        cluster: Gathers the workers' stop requests in a multi-worker run.
     """
 
     def __init__(
@@ -34,6 +42,7 @@ class Checkpointing(keras.callbacks.Callback):
         every: int = 0,
         guard: preemption.PreemptionGuard | None = None,
         print_fn: Callable[[str], None] = print,
+        cluster: preemption.ClusterStop | None = None,
     ):
         super().__init__()
         if every < 0:
@@ -43,6 +52,7 @@ class Checkpointing(keras.callbacks.Callback):
         self.every = int(every)
         self.guard = guard
         self.print_fn = print_fn
+        self.cluster = cluster
         self.last_saved: tuple[int, str] | None = None
 
     def save(self) -> str:
@@ -52,8 +62,17 @@ class Checkpointing(keras.callbacks.Callback):
         return self.last_saved[1]
 
     def _stop_if_requested(self) -> None:
-        if self.guard is not None and self.guard.requested:
-            raise preemption.Preempted(self.guard.signum, self.step, self.save())
+        signum = self.guard.signum if self.guard is not None else None
+        if self.cluster is None:
+            if signum is not None:
+                raise preemption.Preempted(signum, self.step, self.save())
+            return
+        signalled = self.cluster(signum)
+        if signalled:
+            saved = self.save()  # every worker, at this same step; the chief's is the run's
+            self.cluster(signum)  # no worker leaves before every worker's save is written
+            run_checkpoint = os.path.join(self.checkpoint.read_directory, os.path.basename(saved))
+            raise preemption.Preempted(next(iter(signalled.values())), self.step, run_checkpoint, signalled)
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
