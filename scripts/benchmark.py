@@ -60,7 +60,15 @@ _WARMUP_STEPS = flags.DEFINE_integer(
     "warmup_steps", _DEFAULTS.warmup_steps, "Untimed steps per path before timing (the first traces)."
 )
 _STEPS = flags.DEFINE_integer("steps", _DEFAULTS.steps, "Timed steps per path per repeat.")
-_REPEATS = flags.DEFINE_integer("repeats", _DEFAULTS.repeats, "Timed rounds; medians are taken over them.")
+_REPEATS = flags.DEFINE_integer(
+    "repeats", _DEFAULTS.repeats, "Timed rounds per row and run, trainer and hand-written step back to back."
+)
+_RUNS = flags.DEFINE_integer(
+    "runs",
+    _DEFAULTS.runs,
+    "Measure the whole comparison this many times, run after run; ratios are the median over the runs with "
+    "their min and max (use >= 3 for a figure you quote).",
+)
 _SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of weights, synthetic data and noise.")
 _DATASET = flags.DEFINE_string(
     "dataset",
@@ -175,6 +183,7 @@ def _config() -> benchmark.BenchmarkConfig:
             warmup_steps=_WARMUP_STEPS.value,
             steps=_STEPS.value,
             repeats=_REPEATS.value,
+            runs=_RUNS.value,
             seed=_SEED.value,
             dataset=_DATASET.value,
             float32_layers=_FLOAT32_LAYERS.value,

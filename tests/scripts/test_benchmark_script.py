@@ -23,9 +23,14 @@ KEYS = [
     "images_per_sec_max",
     "step_ms",
     "ratio_to_float32",
+    "ratio_to_float32_min",
+    "ratio_to_float32_max",
     "ratio_to_hand_written",
+    "ratio_to_hand_written_min",
+    "ratio_to_hand_written_max",
     "peak_host_mb",
     "peak_gpu_mb",
+    "runs",
 ]
 
 
@@ -82,6 +87,7 @@ def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
         "--warmup_steps=1",
         "--steps=2",
         "--repeats=1",
+        "--runs=2",
         f"--json_out={out}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -90,6 +96,8 @@ def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
     row = rows[0]
     assert (row["model"], row["precision"], row["xla"], row["batch_size"]) == ("gan", "float32", False, 8)
     assert row["ratio_to_float32"] == 1.0 and row["peak_gpu_mb"] is None
+    assert row["runs"] == 2 and row["ratio_to_hand_written_min"] <= row["ratio_to_hand_written_max"]
+    assert proc.stderr.count("(run 1/2)") == 1 and proc.stderr.count("(run 2/2)") == 1
     assert row["images_per_sec"] * row["step_ms"] / 1000 == pytest.approx(16)  # 2 x batch
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(table) == 3 and table[2].startswith("| gan | float32 | false | 8 | ")
