@@ -4,6 +4,7 @@ r"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written
         --precisions=float32,mixed_bfloat16 --xla=false --steps=10 --repeats=3 \
         --json_out=/tmp/bench.json --plot_out=/tmp/bench.png
     python3 scripts/benchmark.py --mode=input_pipeline --precisions=bf16 --xla=false
+    python3 scripts/benchmark.py --mode=ceiling --models=gan --precisions=fp32,bf16
 
 Prints a markdown table (one row per model, precision, XLA setting and batch
 size) to stdout and one progress line per row to stderr. The method is in
@@ -29,6 +30,7 @@ except ImportError:  # pragma: no cover
 from tfmp import precision as precision_lib
 from tfmp.run import benchmark, reporting
 from tfmp.run import data as data_lib
+from tfmp.run.benchmark import kernel_ceiling
 
 _DEFAULTS = benchmark.BenchmarkConfig()
 _MODE = flags.DEFINE_enum(
@@ -36,13 +38,15 @@ _MODE = flags.DEFINE_enum(
     "compare",
     list(benchmark.MODES),
     "compare: the trainer per precision, against float32 and a hand-written step; "
-    "input_pipeline: the trainer fed by the real tf.data pipeline against in-memory tensors.",
+    "input_pipeline: the trainer fed by the real tf.data pipeline against in-memory tensors; "
+    "ceiling: each model's step profiled in float32 and 16 bits, the speed-up its kernels allow against the "
+    "measured one, and the ops that do not speed up.",
 )
 _MODELS = flags.DEFINE_list(
     "models",
     [],
     f"Models, from {', '.join(benchmark.MODELS)}. Empty: all three for compare, "
-    f"{', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline.",
+    f"{', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline and ceiling.",
 )
 _PRECISIONS = flags.DEFINE_list(
     "precisions",
@@ -190,6 +194,8 @@ def _config() -> benchmark.BenchmarkConfig:
             tf32=_TF32.value,
         )
         config.validate()
+        if _MODE.value == "ceiling":
+            kernel_ceiling.sixteen_bit_precisions(config.precisions)
     except ValueError as e:
         raise app.UsageError(common.to_flags(str(e))) from None
     return config
@@ -219,7 +225,9 @@ def main(argv):
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    measure = benchmark.compare if _MODE.value == "compare" else benchmark.input_pipeline
+    measure = {"compare": benchmark.compare, "input_pipeline": benchmark.input_pipeline, "ceiling": benchmark.ceiling}[
+        _MODE.value
+    ]
     try:
         records = measure(config, progress=progress)
     except data_lib.DatasetNotFoundError as e:

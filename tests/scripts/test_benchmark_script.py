@@ -113,3 +113,32 @@ def test_a_bad_script_value_is_a_usage_error_before_any_work(tmp_path):
     assert "Received: precision='fp8'" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_ceiling_mode_end_to_end_reports_the_gans_kernel_ceiling(tmp_path):
+    out = tmp_path / "ceiling.json"
+    proc = _script(
+        "--mode=ceiling",
+        "--models=gan",
+        "--precisions=fp32,bf16",
+        "--batch_sizes=8",
+        "--warmup_steps=1",
+        "--steps=2",
+        "--repeats=1",
+        f"--json_out={out}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())
+    assert (row["model"], row["precision"], row["batch_size"]) == ("gan", "mixed_bfloat16", 8)
+    assert row["ceiling_ratio"] == pytest.approx(row["kernel_ms_float32"] / row["kernel_ms"])
+    assert row["of_ceiling"] == pytest.approx(row["measured_ratio"] / row["ceiling_ratio"])
+    assert "gan float32 batch=8:" in proc.stderr and "gan mixed_bfloat16 batch=8:" in proc.stderr
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert len(table) == 3 and table[2].startswith("| gan | mixed_bfloat16 | 8 | ")
+
+
+def test_ceiling_mode_without_a_16_bit_precision_is_a_usage_error():
+    proc = _script("--mode=ceiling", "--models=gan", "--precisions=fp32")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "The ceiling mode compares a 16-bit precision with float32" in proc.stderr
+    assert "Received: --precisions=('float32',)" in proc.stderr or "Received: precisions=('float32',)" in proc.stderr
