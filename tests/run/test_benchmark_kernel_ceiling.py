@@ -10,7 +10,7 @@ import pytest
 from benchmark_tiny import tiny_config, tiny_specs
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from tfmp.run import benchmark
+from tfmp.run import benchmark, reporting
 from tfmp.run.benchmark import kernel_ceiling
 
 
@@ -76,3 +76,11 @@ def test_the_ceiling_of_the_tiny_classifier_is_its_float32_kernel_time_over_its_
     assert all(op.speedup is None or op.speedup < kernel_ceiling.SLOW_SPEEDUP for op in record.slow_ops)
     row = record.to_json()
     assert list(row)[-1] == "slow_ops" and isinstance(row["slow_ops"], str)
+
+
+def test_the_table_prints_the_ceilings_ratios_with_three_decimals():
+    record = kernel_ceiling.CeilingRecord(
+        "gan", "mixed_bfloat16", 512, 1258.2, 834.0, 1258.2 / 834.0, 2121.1, 1391.8, 2121.1 / 1391.8, 0.99, []
+    )
+    row = reporting.markdown_table([record]).splitlines()[2]
+    assert row == "| gan | mixed_bfloat16 | 512 | 1258.2 | 834.0 | 1.509 | 2121.1 | 1391.8 | 1.524 | 0.990 | none |"

@@ -97,14 +97,15 @@ def _format(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        return f"{value:.3f}" if key.startswith("ratio") else f"{value:.1f}"
+        return f"{value:.3f}" if "ratio" in key or key == "of_ceiling" else f"{value:.1f}"
     return str(value)
 
 
 def markdown_table(records: Sequence[JsonRecord]) -> str:
     """A markdown table with one column per JSON key and one row per record.
 
-    Ratios print with three decimals, other floats with one, None as `n/a`.
+    Ratios (keys naming a ratio, and `of_ceiling`) print with three decimals,
+    other floats with one, None as `n/a`.
 
     Raises:
         ValueError: for an empty list or records of different kinds.
