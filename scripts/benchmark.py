@@ -233,6 +233,9 @@ def main(argv):
     except data_lib.DatasetNotFoundError as e:
         sys.exit(f"error: {common.to_flags(str(e))}")
     print(reporting.markdown_table(records))
+    for record in records:
+        if isinstance(record, benchmark.CeilingRecord):
+            print("\n" + record.op_table())
     if _JSON_OUT.value:
         reporting.write_json(records, _JSON_OUT.value)
         progress(f"wrote {_JSON_OUT.value}")

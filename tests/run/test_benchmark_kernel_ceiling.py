@@ -75,7 +75,8 @@ def test_the_ceiling_of_the_tiny_classifier_is_its_float32_kernel_time_over_its_
     # bfloat16 casts the float32 inputs and weights: a cast is among the 16-bit-only ops unless it is under 1%.
     assert all(op.speedup is None or op.speedup < kernel_ceiling.SLOW_SPEEDUP for op in record.slow_ops)
     row = record.to_json()
-    assert list(row)[-1] == "slow_ops" and isinstance(row["slow_ops"], str)
+    assert list(row)[-2:] == ["slow_ops", "ops"] and isinstance(row["slow_ops"], str)
+    assert record.ops and all(op.float32_ms or op.ms for op in record.ops)
 
 
 def test_the_table_prints_the_ceilings_ratios_with_three_decimals():
@@ -84,3 +85,21 @@ def test_the_table_prints_the_ceilings_ratios_with_three_decimals():
     )
     row = reporting.markdown_table([record]).splitlines()[2]
     assert row == "| gan | mixed_bfloat16 | 512 | 1258.2 | 834.0 | 1.509 | 2121.1 | 1391.8 | 1.524 | 0.990 | none |"
+
+
+def test_ops_list_every_op_type_over_1_percent_of_either_step_float32_first():
+    float32 = {"Conv2D": 10.0, "Tanh": 2.0, "Tiny": 0.001}
+    sixteen = {"Conv2D": 5.0, "Tanh": 2.5, "Cast": 1.5, "Tiny": 0.001}
+    ops = kernel_ceiling._ops(float32, sixteen)
+    assert [(op.op_type, op.float32_ms, op.ms) for op in ops] == [
+        ("Conv2D", 10.0, 5.0),
+        ("Tanh", 2.0, 2.5),
+        ("Cast", 0.0, 1.5),
+    ]
+    record = kernel_ceiling.CeilingRecord("m", "mixed_bfloat16", 8, 2.0, 1.0, 2.0, 12.0, 9.0, 12.0 / 9.0, 1.5, [], ops)
+    table = record.op_table().splitlines()
+    assert table[4] == "| Conv2D | 10.0 | 5.0 | 2.00x | 55.6% |"
+    assert table[6] == "| Cast | 0.0 | 1.5 | n/a | 16.7% |"
+    assert record.to_json()["ops"][1] == {"op_type": "Tanh", "float32_ms": 2.0, "ms": 2.5, "speedup": 0.8}
+    header = reporting.markdown_table([record]).splitlines()[0]
+    assert header.strip("| ").split(" | ")[-1] == "slow_ops"  # the list of ops stays in the JSON

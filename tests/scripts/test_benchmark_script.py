@@ -134,7 +134,9 @@ def test_ceiling_mode_end_to_end_reports_the_gans_kernel_ceiling(tmp_path):
     assert row["of_ceiling"] == pytest.approx(row["measured_ratio"] / row["ceiling_ratio"])
     assert "gan float32 batch=8:" in proc.stderr and "gan mixed_bfloat16 batch=8:" in proc.stderr
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
-    assert len(table) == 3 and table[2].startswith("| gan | mixed_bfloat16 | 8 | ")
+    assert table[1].startswith("|---") and table[2].startswith("| gan | mixed_bfloat16 | 8 | ")
+    assert table[3].startswith("| op type | float32 ms | mixed_bfloat16 ms |")
+    assert "gan mixed_bfloat16 batch=8: kernel time per step by op type" in proc.stdout and row["ops"]
 
 
 def test_ceiling_mode_without_a_16_bit_precision_is_a_usage_error():

@@ -104,6 +104,9 @@ def _format(key: str, value: Any) -> str:
 def markdown_table(records: Sequence[JsonRecord]) -> str:
     """A markdown table with one column per JSON key and one row per record.
 
+    Keys whose values are lists or dicts (a ceiling record's `ops`) are left
+    to the JSON.
+
     Ratios (keys naming a ratio, and `of_ceiling`) print with three decimals,
     other floats with one, None as `n/a`.
 
@@ -115,7 +118,7 @@ def markdown_table(records: Sequence[JsonRecord]) -> str:
     kinds = {type(r) for r in records}
     if len(kinds) > 1:
         raise ValueError(f"markdown_table needs records of one kind. Received: {sorted(k.__name__ for k in kinds)}")
-    keys = list(records[0].to_json())
+    keys = [k for k, v in records[0].to_json().items() if not isinstance(v, (list, dict))]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for record in records:
         row = record.to_json()

@@ -84,6 +84,8 @@ class CeilingRecord:
         slow_ops: The op types that do not speed up (below `SLOW_SPEEDUP`) or
             run only in 16-bit, by the 16-bit time they take, each at least
             1% of `kernel_ms`.
+        ops: Every op type taking at least 1% of either step's kernel time,
+            by float32 time (16-bit-only ones last, by their time).
     """
 
     model: str
@@ -97,12 +99,29 @@ class CeilingRecord:
     ceiling_ratio: float
     of_ceiling: float
     slow_ops: list[OpTime]
+    ops: list[OpTime] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict; `slow_ops` as one readable string."""
+        """The record as a JSON-ready dict: `slow_ops` as one readable string, `ops` as a list of dicts."""
         row = dataclasses.asdict(self)
         row["slow_ops"] = "; ".join(op.describe() for op in self.slow_ops) or "none"
+        row["ops"] = [{**dataclasses.asdict(op), "speedup": op.speedup} for op in self.ops]
         return row
+
+    def op_table(self) -> str:
+        """`ops` as a markdown table: op type, ms per step in float32 and 16 bits, speed-up, share of 16-bit time."""
+        lines = [
+            f"{self.model} {self.precision} batch={self.batch_size}: kernel time per step by op type",
+            "",
+            f"| op type | float32 ms | {self.precision} ms | speed-up | share of {self.precision} |",
+            "|---|---|---|---|---|",
+        ]
+        for op in self.ops:
+            speedup = "n/a" if op.speedup is None else f"{op.speedup:.2f}x"
+            lines.append(
+                f"| {op.op_type} | {op.float32_ms:.1f} | {op.ms:.1f} | {speedup} | {op.ms / self.kernel_ms:.1%} |"
+            )
+        return "\n".join(lines)
 
 
 def _op_type(event_name: str) -> str | None:
@@ -163,6 +182,17 @@ def _profile_step(
         rounds = [driver.run(config.steps)[0] / config.steps for _ in range(config.repeats)]
         ops = op_times(driver.run, config.steps)
     return 1000.0 * statistics.median(rounds), ops
+
+
+def _ops(float32: Mapping[str, float], sixteen: Mapping[str, float]) -> list[OpTime]:
+    """The op types taking at least 1% of either kernel total, by float32 time, then 16-bit-only ones by time."""
+    totals = sum(float32.values()), sum(sixteen.values())
+    ops = [
+        OpTime(op, float32.get(op, 0.0), sixteen.get(op, 0.0))
+        for op in set(float32) | set(sixteen)
+        if float32.get(op, 0.0) >= _MIN_SHARE * totals[0] or sixteen.get(op, 0.0) >= _MIN_SHARE * totals[1]
+    ]
+    return sorted(ops, key=lambda op: (not op.float32_ms, -(op.float32_ms or op.ms)))
 
 
 def _slow_ops(float32: Mapping[str, float], sixteen: Mapping[str, float]) -> list[OpTime]:
@@ -241,6 +271,7 @@ def ceiling(
                         ceiling_ratio=ceiling_ratio,
                         of_ceiling=measured / ceiling_ratio,
                         slow_ops=_slow_ops(ops_float32, ops),
+                        ops=_ops(ops_float32, ops),
                     )
                 )
     return records
