@@ -4,6 +4,7 @@ r"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written
         --precisions=float32,mixed_bfloat16 --xla=false --steps=10 --repeats=3 \
         --json_out=/tmp/bench.json --plot_out=/tmp/bench.png
     python3 scripts/benchmark.py --mode=input_pipeline --precisions=bf16 --xla=false
+    python3 scripts/benchmark.py --mode=ceiling --models=gan --precisions=fp32,bf16
 
 Prints a markdown table (one row per model, precision, XLA setting and batch
 size) to stdout and one progress line per row to stderr. The method is in
@@ -29,6 +30,7 @@ except ImportError:  # pragma: no cover
 from tfmp import precision as precision_lib
 from tfmp.run import benchmark, reporting
 from tfmp.run import data as data_lib
+from tfmp.run.benchmark import kernel_ceiling
 
 _DEFAULTS = benchmark.BenchmarkConfig()
 _MODE = flags.DEFINE_enum(
@@ -36,13 +38,15 @@ _MODE = flags.DEFINE_enum(
     "compare",
     list(benchmark.MODES),
     "compare: the trainer per precision, against float32 and a hand-written step; "
-    "input_pipeline: the trainer fed by the real tf.data pipeline against in-memory tensors.",
+    "input_pipeline: the trainer fed by the real tf.data pipeline against in-memory tensors; "
+    "ceiling: each model's step profiled in float32 and 16 bits, the speed-up its kernels allow against the "
+    "measured one, and the ops that do not speed up.",
 )
 _MODELS = flags.DEFINE_list(
     "models",
     [],
     f"Models, from {', '.join(benchmark.MODELS)}. Empty: all three for compare, "
-    f"{', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline.",
+    f"{', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline and ceiling.",
 )
 _PRECISIONS = flags.DEFINE_list(
     "precisions",
@@ -60,7 +64,15 @@ _WARMUP_STEPS = flags.DEFINE_integer(
     "warmup_steps", _DEFAULTS.warmup_steps, "Untimed steps per path before timing (the first traces)."
 )
 _STEPS = flags.DEFINE_integer("steps", _DEFAULTS.steps, "Timed steps per path per repeat.")
-_REPEATS = flags.DEFINE_integer("repeats", _DEFAULTS.repeats, "Timed rounds; medians are taken over them.")
+_REPEATS = flags.DEFINE_integer(
+    "repeats", _DEFAULTS.repeats, "Timed rounds per row and run, trainer and hand-written step back to back."
+)
+_RUNS = flags.DEFINE_integer(
+    "runs",
+    _DEFAULTS.runs,
+    "Measure the whole comparison this many times, run after run; ratios are the median over the runs with "
+    "their min and max (use >= 3 for a figure you quote).",
+)
 _SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of weights, synthetic data and noise.")
 _DATASET = flags.DEFINE_string(
     "dataset",
@@ -175,12 +187,15 @@ def _config() -> benchmark.BenchmarkConfig:
             warmup_steps=_WARMUP_STEPS.value,
             steps=_STEPS.value,
             repeats=_REPEATS.value,
+            runs=_RUNS.value,
             seed=_SEED.value,
             dataset=_DATASET.value,
             float32_layers=_FLOAT32_LAYERS.value,
             tf32=_TF32.value,
         )
         config.validate()
+        if _MODE.value == "ceiling":
+            kernel_ceiling.sixteen_bit_precisions(config.precisions)
     except ValueError as e:
         raise app.UsageError(common.to_flags(str(e))) from None
     return config
@@ -210,12 +225,17 @@ def main(argv):
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    measure = benchmark.compare if _MODE.value == "compare" else benchmark.input_pipeline
+    measure = {"compare": benchmark.compare, "input_pipeline": benchmark.input_pipeline, "ceiling": benchmark.ceiling}[
+        _MODE.value
+    ]
     try:
         records = measure(config, progress=progress)
     except data_lib.DatasetNotFoundError as e:
         sys.exit(f"error: {common.to_flags(str(e))}")
     print(reporting.markdown_table(records))
+    for record in records:
+        if isinstance(record, benchmark.CeilingRecord):
+            print("\n" + record.op_table())
     if _JSON_OUT.value:
         reporting.write_json(records, _JSON_OUT.value)
         progress(f"wrote {_JSON_OUT.value}")

@@ -721,3 +721,35 @@ def test_mirrored_fit_skips_when_either_replica_shard_is_non_finite(mirrored, ba
         np.testing.assert_array_equal(a, b)
     assert [float(t.numpy()) for t in opt.dynamic_scale.value.values] == [4.0, 4.0]
     assert int(opt.skipped_steps) == 1
+
+
+def _op_types(fn, *args):
+    graph = tf.function(fn).get_concrete_function(*args).graph
+    return [op.type for op in graph.get_operations()]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_fixed_scale_1_adds_no_multiplication_and_keeps_the_values(dtype):
+    # A skip-only optimizer (fixed scale 1) leaves loss and gradients as they are: multiplying by 1 is exact,
+    # and a step of a bfloat16 or float32 model pays nothing per gradient for it.
+    unit = ls.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=1.0)
+    two = ls.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=2.0)
+    loss = tf.constant(3.0, dtype)
+    grads = [tf.constant([1.5, -0.0, np.nan], dtype), tf.constant([[2.0]], dtype)]
+    assert "Mul" not in _op_types(lambda g: unit.get_unscaled_gradients(g), grads)
+    assert "Mul" not in _op_types(lambda x: unit.get_scaled_loss(x), loss)
+    assert "Mul" in _op_types(lambda g: two.get_unscaled_gradients(g), grads)  # the check can fail
+    scaled = unit.get_scaled_loss(loss)
+    assert scaled.dtype == tf.float32 and float(scaled) == 3.0  # a 16-bit loss comes back in float32, as scaled
+    unscaled = unit.get_unscaled_gradients(grads)
+    for given, returned in zip(grads, unscaled):
+        assert returned.dtype == given.dtype
+        np.testing.assert_array_equal(
+            tf.bitcast(returned, tf.int16 if dtype == "bfloat16" else tf.int32),
+            tf.bitcast(given, tf.int16 if dtype == "bfloat16" else tf.int32),
+        )
+    # ...and the step with a NaN is still skipped, the weight untouched.
+    var = keras.Variable([1.0, 2.0, 3.0])
+    unit.build([var])
+    unit.apply(unit.get_unscaled_gradients([tf.constant([1.0, np.nan, 1.0])]), [var])
+    assert int(unit.skipped_steps) == 1 and var.numpy().tolist() == [1.0, 2.0, 3.0]

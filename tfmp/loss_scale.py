@@ -131,12 +131,12 @@ def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], k
     ]
 
 
-def _scale(loss: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+def _scale(loss: tf.Tensor, scale: tf.Tensor | None) -> tf.Tensor:
     # A 16-bit loss is scaled in float32: a float16 loss of 2.0 times 2**15
     # would overflow the forward value itself and force a needless skip.
     if loss.dtype in (tf.float16, tf.bfloat16):
         loss = tf.cast(loss, tf.float32)
-    return loss * tf.cast(scale, loss.dtype)
+    return loss if scale is None else loss * tf.cast(scale, loss.dtype)
 
 
 @keras.saving.register_keras_serializable(package="tfmp")
@@ -254,6 +254,17 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         keras.optimizers.Optimizer.build(self, var_list)
 
     @property
+    def _scale_or_none(self) -> keras.Variable | None:
+        """The loss-scale variable, or None for the fixed scale 1.
+
+        Multiplying or dividing by 1 is exact, so a skip-only optimizer (fixed
+        scale 1, `tfmp.trainers.prepare_optimizer`'s `skip_nonfinite`) leaves
+        the loss and the gradients as they are instead of adding one
+        multiplication per gradient to every step.
+        """
+        return None if not self.dynamic and self.initial_scale == 1 else self.dynamic_scale
+
+    @property
     def loss_scale(self) -> tf.Tensor:
         """float32 scalar tensor: the current loss scale."""
         return tf.convert_to_tensor(self.dynamic_scale)
@@ -279,7 +290,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         A float16 or bfloat16 loss is scaled in float32, so the scaled value cannot overflow.
         """
         self._api_style.note(_api_style.SCALE_LOSS)
-        return _scale(tf.convert_to_tensor(loss), self.dynamic_scale)
+        return _scale(tf.convert_to_tensor(loss), self._scale_or_none)
 
     def get_scaled_loss(self, loss: Any) -> Any:
         """Scales `loss` by the loss scale (tf.keras 2 API).
@@ -300,10 +311,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             def scaled_loss() -> tf.Tensor:
                 # Called later, maybe in another context: noted there too.
                 self._api_style.note(_api_style.GET_SCALED_LOSS)
-                return _scale(tf.convert_to_tensor(loss()), self.dynamic_scale)
+                return _scale(tf.convert_to_tensor(loss()), self._scale_or_none)
 
             return scaled_loss
-        return _scale(tf.convert_to_tensor(loss), self.dynamic_scale)
+        return _scale(tf.convert_to_tensor(loss), self._scale_or_none)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
         """Multiplies gradients by 1 / loss scale, as tf.keras 2 did (tf.keras 2 API).
@@ -318,6 +329,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             The list of unscaled gradients.
         """
         grads = list(grads)
+        if self._scale_or_none is None:
+            # Returned as given (the same tensors): nothing to tell apart.
+            self._api_style.note(_api_style.GET_UNSCALED_GRADIENTS)
+            return grads
         reciprocal = 1.0 / tf.convert_to_tensor(self.dynamic_scale)
         unscaled = _map_gradients(grads, lambda x: x * tf.cast(reciprocal, x.dtype))
         self._api_style.note(_api_style.GET_UNSCALED_GRADIENTS, scaled=grads, unscaled=unscaled)
@@ -384,7 +399,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         replica_context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
 
     def _apply_inner(self, grads, trainable_variables, unscale, keep):
-        if unscale:
+        if unscale and self._scale_or_none is not None:
             # Divided, as Keras 3's apply unscales.
             grads = _map_gradients(grads, lambda x: x / tf.cast(self.dynamic_scale, x.dtype), keep)
         self.inner_optimizer.apply(grads, trainable_variables=trainable_variables)

@@ -35,9 +35,14 @@ KEYS = [
     "images_per_sec_max",
     "step_ms",
     "ratio_to_float32",
+    "ratio_to_float32_min",
+    "ratio_to_float32_max",
     "ratio_to_hand_written",
+    "ratio_to_hand_written_min",
+    "ratio_to_hand_written_max",
     "peak_host_mb",
     "peak_gpu_mb",
+    "runs",
 ]
 
 
@@ -145,6 +150,56 @@ def clocked_records():
         "mixed_bfloat16": [],
     }  # every scripted step ran, in a timed round or the warm-up
     return records
+
+
+def _clocked_compare(durations, **changes):
+    """`benchmark.compare` of the tiny classifier, float32 and bfloat16, timed by `_Clock` and `durations`."""
+    clock = _Clock()
+    with pytest.MonkeyPatch.context() as patch:
+        # Wherever the benchmark's modules read the clock (`tfmp.run.benchmark` and any submodule).
+        timing = [
+            module
+            for name, module in list(sys.modules.items())
+            if name.split(".")[:3] == benchmark.__name__.split(".") and getattr(module, "time", None) is time
+        ]
+        assert timing, "no benchmark module reads time.perf_counter: update _Clock"
+        for module in timing:
+            patch.setattr(module, "time", clock)
+        records = benchmark.compare(
+            tiny_config(models=("tiny",), steps=2, **changes), {"tiny": _ClockedTask(clock, durations)}
+        )
+    assert durations == {"float32": [], "mixed_bfloat16": []}  # every scripted step ran
+    return records
+
+
+def test_runs_give_each_ratio_as_the_median_over_the_runs_with_their_spread():
+    # runs=2, one round each. The hand-written step's rounds take 1 s (16 img/s); the trainer's 1 s plus its
+    # two steps (after the warm-up fit() step): float32 2 s then 1 s (8, 16 img/s), bfloat16 1 s then 4 s
+    # (16, 4 img/s). Paired ratios to the hand-written step: float32 0.5 then 1.0, bfloat16 1.0 then 0.25;
+    # bfloat16 over the same run's float32: 2.0 then 0.25.
+    durations = {"float32": [0.0, 0.5, 0.5, 0.0, 0.0, 0.0], "mixed_bfloat16": [0.0, 0.0, 0.0, 0.0, 1.5, 1.5]}
+    float32, bf16 = _clocked_compare(durations, repeats=1, runs=2)
+    assert (float32.runs, bf16.runs) == (2, 2)
+    assert (float32.ratio_to_hand_written, float32.ratio_to_hand_written_min, float32.ratio_to_hand_written_max) == (
+        0.75,
+        0.5,
+        1.0,
+    )
+    assert (bf16.ratio_to_hand_written_min, bf16.ratio_to_hand_written_max) == (0.25, 1.0)
+    assert (bf16.ratio_to_float32, bf16.ratio_to_float32_min, bf16.ratio_to_float32_max) == (1.125, 0.25, 2.0)
+    assert (float32.ratio_to_float32, float32.ratio_to_float32_min, float32.ratio_to_float32_max) == (1.0, 1.0, 1.0)
+    # The throughput's median and spread pool every run's rounds.
+    assert (bf16.images_per_sec, bf16.images_per_sec_min, bf16.images_per_sec_max) == (10.0, 4.0, 16.0)
+
+
+def test_the_hand_written_ratio_pairs_each_round_with_its_neighbour():
+    # Rounds of 8, 4 and 16 img/s against the hand-written step's 16, 16, 16: paired 0.5, 0.25, 1.0 (median
+    # 0.5), the same as median over median here; one run, so the spread is the ratio itself.
+    (float32,) = _clocked_compare(
+        {"float32": [0.0, 0.5, 0.5, 1.5, 1.5, 0.0, 0.0], "mixed_bfloat16": []}, repeats=3, precisions=("float32",)
+    )
+    assert (float32.ratio_to_hand_written, float32.ratio_to_hand_written_min) == (0.5, 0.5)
+    assert float32.runs == 1
 
 
 def test_the_spread_is_the_slowest_and_fastest_of_the_repeats_around_their_median(clocked_records):

@@ -23,9 +23,14 @@ KEYS = [
     "images_per_sec_max",
     "step_ms",
     "ratio_to_float32",
+    "ratio_to_float32_min",
+    "ratio_to_float32_max",
     "ratio_to_hand_written",
+    "ratio_to_hand_written_min",
+    "ratio_to_hand_written_max",
     "peak_host_mb",
     "peak_gpu_mb",
+    "runs",
 ]
 
 
@@ -62,7 +67,7 @@ def test_markdown_table_has_a_header_and_one_row_per_record(records):
     assert [cell.strip() for cell in lines[0].strip("|").split("|")] == KEYS
     assert len(lines) == 2 + len(records)
     assert lines[3].startswith("| tiny | mixed_bfloat16 | false | 8 | ")
-    assert lines[3].endswith(" | n/a |")
+    assert lines[3].endswith(" | n/a | 1 |")  # no GPU figure; one run
 
 
 def test_json_file_holds_the_records(records, tmp_path):

@@ -23,9 +23,14 @@ KEYS = [
     "images_per_sec_max",
     "step_ms",
     "ratio_to_float32",
+    "ratio_to_float32_min",
+    "ratio_to_float32_max",
     "ratio_to_hand_written",
+    "ratio_to_hand_written_min",
+    "ratio_to_hand_written_max",
     "peak_host_mb",
     "peak_gpu_mb",
+    "runs",
 ]
 
 
@@ -82,6 +87,7 @@ def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
         "--warmup_steps=1",
         "--steps=2",
         "--repeats=1",
+        "--runs=2",
         f"--json_out={out}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -90,6 +96,8 @@ def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
     row = rows[0]
     assert (row["model"], row["precision"], row["xla"], row["batch_size"]) == ("gan", "float32", False, 8)
     assert row["ratio_to_float32"] == 1.0 and row["peak_gpu_mb"] is None
+    assert row["runs"] == 2 and row["ratio_to_hand_written_min"] <= row["ratio_to_hand_written_max"]
+    assert proc.stderr.count("(run 1/2)") == 1 and proc.stderr.count("(run 2/2)") == 1
     assert row["images_per_sec"] * row["step_ms"] / 1000 == pytest.approx(16)  # 2 x batch
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(table) == 3 and table[2].startswith("| gan | float32 | false | 8 | ")
@@ -105,3 +113,34 @@ def test_a_bad_script_value_is_a_usage_error_before_any_work(tmp_path):
     assert "Received: precision='fp8'" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_ceiling_mode_end_to_end_reports_the_gans_kernel_ceiling(tmp_path):
+    out = tmp_path / "ceiling.json"
+    proc = _script(
+        "--mode=ceiling",
+        "--models=gan",
+        "--precisions=fp32,bf16",
+        "--batch_sizes=8",
+        "--warmup_steps=1",
+        "--steps=2",
+        "--repeats=1",
+        f"--json_out={out}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())
+    assert (row["model"], row["precision"], row["batch_size"]) == ("gan", "mixed_bfloat16", 8)
+    assert row["ceiling_ratio"] == pytest.approx(row["kernel_ms_float32"] / row["kernel_ms"])
+    assert row["of_ceiling"] == pytest.approx(row["measured_ratio"] / row["ceiling_ratio"])
+    assert "gan float32 batch=8:" in proc.stderr and "gan mixed_bfloat16 batch=8:" in proc.stderr
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert table[1].startswith("|---") and table[2].startswith("| gan | mixed_bfloat16 | 8 | ")
+    assert table[3].startswith("| op type | float32 ms | mixed_bfloat16 ms |")
+    assert "gan mixed_bfloat16 batch=8: kernel time per step by op type" in proc.stdout and row["ops"]
+
+
+def test_ceiling_mode_without_a_16_bit_precision_is_a_usage_error():
+    proc = _script("--mode=ceiling", "--models=gan", "--precisions=fp32")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "The ceiling mode compares a 16-bit precision with float32" in proc.stderr
+    assert "Received: --precisions=('float32',)" in proc.stderr or "Received: precisions=('float32',)" in proc.stderr

@@ -97,14 +97,18 @@ def _format(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        return f"{value:.3f}" if key.startswith("ratio") else f"{value:.1f}"
+        return f"{value:.3f}" if "ratio" in key or key == "of_ceiling" else f"{value:.1f}"
     return str(value)
 
 
 def markdown_table(records: Sequence[JsonRecord]) -> str:
     """A markdown table with one column per JSON key and one row per record.
 
-    Ratios print with three decimals, other floats with one, None as `n/a`.
+    Keys whose values are lists or dicts (a ceiling record's `ops`) are left
+    to the JSON.
+
+    Ratios (keys naming a ratio, and `of_ceiling`) print with three decimals,
+    other floats with one, None as `n/a`.
 
     Raises:
         ValueError: for an empty list or records of different kinds.
@@ -114,7 +118,7 @@ def markdown_table(records: Sequence[JsonRecord]) -> str:
     kinds = {type(r) for r in records}
     if len(kinds) > 1:
         raise ValueError(f"markdown_table needs records of one kind. Received: {sorted(k.__name__ for k in kinds)}")
-    keys = list(records[0].to_json())
+    keys = [k for k, v in records[0].to_json().items() if not isinstance(v, (list, dict))]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for record in records:
         row = record.to_json()

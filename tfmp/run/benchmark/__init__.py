@@ -1,10 +1,12 @@
 """Throughput benchmarks: tfmp's trainers per precision, against a hand-written step.
 
-Two modes, each returning a list of dataclass records: `compare` (a
+Three modes, each returning a list of dataclass records: `compare` (a
 `Record` per model, precision, XLA and batch size: images per second, the
 ratios to float32 and to a hand-written `tf.function` step, peak memory) and
 `input_pipeline` (a `PipelineRecord`: the real `tf.data` pipeline against
-in-memory tensors). `tfmp.run.reporting` presents the records.
+in-memory tensors) and `ceiling` (a `CeilingRecord` per 16-bit precision: the
+whole-step speed-up its kernels allow, against the one measured).
+`tfmp.run.reporting` presents the records.
 
 How a row is measured, and what the hand-written step is:
 docs/guides/benchmark-methodology.md.
@@ -13,9 +15,10 @@ Modules, each importing only the ones before it: `settings` (what to
 measure), `records` (the results), `workload` (the trainer and the
 hand-written step of one row), `pipeline` (the real input pipeline),
 `timing` (running and timing each path), `modes` (`compare`,
-`input_pipeline`).
+`input_pipeline`), `kernel_ceiling` (the `ceiling` mode).
 """
 
+from tfmp.run.benchmark.kernel_ceiling import CeilingRecord, ceiling
 from tfmp.run.benchmark.modes import compare, input_pipeline
 from tfmp.run.benchmark.pipeline import Pipeline, epoch_batch_sizes, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record
@@ -33,12 +36,13 @@ from tfmp.run.benchmark.settings import (
 from tfmp.run.benchmark.workload import Workload, build_workload
 
 # fmt: off
-__all__ = [  # by defining module: settings, records, workload, pipeline, modes
+__all__ = [  # by defining module: settings, records, workload, pipeline, modes, kernel_ceiling
     "BenchmarkConfig", "DEFAULT_RESNET_INPUT_SIZE", "MODELS", "MODES", "PIPELINE_MODELS", "PRECISIONS",
     "canonical_models", "canonical_precisions", "default_specs",
     "PipelineRecord", "Record",
     "Workload", "build_workload",
     "Pipeline", "epoch_batch_sizes", "training_pipeline",
     "compare", "input_pipeline",
+    "CeilingRecord", "ceiling",
 ]
 # fmt: on

@@ -7,6 +7,7 @@ says how a row is measured.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import statistics
 import time
@@ -78,25 +79,74 @@ def _kept(float32_layers: int) -> str:
     return f", {float32_layers} float32 layers" if float32_layers else ""
 
 
+@dataclasses.dataclass
+class _RowRun:
+    """One run of one `compare` row: the rounds' throughputs of both paths, paired by position."""
+
+    trainer: list[float]
+    hand_written: list[float]
+    images_per_step: int
+    float32_layers: int
+    peak_host_mb: float
+    peak_gpu_mb: float | None
+
+    @property
+    def paired_ratio(self) -> float:
+        """The median over the rounds of the trainer's throughput over the hand-written step's in that round."""
+        return statistics.median(t / h for t, h in zip(self.trainer, self.hand_written))
+
+
 def _measure_compare_row(
     spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
-) -> tuple[list[float], float, int, int]:
-    """Times one row.
+) -> _RowRun:
+    """Builds and times one row once; everything it builds is local, so it can be freed once this returns."""
+    gc.collect()  # free the previous row before measuring this one's memory
+    with HostPeakMemory() as host, GpuPeakMemory() as gpu:
+        with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
+            keras.utils.set_random_seed(config.seed)
+            workload = _build(spec, precision, xla, batch_size, config)
+            dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
+            trainer = trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
+            hand = hand_written_driver(workload, dataset, config.warmup_steps)
+            interleave([trainer, hand], config.steps, config.repeats)
+    return _RowRun(
+        trainer.images_per_sec,
+        hand.images_per_sec,
+        workload.images_per_step,
+        len(workload.float32_layers),
+        host.peak_mb,
+        gpu.peak_mb,
+    )
 
-    Returns:
-        (trainer img/s per repeat, hand-written img/s (median), images per
-        step, layers kept in float32).
 
-    Everything the row builds is local, so it can be freed once this returns.
-    """
-    with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
-        keras.utils.set_random_seed(config.seed)
-        workload = _build(spec, precision, xla, batch_size, config)
-        dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
-        trainer = trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
-        hand = hand_written_driver(workload, dataset, config.warmup_steps)
-        interleave([trainer, hand], config.steps, config.repeats)
-    return (trainer.images_per_sec, hand.median_images_per_sec, workload.images_per_step, len(workload.float32_layers))
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    """(median, min, max)."""
+    return statistics.median(values), min(values), max(values)
+
+
+def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: list[_RowRun]) -> Record:
+    """One row's record from its runs (ratio_to_float32 is filled in by `compare`)."""
+    rounds = [v for run in runs for v in run.trainer]
+    images_per_sec, slowest, fastest = _spread(rounds)
+    hand_written, hand_written_min, hand_written_max = _spread([run.paired_ratio for run in runs])
+    peak_gpu = [run.peak_gpu_mb for run in runs if run.peak_gpu_mb is not None]
+    return Record(
+        model=spec.name,
+        precision=precision,
+        xla=xla,
+        batch_size=batch_size,
+        images_per_sec=images_per_sec,
+        step_ms=1000.0 * runs[0].images_per_step / images_per_sec,
+        ratio_to_float32=None,
+        ratio_to_hand_written=hand_written,
+        peak_host_mb=max(run.peak_host_mb for run in runs),
+        peak_gpu_mb=max(peak_gpu) if peak_gpu else None,
+        images_per_sec_min=slowest,
+        images_per_sec_max=fastest,
+        ratio_to_hand_written_min=hand_written_min,
+        ratio_to_hand_written_max=hand_written_max,
+        runs=len(runs),
+    )
 
 
 def compare(
@@ -107,14 +157,17 @@ def compare(
     """Measures the tfmp trainer against float32 and a hand-written step.
 
     One row per (model, batch size, XLA, precision), in that nesting order;
-    see docs/guides/benchmark-methodology.md for the method.
+    see docs/guides/benchmark-methodology.md for the method. With
+    `config.runs` > 1 every row is measured once per run, run after run
+    (all rows of run 1, then all rows of run 2, ...), and each ratio is the
+    median over the runs with its min and max.
 
     Args:
         config: What to measure; validated first.
         specs: The models' `tfmp.run.tasks.Task`s by name; `default_specs(config.resnet_input_size)`
             when None.
-        progress: Called with one line per finished row (e.g. print to
-            stderr); silent when None.
+        progress: Called with one line per measured row and run (e.g. print
+            to stderr); silent when None.
 
     Returns:
         One `Record` per row.
@@ -123,42 +176,33 @@ def compare(
         ValueError: for an invalid config, before any work, naming the value.
     """
     specs = _check_specs(config, specs)
-    rows = []
-    for spec, batch_size, xla, precision in _rows(config, specs):
-        start = time.perf_counter()
-        gc.collect()  # free the previous row before measuring this one's memory
-        with HostPeakMemory() as host, GpuPeakMemory() as gpu:
-            repeats, hand_images_per_sec, images_per_step, kept = _measure_compare_row(
-                spec, precision, xla, batch_size, config
-            )
-        images_per_sec = statistics.median(repeats)
-        rows.append(
-            Record(
-                model=spec.name,
-                precision=precision,
-                xla=xla,
-                batch_size=batch_size,
-                images_per_sec=images_per_sec,
-                step_ms=1000.0 * images_per_step / images_per_sec,
-                ratio_to_float32=None,
-                ratio_to_hand_written=images_per_sec / hand_images_per_sec,
-                peak_host_mb=host.peak_mb,
-                peak_gpu_mb=gpu.peak_mb,
-                images_per_sec_min=min(repeats),
-                images_per_sec_max=max(repeats),
-            )
-        )
-        if progress is not None:
-            progress(
-                f"{_label(spec, precision, xla, batch_size)}{_kept(kept)}: {images_per_sec:.1f} img/s "
-                f"(hand-written {hand_images_per_sec:.1f}), peak RSS {host.peak_mb:.0f} MB, "
-                f"{time.perf_counter() - start:.0f} s"
-            )
-    float32 = {(r.model, r.xla, r.batch_size): r.images_per_sec for r in rows if r.precision == "float32"}
-    for r in rows:
-        reference = float32.get((r.model, r.xla, r.batch_size))
-        r.ratio_to_float32 = None if reference is None else r.images_per_sec / reference
-    return rows
+    rows = list(_rows(config, specs))
+    measured: list[list[_RowRun]] = [[] for _ in rows]
+    for run in range(config.runs):
+        for (spec, batch_size, xla, precision), runs in zip(rows, measured):
+            start = time.perf_counter()
+            row_run = _measure_compare_row(spec, precision, xla, batch_size, config)
+            runs.append(row_run)
+            if progress is not None:
+                label = _label(spec, precision, xla, batch_size) + _kept(row_run.float32_layers)
+                of = f" (run {run + 1}/{config.runs})" if config.runs > 1 else ""
+                progress(
+                    f"{label}{of}: {statistics.median(row_run.trainer):.1f} img/s "
+                    f"(hand-written {statistics.median(row_run.hand_written):.1f}, paired ratio "
+                    f"{row_run.paired_ratio:.3f}), peak RSS {row_run.peak_host_mb:.0f} MB, "
+                    f"{time.perf_counter() - start:.0f} s"
+                )
+    records = [
+        _record(spec, precision, xla, batch, runs) for (spec, batch, xla, precision), runs in zip(rows, measured)
+    ]
+    # Each run's ratio to its own float32 row, then the median over the runs.
+    float32 = {(r.model, r.xla, r.batch_size): runs for r, runs in zip(records, measured) if r.precision == "float32"}
+    for record, runs in zip(records, measured):
+        reference = float32.get((record.model, record.xla, record.batch_size))
+        if reference is not None:
+            ratios = [statistics.median(a.trainer) / statistics.median(b.trainer) for a, b in zip(runs, reference)]
+            record.ratio_to_float32, record.ratio_to_float32_min, record.ratio_to_float32_max = _spread(ratios)
+    return records
 
 
 def _measure_pipeline_row(

@@ -21,16 +21,23 @@ class Record:
         precision: `float32`, `mixed_bfloat16` or `mixed_float16`.
         xla: Whether the step was compiled with XLA (`jit_compile`).
         batch_size: Examples per batch.
-        images_per_sec: The tfmp trainer's throughput, median over repeats.
-        images_per_sec_min: The slowest repeat's throughput (the spread's
+        images_per_sec: The tfmp trainer's throughput, median over the
+            rounds of every run.
+        images_per_sec_min: The slowest round's throughput (the spread's
             low end).
-        images_per_sec_max: The fastest repeat's throughput.
+        images_per_sec_max: The fastest round's throughput.
         step_ms: Milliseconds per step at that throughput.
-        ratio_to_float32: `images_per_sec` over that of the float32 row of the
-            same model, XLA setting and batch size in the same run; None
-            without such a row.
-        ratio_to_hand_written: `images_per_sec` over the hand-written step's
-            median throughput.
+        ratio_to_float32: The trainer's median throughput over that of the
+            float32 row of the same model, XLA setting and batch size in the
+            same run, the median over the runs; None without such a row.
+        ratio_to_hand_written: The trainer's throughput over the hand-written
+            step's in the same round (a paired ratio), the median over a
+            run's rounds, then the median over the runs.
+        ratio_to_float32_min, ratio_to_float32_max: The lowest and highest
+            run's `ratio_to_float32` (equal to it for one run).
+        ratio_to_hand_written_min, ratio_to_hand_written_max: The lowest and
+            highest run's `ratio_to_hand_written`.
+        runs: How many runs the figures come from (`BenchmarkConfig.runs`).
         peak_host_mb: Peak resident memory of the process during the row
             (MiB; docs/guides/benchmark-methodology.md, "Memory", says what
             it includes).
@@ -49,13 +56,19 @@ class Record:
     peak_gpu_mb: float | None
     images_per_sec_min: float | None = None
     images_per_sec_max: float | None = None
+    ratio_to_float32_min: float | None = None
+    ratio_to_float32_max: float | None = None
+    ratio_to_hand_written_min: float | None = None
+    ratio_to_hand_written_max: float | None = None
+    runs: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict, one key per attribute (the spread after the median)."""
+        """The record as a JSON-ready dict, one key per attribute (each spread after its median)."""
         row = dataclasses.asdict(self)
-        keys = [k for k in row if not k.startswith("images_per_sec_")]
-        at = keys.index("images_per_sec") + 1
-        keys[at:at] = ["images_per_sec_min", "images_per_sec_max"]
+        keys = [k for k in row if not k.endswith(("_min", "_max"))]
+        for median in ("images_per_sec", "ratio_to_float32", "ratio_to_hand_written"):
+            at = keys.index(median) + 1
+            keys[at:at] = [f"{median}_min", f"{median}_max"]
         return {k: row[k] for k in keys}
 
 

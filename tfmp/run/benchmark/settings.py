@@ -34,7 +34,7 @@ __all__ = [
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 MODELS = ("gan", "mobilenet_v2", "resnet50")
 PIPELINE_MODELS = ("gan", "mobilenet_v2")
-MODES = ("compare", "input_pipeline")
+MODES = ("compare", "input_pipeline", "ceiling")
 DEFAULT_RESNET_INPUT_SIZE = 64
 
 
@@ -123,7 +123,14 @@ class BenchmarkConfig:
         warmup_steps: Untimed steps per path before timing (>= 1; the first
             traces and compiles).
         steps: Timed steps per path per repeat.
-        repeats: Timed rounds; medians are taken over them.
+        repeats: Timed rounds per row and run; in each round the trainer
+            and the hand-written step run back to back (in alternating
+            order), and their throughputs make one paired ratio.
+        runs: How many times the whole comparison is measured, run after
+            run: every row is built and timed again in each run, so one
+            noisy stretch of the machine cannot decide a figure. The ratios
+            are reported as the median over the runs with their min and
+            max (`compare` mode only).
         seed: Seed of the weights, the synthetic data and the noise.
         dataset: The real dataset of the `input_pipeline` mode (one of
             `tfmp.run.data.DATASETS`; `digits` needs no download).
@@ -143,6 +150,7 @@ class BenchmarkConfig:
     warmup_steps: int = 3
     steps: int = 20
     repeats: int = 5
+    runs: int = 1
     seed: int = 0
     dataset: str = "digits"
     float32_layers: str = precision_lib.FLOAT32_LAYERS_AUTO
@@ -157,7 +165,7 @@ class BenchmarkConfig:
         for batch_size in self.batch_sizes:
             _check_integer("batch_size", batch_size, 1)
         _check_integer("resnet_input_size", self.resnet_input_size, MIN_INPUT_SIZE)
-        for name in ("warmup_steps", "steps", "repeats"):
+        for name in ("warmup_steps", "steps", "repeats", "runs"):
             _check_integer(name, getattr(self, name), 1)
         if not isinstance(self.dataset, str) or self.dataset.lower() not in data_lib.DATASETS:
             raise ValueError(
