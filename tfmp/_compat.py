@@ -26,9 +26,11 @@ import keras
 import tensorflow as tf
 from keras.src.utils import tracking as _keras_tracking  # Keras 3.15
 from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2 as _coordination_config  # TF 2.21
+from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as _tf_slurm  # TF 2.21
 from tensorflow.python.eager import context as _tf_context  # TF 2.21
 from tensorflow.python.framework import config as _tf_config  # TF 2.21
 from tensorflow.python.ops import control_flow_util as _control_flow_util  # TF 2.21
+from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TF 2.21: the profiler's trace format
 
 __all__ = [
     "PRIVATE_APIS",
@@ -37,6 +39,8 @@ __all__ = [
     "child_layers",
     "configure_worker_heartbeat",
     "disable_op_determinism",
+    "expand_slurm_hostlist",
+    "expand_slurm_tasks_per_node",
     "inbound_nodes",
     "is_op_determinism_enabled",
     "model_strategy",
@@ -45,6 +49,7 @@ __all__ = [
     "step_trace",
     "strategy_supports_no_merge_call",
     "tracing_for_xla",
+    "xplane_pb2",
 ]
 
 CHECKED_WITH = "Keras 3.15.1, TensorFlow 2.21.0"
@@ -103,6 +108,21 @@ PRIVATE_APIS = (
         "the jobs the coordination service watches (configure_worker_heartbeat)",
     ),
     PrivateAPI(
+        "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver",
+        "expand_hostlist",
+        "Slurm's node list without scontrol (expand_slurm_hostlist)",
+    ),
+    PrivateAPI(
+        "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver",
+        "expand_tasks_per_node",
+        "Slurm's tasks per node (expand_slurm_tasks_per_node)",
+    ),
+    PrivateAPI(
+        "tensorflow.tsl.profiler.protobuf.xplane_pb2",
+        "XSpace",
+        "the TensorFlow profiler's trace, read by the benchmark's ceiling mode",
+    ),
+    PrivateAPI(
         "tf.__internal__.distribute",
         "strategy_supports_no_merge_call",
         "whether a loss-scaled apply may skip merge_call",
@@ -121,6 +141,8 @@ def _owners() -> dict[str, Any]:
         "tensorflow.python.eager.context.Context": _tf_context.Context,
         "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2": _coordination_config,
         "tf.__internal__.distribute": tf.__internal__.distribute,
+        "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver": _tf_slurm,
+        "tensorflow.tsl.profiler.protobuf.xplane_pb2": xplane_pb2,
     }
 
 
@@ -310,6 +332,19 @@ def configure_worker_heartbeat(cluster: dict[str, list[str]], timeout_seconds: f
         heartbeat_timeout_in_ms=int(timeout_seconds * 1000),
         coordinated_jobs=jobs,
     )
+
+
+def expand_slurm_hostlist(text: str) -> list[str]:
+    """Slurm's compressed node list (`node[1-3],gpu7`) as host names, with TensorFlow's own parser.
+
+    No public alternative without `scontrol show hostnames`, which containers often lack.
+    """
+    return _tf_slurm.expand_hostlist(text)
+
+
+def expand_slurm_tasks_per_node(text: str) -> list[int]:
+    """Slurm's tasks per node (`2(x3),1`) as one count per node, with TensorFlow's own parser."""
+    return _tf_slurm.expand_tasks_per_node(text)
 
 
 def is_op_determinism_enabled() -> bool:

@@ -8,15 +8,15 @@ TensorFlow profiler. No test asserts a speed.
 import keras
 import pytest
 from benchmark_tiny import tiny_config, tiny_specs
-from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
+from tfmp import _compat
 from tfmp.run import benchmark, reporting
 from tfmp.run.benchmark import kernel_ceiling
 
 
 def _space(events):
     """An XSpace whose host plane holds `events`: (line name, event name, duration in microseconds)."""
-    space = xplane_pb2.XSpace()
+    space = _compat.xplane_pb2.XSpace()
     plane = space.planes.add(name="/host:CPU")
     ids = {}
     for line_name, event_name, micros in events:

@@ -25,8 +25,8 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
+from tfmp import _compat
 from tfmp import precision as precision_lib
 from tfmp.run import tasks
 from tfmp.run.benchmark import modes
@@ -134,7 +134,7 @@ def _op_type(event_name: str) -> str | None:
     return op_type
 
 
-def op_times_from_xspace(space: xplane_pb2.XSpace) -> dict[str, float]:
+def op_times_from_xspace(space: _compat.xplane_pb2.XSpace) -> dict[str, float]:
     """Total milliseconds per op type in a profile's host plane (all threads)."""
     totals: dict[str, float] = collections.defaultdict(float)
     for plane in space.planes:
@@ -164,7 +164,7 @@ def op_times(run_steps: Callable[[int], Any], steps: int) -> dict[str, float]:
         paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
         if not paths:
             raise RuntimeError(f"The TensorFlow profiler wrote no trace. Received: files under {logdir}: none")
-        space = xplane_pb2.XSpace()
+        space = _compat.xplane_pb2.XSpace()
         with open(paths[0], "rb") as f:
             space.ParseFromString(f.read())
     return {op: ms / steps for op, ms in op_times_from_xspace(space).items()}
