@@ -471,3 +471,37 @@ def test_gan_nan_real_image_undoes_the_discriminator_steps_fakes_but_keeps_the_g
         assert not np.array_equal(old, v.numpy()), v.path
         np.testing.assert_array_equal(copy.numpy(), v.numpy(), err_msg=v.path)
     np.testing.assert_array_equal(gan.noise_seed.state.numpy() - [0, 2], [0, 0])  # seed 0, drawn twice
+
+
+def test_under_a_strategy_every_fit_reads_the_pipeline_as_one_fit_does():
+    """Building under a strategy draws no batch: a later fit() (a resumed run's next segment) reads on in order.
+
+    Keras 3.15 drew the first batch of every fit() from an extra iterator, which advanced a reshuffling
+    pipeline's seed; a model already built skipped that, so its next fit() read another shuffle order.
+    """
+    from tfmp.run import distribute
+
+    strategy = distribute.make_strategy("mirrored")
+    x, y = _data(32)
+
+    def stream(position):
+        data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(32, seed=1, reshuffle_each_iteration=True)
+        return data.batch(8).repeat().skip(position)
+
+    def trainer():
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            trainer = trainers.ClassifierTrainer(_linear_classifier())
+            trainer.compile(keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        return trainer
+
+    whole, split = trainer(), trainer()
+    whole.fit(stream(0), epochs=2, steps_per_epoch=3, verbose=0, shuffle=False)
+    split.fit(stream(0), epochs=1, steps_per_epoch=3, verbose=0, shuffle=False)
+    split.fit(stream(3), initial_epoch=1, epochs=2, steps_per_epoch=3, verbose=0, shuffle=False)
+    for a, b in zip(whole.trainable_variables, split.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    # A dataset the user distributed already builds from one replica's shapes.
+    distributed = trainer()
+    distributed.fit(strategy.experimental_distribute_dataset(stream(0)), epochs=1, steps_per_epoch=2, verbose=0)
+    assert distributed.optimizer.iterations.numpy() == 2

@@ -215,6 +215,16 @@ def model_strategy(model: keras.Model) -> tf.distribute.Strategy | None:
     return model._distribute_strategy
 
 
+def _element_spec(iterator: Any) -> Any:
+    """The shapes and dtypes of a Keras epoch iterator's batches (`tf.TensorSpec`s), without drawing one."""
+    dataset = iterator.data_adapter.get_tf_dataset()
+    spec = dataset.element_spec
+    if isinstance(dataset, tf.distribute.DistributedDataset):
+        # One replica's share: the shapes the build needs, batch dimension aside.
+        spec = tf.nest.map_structure(lambda s: s._value_specs[0] if hasattr(s, "_value_specs") else s, spec)
+    return spec
+
+
 class ModelWorkarounds:
     """Overrides of two private `keras.Model` hooks, for Keras 3.15 under a strategy.
 
@@ -222,15 +232,20 @@ class ModelWorkarounds:
     """
 
     def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
-        # Keras 3.15, for a model made under a strategy, averages the first
-        # batch over the replicas (to build with its shapes) before checking
-        # whether anything is left to build. That fails under
-        # MultiWorkerMirroredStrategy (a PerReplica "cannot be converted to a
-        # Tensor") and for a first batch that does not split evenly (a
-        # validation set of 359 images on 2 replicas: "Inputs to operation
-        # AddN must have the same size"), and costs every validation pass a
-        # cross-replica reduce of a whole batch. One replica's share has the
-        # shapes the average has.
+        # Keras 3.15, for a model made under a strategy, draws the first batch
+        # of every fit()/evaluate() from an extra iterator over the dataset
+        # and averages it over the replicas, to build with its shapes. Three
+        # faults: the extra iterator advances the dataset's reshuffle seed,
+        # so training then reads the pipeline's second shuffle order, and a
+        # later fit() of a model already built (a resumed run's second
+        # segment) reads the first, other batches than the uninterrupted
+        # run; the average fails under MultiWorkerMirroredStrategy (a
+        # PerReplica "cannot be converted to a Tensor") and for a first batch
+        # that does not split evenly (a validation set of 359 images on 2
+        # replicas: "Inputs to operation AddN must have the same size"); and
+        # it costs every validation pass a cross-replica reduce of a whole
+        # batch. Building needs only the shapes and dtypes, which the
+        # dataset's element spec has: no batch is drawn.
         strategy = model_strategy(self)
         if strategy is None:
             super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
@@ -243,17 +258,8 @@ class ModelWorkarounds:
         )
         if built:
             return
-        if iterator is not None:
-            for _, _, batches in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda x: (
-                        strategy.experimental_local_results(x)[0]
-                        if isinstance(x, tf.distribute.DistributedValues)
-                        else x
-                    ),
-                    next(batches),
-                )
-                break
+        if data_batch is None and iterator is not None:
+            data_batch = _element_spec(iterator)
         with strategy.scope():
             self._symbolic_build(data_batch=data_batch)
 

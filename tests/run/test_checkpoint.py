@@ -453,8 +453,22 @@ def _checkpoint_tensors(path):
             "g_loss",
             marks=pytest.mark.slow,
         ),
+        # Two replicas, stopped in an epoch's last step: the checkpoint holds the epoch's end (the replicas'
+        # statistics averaged), from which the next epoch starts as the uninterrupted run's did.
+        pytest.param(
+            training.train_classifier,
+            dataclasses.replace(TINY_CLASSIFIER, strategy="mirrored"),
+            "(0, 1)",
+            "val_loss",
+            marks=pytest.mark.slow,
+        ),
     ],
-    ids=["gan-float16-mid-epoch", "classifier-bfloat16-second-epoch", "gan-float16-mirrored-mid-epoch"],
+    ids=[
+        "gan-float16-mid-epoch",
+        "classifier-bfloat16-second-epoch",
+        "gan-float16-mirrored-mid-epoch",
+        "classifier-bfloat16-mirrored-epochs-last-step",
+    ],
 )
 def test_stop_and_resume_equals_the_uninterrupted_run(train, config, stop_line, final_key, tmp_path):
     config = dataclasses.replace(config, logdir=str(tmp_path))

@@ -75,3 +75,57 @@ def test_in_a_cluster_every_worker_stops_at_the_step_the_workers_agree_on(tmp_pa
         tmp_path / "private" / "ckpt-3.index"
     )
     assert error.checkpoint == str(run_dir / "ckpt-3")
+
+
+def test_the_checkpoint_of_an_epochs_last_step_holds_the_epochs_end_and_a_stop_then_waits_for_it(tmp_path):
+    # A stand-in for AverageReplicaStatistics, which changes the BatchNorm statistics at the epoch's end: the
+    # checkpoint of the epoch's last step must hold its change, also when a stop is requested during that step.
+    import signal
+
+    import keras
+    import tensorflow as tf
+
+    from tfmp import trainers
+    from tfmp.run import checkpoint, preemption
+
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    trainer = trainers.ClassifierTrainer(model)
+    trainer.compile(keras.optimizers.SGD(0.1), loss="mse")
+    marker = model.layers[-1].bias
+
+    class EndOfEpoch(keras.callbacks.Callback):
+        def __init__(self, stop_at=None):
+            super().__init__()
+            self.stop_at = stop_at
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == self.stop_at:
+                signal.raise_signal(signal.SIGTERM)
+
+        def on_epoch_end(self, epoch, logs=None):
+            marker.assign([100.0 + epoch])
+
+    def saved_marker(path):
+        reader = tf.train.load_checkpoint(path)
+        # The bias: a checkpoint saves a variable once, under its first path, here the optimizer's.
+        bias = "_trainable_variables/1/.ATTRIBUTES/VARIABLE_VALUE"
+        (key,) = [k for k in reader.get_variable_to_shape_map() if k.endswith(bias)]
+        return reader.get_tensor(key)
+
+    ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=10)
+    x = np.ones((8, 2), np.float32)
+    saver = callbacks.Checkpointing(ckpt, step=0, every=1, print_fn=lambda line: None)
+    trainer.fit(x, x[:, :1], batch_size=2, epochs=2, verbose=0, callbacks=[EndOfEpoch(), saver])
+    assert [os.path.basename(p) for p in ckpt.checkpoints] == [f"ckpt-{i}" for i in range(1, 9)]
+    np.testing.assert_array_equal(saved_marker(ckpt.checkpoints[3]), [100.0])  # ckpt-4: epoch 0's end
+    np.testing.assert_array_equal(saved_marker(ckpt.checkpoints[7]), [101.0])
+    assert saved_marker(ckpt.checkpoints[2])[0] not in (100.0, 101.0)
+
+    with preemption.PreemptionGuard() as guard:
+        saver = callbacks.Checkpointing(ckpt, step=8, every=0, guard=guard, print_fn=lambda line: None)
+        with pytest.raises(preemption.Preempted) as stopped:
+            trainer.fit(x, x[:, :1], batch_size=2, epochs=2, verbose=0, callbacks=[EndOfEpoch(stop_at=3), saver])
+    # Stopped at the end of the epoch whose last step it arrived in, with the epoch's end in the checkpoint.
+    assert stopped.value.step == 12 and stopped.value.checkpoint.endswith("ckpt-12")
+    np.testing.assert_array_equal(saved_marker(stopped.value.checkpoint), [100.0])

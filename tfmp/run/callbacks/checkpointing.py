@@ -16,6 +16,13 @@ __all__ = ["Checkpointing"]
 class Checkpointing(keras.callbacks.Callback):
     """Saves the run's checkpoint every `every` steps, every epoch, and on a stop request.
 
+    The checkpoint of an epoch's last step is written at the epoch's end,
+    after the callbacks before this one have finished the epoch (in a run,
+    `tfmp.run.distribute.AverageReplicaStatistics` averages the replicas'
+    BatchNorm statistics there), so a run resumed from it starts the next
+    epoch from the state the uninterrupted run had. A stop requested during
+    that step is acted on there too.
+
     With a `tfmp.run.preemption.PreemptionGuard` whose signal has arrived, the
     step in flight finishes, a checkpoint is written and
     `tfmp.run.preemption.Preempted` is raised out of `fit()`.
@@ -74,8 +81,16 @@ class Checkpointing(keras.callbacks.Callback):
             run_checkpoint = os.path.join(self.checkpoint.read_directory, os.path.basename(saved))
             raise preemption.Preempted(next(iter(signalled.values())), self.step, run_checkpoint, signalled)
 
+    def _ends_epoch(self, batch: int) -> bool:
+        steps = (self.params or {}).get("steps")
+        return steps is not None and batch + 1 == steps
+
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
+        if self._ends_epoch(batch):
+            # Left to on_epoch_end: the epoch's end may still change the state (validation, the
+            # replicas' BatchNorm statistics averaged), and a checkpoint of this step must hold that.
+            return
         self._stop_if_requested()
         if self.every and self.step % self.every == 0:
             self.save()
