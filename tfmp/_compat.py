@@ -67,7 +67,8 @@ PRIVATE_APIS = (
     PrivateAPI(
         "keras.Model",
         "_maybe_symbolic_build",
-        "overridden: build from one replica's batch under a strategy (ModelWorkarounds)",
+        "overridden: build from the epoch iterator's dataset spec under a strategy, drawing no batch "
+        "(ModelWorkarounds)",
     ),
     PrivateAPI("keras.Model", "_symbolic_build", "called by the override above"),
     PrivateAPI(
