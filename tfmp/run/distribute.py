@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -58,6 +58,7 @@ __all__ = [
     "is_chief",
     "make_strategy",
     "per_replica_batch",
+    "replica_averager",
     "task",
     "tf_config_example",
     "writable_dir",
@@ -238,9 +239,23 @@ def average_across_replicas(variables: Sequence[keras.Variable], strategy: tf.di
         variables: Variables created under `strategy.scope()`.
         strategy: Their strategy; with one replica nothing happens.
     """
+    replica_averager(variables, strategy)()
+
+
+def replica_averager(variables: Sequence[keras.Variable], strategy: tf.distribute.Strategy) -> Callable[[], None]:
+    """`average_across_replicas(variables, strategy)` as one function, traced once however often it is called.
+
+    Args:
+        variables: Variables created under `strategy.scope()`.
+        strategy: Their strategy; with one replica the function does nothing.
+
+    Returns:
+        A function of no arguments that averages the copies (a collective:
+        every worker must call it at the same point).
+    """
     variables = list(variables)
     if strategy.num_replicas_in_sync == 1 or not variables:
-        return
+        return lambda: None
 
     def replica_fn():
         context = tf.distribute.get_replica_context()
@@ -252,7 +267,7 @@ def average_across_replicas(variables: Sequence[keras.Variable], strategy: tf.di
             variable.assign(mean)
 
     # In a graph: replicas run concurrently there, as collectives require.
-    tf.function(lambda: strategy.run(replica_fn))()
+    return tf.function(lambda: strategy.run(replica_fn))
 
 
 class AverageReplicaStatistics(keras.callbacks.Callback):
@@ -265,11 +280,20 @@ class AverageReplicaStatistics(keras.callbacks.Callback):
     list. Does nothing with one replica.
     """
 
+    def __init__(self):
+        super().__init__()
+        self._averager: Callable[[], None] | None = None
+        self._averaged: tuple[int, ...] = ()
+
     def _average(self) -> None:
         strategy = self.model.distribute_strategy
         if strategy.num_replicas_in_sync > 1:
             variables = [v for v in self.model.non_trainable_variables if "float" in str(v.dtype)]
-            average_across_replicas(variables, strategy)
+            # One traced function for the run (a new one per call would be traced at every epoch's end).
+            if self._averager is None or self._averaged != tuple(map(id, variables)):
+                self._averager = replica_averager(variables, strategy)
+                self._averaged = tuple(map(id, variables))
+            self._averager()
 
     def on_test_begin(self, logs=None):
         self._average()
