@@ -12,6 +12,7 @@ mean paired gap to float32 with its spread. The method is in
 `tfmp/run/parity.py`; the measured figures in docs/NUMERICS.md.
 """
 
+import functools
 import os
 
 from absl import app, flags
@@ -47,10 +48,31 @@ _PRECISIONS = flags.DEFINE_list(
     list(_DEFAULTS.precisions),
     "Precisions: float32 (the reference, required), mixed_float16, mixed_bfloat16 (or fp32, fp16, bf16).",
 )
+_FOLDS = flags.DEFINE_integer(
+    "folds", _DEFAULTS.folds, "k-fold rotation: each seed runs k times, validating on each fold (1: one split)."
+)
+_LR_WARMUP = flags.DEFINE_integer(
+    "lr_warmup_steps", _DEFAULTS.lr_warmup_steps, "Steps of linear learning-rate warm-up before the cosine decay."
+)
+_AVERAGE_LAST = flags.DEFINE_integer(
+    "average_last", _DEFAULTS.average_last, "A run's result: the mean of the evaluations after its last N epochs."
+)
+_CONTROL = flags.DEFINE_boolean(
+    "control",
+    _DEFAULTS.control,
+    "Also run float32 with Keras's BatchNormalization: a rounding-only change whose gap is the noise floor.",
+)
+_FP16_SCALES = flags.DEFINE_list(
+    "fp16_initial_scales",
+    [],
+    "Extra mixed_float16 arms whose dynamic loss scale starts at these values (the default arm: 2**15).",
+)
 _PARENT = flags.DEFINE_string(
     "run_name", "", "Directory of the runs under --logdir (each <precision>_seed<seed>); default: parity_<time>."
 )
-_JSON_OUT = flags.DEFINE_string("json_out", None, "Also write the records to this JSON file.")
+_JSON_OUT = flags.DEFINE_string(
+    "json_out", None, "Also write the records to this JSON file (rewritten after every run)."
+)
 flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 
@@ -64,6 +86,18 @@ def _seeds(values: list[str]) -> tuple[int, ...]:
     return tuple(seeds)
 
 
+def _scales(values: list[str]) -> tuple[float, ...]:
+    scales = []
+    for value in values:
+        try:
+            scales.append(float(value))
+        except ValueError:
+            raise app.UsageError(
+                f"--fp16_initial_scales must be numbers >= 1, comma-separated. Received: {value!r}"
+            ) from None
+    return tuple(scales)
+
+
 def main(argv):
     common.check_no_arguments(argv)
     if _JSON_OUT.value is not None:
@@ -74,9 +108,20 @@ def main(argv):
         classifier=common.config_from_flags(training.ClassifierConfig, _FLAGS),
         seeds=_seeds(_SEEDS.value),
         precisions=tuple(_PRECISIONS.value),
+        folds=_FOLDS.value,
+        lr_warmup_steps=_LR_WARMUP.value,
+        average_last=_AVERAGE_LAST.value,
+        control=_CONTROL.value,
+        fp16_initial_scales=_scales(_FP16_SCALES.value),
         run_name=_PARENT.value,
     )
-    records = common.run(parity.run_parity, config)
+    save = None
+    if _JSON_OUT.value:
+
+        def save(records):  # after every run: a sweep stopped halfway keeps what it measured
+            reporting.write_json(records, _JSON_OUT.value)
+
+    records = common.run(functools.partial(parity.run_parity, on_record=save), config)
     print()
     print(parity.parity_table(records))
     if _JSON_OUT.value:

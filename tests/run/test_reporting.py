@@ -6,6 +6,7 @@ tiny classifier); tests/run/test_benchmark.py measures real ones.
 
 import dataclasses
 import json
+import math
 import os
 import sys
 
@@ -78,30 +79,72 @@ def test_json_file_holds_the_records(records, tmp_path):
 
 def test_json_file_holds_parity_records_too(tmp_path):
     records = [
-        parity.ParityRecord("float32", 0, 0.875, 0.5, 0, None),
-        parity.ParityRecord("mixed_float16", 0, 0.8125, 0.5, 7, 256.0),
+        parity.ParityRecord("float32", "float32", 0, 1, 0.875, 0.5, 0, None, (0.75, 0.875), (0.75, 0.5), 12.5),
+        parity.ParityRecord("mixed_float16", "mixed_float16", 0, 1, 0.8125, 0.5, 7, 256.0),
     ]
     path = tmp_path / "parity.json"
     reporting.write_json(records, str(path))
     assert path.read_text().endswith("]\n")
+    common = {"seed": 0, "fold": 1, "val_loss": 0.5}
     assert json.loads(path.read_text()) == [
         {
+            "arm": "float32",
             "precision": "float32",
-            "seed": 0,
+            **common,
             "val_accuracy": 0.875,
-            "val_loss": 0.5,
             "skipped_steps": 0,
             "final_loss_scale": None,
+            "accuracy_by_epoch": [0.75, 0.875],
+            "loss_by_epoch": [0.75, 0.5],
+            "seconds": 12.5,
         },
         {
+            "arm": "mixed_float16",
             "precision": "mixed_float16",
-            "seed": 0,
+            **common,
             "val_accuracy": 0.8125,
-            "val_loss": 0.5,
             "skipped_steps": 7,
             "final_loss_scale": 256.0,
+            "accuracy_by_epoch": [],
+            "loss_by_epoch": [],
+            "seconds": 0.0,
         },
     ]
+
+
+# Student's t, two-sided: the tables' values (e.g. NIST/SEMATECH e-Handbook, table 1.3.6.7.2), to 3 decimals.
+@pytest.mark.parametrize(
+    "confidence, df, expected",
+    [
+        (0.95, 1, 12.706),
+        (0.95, 2, 4.303),
+        (0.95, 4, 2.776),
+        (0.95, 9, 2.262),
+        (0.95, 24, 2.064),
+        (0.99, 5, 4.032),
+        (0.90, 30, 1.697),
+    ],
+)
+def test_t_quantile_matches_the_tables(confidence, df, expected):
+    assert reporting.t_quantile(confidence, df) == pytest.approx(expected, abs=5e-4)
+
+
+@pytest.mark.parametrize("args, message", [((0.95, 0), "df=0"), ((0.95, 2.5), "df=2.5"), ((1.0, 3), "confidence=1.0")])
+def test_t_quantile_refuses_bad_arguments_naming_them(args, message):
+    with pytest.raises(ValueError, match="Received") as error:
+        reporting.t_quantile(*args)
+    assert message in str(error.value)
+
+
+def test_gap_summarises_paired_differences():
+    gap = reporting.Gap((-1.0, 0.0, 1.0, 2.0))
+    assert gap.mean == 0.5 and gap.std == pytest.approx(math.sqrt(5 / 3))
+    assert gap.stderr == pytest.approx(math.sqrt(5 / 3) / 2)
+    low, high = gap.interval
+    assert (low, high) == pytest.approx((0.5 - 3.182446 * gap.stderr, 0.5 + 3.182446 * gap.stderr), abs=1e-5)
+    assert (gap.min, gap.max) == (-1.0, 2.0)
+    one = reporting.Gap((3.0,))
+    assert math.isnan(one.std) and all(math.isnan(v) for v in one.interval)
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -1,25 +1,41 @@
-"""Does mixed precision keep float32's accuracy? Paired runs over seeds.
+"""Does mixed precision keep float32's accuracy? Paired runs over seeds and folds.
 
-`run_parity(ParityConfig(...))` trains the MobileNetV2 classifier
-(`tfmp.run.training.train_classifier`) once per seed and precision and returns one
-`ParityRecord` per run. The design is *paired*: for a given seed every
-precision starts from the same initial weights (the variables are float32
-under every policy, and the seed fixes their initializers) and sees the same
-batches in the same order (the pipeline's shuffle is seeded). The model has no
-dropout, so nothing else is random. The difference between a precision's
-accuracy and float32's on the same seed is therefore made by the arithmetic
-alone, and `paired_gaps` summarises those differences over the seeds: their
-mean, spread and standard error.
+`run_parity(ParityConfig(...))` trains the MobileNetV2 classifier once per
+*unit* (a seed and, with `folds > 1`, a fold of the data) and *arm* (a
+precision, or a variant of one) and returns one `ParityRecord` per run. The
+design is *paired*: in a unit every arm starts from the same initial weights
+(the variables are float32 under every policy, and the seed fixes their
+initializers), trains on the same images and sees the same batches in the
+same order (the pipeline's shuffle is seeded). The model has no dropout, so
+nothing else is random. The difference between an arm's result and
+float32's in the same unit is therefore made by the arithmetic alone, and
+`paired_gaps` summarises those differences over the units: their mean,
+standard error and 95% interval, for the accuracy and for the validation
+loss (the mean negative log-likelihood, a continuous metric).
 
-`paired_start` returns what a run starts from (initial weights, batch order)
-without training, so the pairing can be checked: `run_parity` checks it for
-every seed before training and refuses to compare unpaired runs.
+Levers of the design (`ParityConfig`):
+
+* `folds`: k-fold rotation over the union of the dataset's training and
+  validation images, so that each image is evaluated once per seed.
+* `lr_warmup_steps`: a linear learning-rate warm-up before the cosine decay.
+* `average_last`: a run's accuracy and loss are the mean of the validation
+  evaluations after its last epochs (every epoch's are in the record).
+* `control`: also run float32 with Keras's unfused BatchNormalization, a
+  rounding-only change of float32's arithmetic; its paired gap to float32 is
+  the design's noise floor.
+* `fp16_initial_scales`: extra mixed_float16 arms whose dynamic loss scale
+  starts elsewhere than the default 2**15.
+
+`parity_task` builds the task of one run and `paired_start` returns what it
+starts from (initial weights, batch order) without training, so the pairing
+can be checked: `run_parity` checks it for every unit before training and
+refuses to compare unpaired runs.
 
 ```python
 from tfmp.run import parity
-records = parity.run_parity(parity.ParityConfig(seeds=(0, 1, 2)))
+records = parity.run_parity(parity.ParityConfig(seeds=(0, 1), control=True))
 print(parity.parity_table(records))
-parity.paired_gaps(records)["mixed_float16"].mean    # accuracy points, negative: below float32
+parity.paired_gaps(records)["mixed_float16"].accuracy.mean   # points, negative: below float32
 ```
 
 The measured figures and what they mean are in docs/NUMERICS.md.
@@ -40,33 +56,40 @@ from typing import Any
 import keras
 import numpy as np
 
+from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
-from tfmp.run import benchmark, tasks, training
+from tfmp.run import benchmark, data, runner, tasks, training
 from tfmp.run import setting as setting_lib
+from tfmp.run.reporting import Gap
 
 __all__ = [
+    "CONTROL",
     "DEFAULT_CLASSIFIER",
+    "Arm",
     "PairedStart",
     "PairingError",
     "ParityConfig",
     "ParityRecord",
     "PairedGap",
+    "fold_split",
     "paired_gaps",
     "paired_start",
     "parity_table",
+    "parity_task",
     "run_parity",
 ]
 
 REFERENCE = "float32"
+CONTROL = "float32_keras_bn"
 
-# MobileNetV2 (alpha 0.35) on the embedded digits: 45 steps of 32 per epoch;
-# 8 epochs reach about 90% validation accuracy in float32 (chance: 10%).
-# float16 runs with the default (dynamic) loss scaling.
+# MobileNetV2 (alpha 0.35) on the embedded digits: 45 steps of 32 per epoch (1,437 or 1,438
+# training images); 12 epochs reach about 92% validation accuracy in float32 (chance: 10%).
+# float16 runs with the default (dynamic) loss scaling. docs/NUMERICS.md measures the design.
 DEFAULT_CLASSIFIER = training.ClassifierConfig(
     dataset="digits",
     alpha=0.35,
     batch_size=32,
-    epochs=8,
+    epochs=12,
     learning_rate=2e-3,
     lr_schedule="cosine",
     log_every=1000,
@@ -76,7 +99,26 @@ DEFAULT_CLASSIFIER = training.ClassifierConfig(
 
 
 class PairingError(RuntimeError):
-    """Runs of one seed that would not start from the same weights and batches."""
+    """Runs of one unit that would not start from the same weights and batches."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One arm of the comparison: a precision, or a variant of one.
+
+    Attributes:
+        name: The arm's name in the records and tables.
+        precision: Canonical precision name.
+        keras_batch_norm: Build the network with Keras's unfused
+            BatchNormalization instead of tfmp's fused layer.
+        initial_scale: mixed_float16's dynamic loss scale starts here; None:
+            the library's default (2**15).
+    """
+
+    name: str
+    precision: str
+    keras_batch_norm: bool = False
+    initial_scale: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,16 +126,30 @@ class ParityConfig:
     """What a parity benchmark runs.
 
     Attributes:
-        classifier: The run of every seed and precision; its `precision`,
-            `seed` and `run_name` are replaced per run.
+        classifier: The run of every unit and arm; its `precision`, `seed`
+            and `run_name` are replaced per run.
         seeds: Seeds (of weights, shuffling and the data split), each run
-            at every precision.
+            in every arm.
         precisions: Precisions to compare; must include `float32`, the
             reference. Aliases (`fp16`, ...) are accepted; `auto` is not.
+        folds: 1: the classifier's own training/validation split of each
+            seed. k >= 2: the union of its training and validation images,
+            shuffled by the seed, is cut into k folds and each seed runs k
+            times, validating on each fold in turn (`fold_split`).
+        lr_warmup_steps: Steps of linear learning-rate warm-up from 0 to
+            `classifier.learning_rate`, before the cosine decay (which then
+            spans the remaining steps); needs `lr_schedule="cosine"`.
+        average_last: A run's accuracy and loss are the means of the
+            validation evaluations after its last `average_last` epochs.
+        control: Also run float32 with Keras's BatchNormalization (arm
+            `CONTROL`): the same function in a different order of float32
+            operations, whose paired gap to float32 is the noise floor.
+        fp16_initial_scales: Extra mixed_float16 arms (`mixed_float16_scale<s>`)
+            whose dynamic loss scale starts at each of these values.
         run_name: Parent directory of the runs under `classifier.logdir`;
-            default `parity_<timestamp>`. Each run is `<precision>_seed<seed>`
-            in it.
-        check_pairing: Before training a seed, check that its runs start
+            default `parity_<timestamp>`. Each run is `<arm>_seed<seed>`
+            (plus `_fold<f>` with folds) in it.
+        check_pairing: Before training a unit, check that its runs start
             from bit-identical weights and batch order (`paired_start`), at
             the cost of one model build per run.
     """
@@ -101,6 +157,11 @@ class ParityConfig:
     classifier: training.ClassifierConfig = DEFAULT_CLASSIFIER
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     precisions: tuple[str, ...] = ("float32", "mixed_float16", "mixed_bfloat16")
+    folds: int = 5
+    lr_warmup_steps: int = 45
+    average_last: int = 1
+    control: bool = False
+    fp16_initial_scales: tuple[float, ...] = ()
     run_name: str = ""
     check_pairing: bool = True
 
@@ -109,7 +170,7 @@ class ParityConfig:
         if not self.seeds:
             raise training.ConfigError(f"No seed given. Received: seeds={self.seeds!r}")
         for seed in self.seeds:
-            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            if not _is_int(seed) or seed < 0:
                 raise training.ConfigError(f"seeds must be integers >= 0. Received: seed={seed!r}")
         if len(set(self.seeds)) != len(self.seeds):
             raise training.ConfigError(f"A seed is given twice. Received: seeds={self.seeds!r}")
@@ -119,9 +180,35 @@ class ParityConfig:
                 f"precisions must include float32, the reference the others are compared with. "
                 f"Received: precisions={self.precisions!r}"
             )
-        if len(precisions) < 2:
+        if len(precisions) < 2 and not self.control and not self.fp16_initial_scales:
             raise training.ConfigError(
                 f"Give float32 and at least one precision to compare with it. Received: precisions={self.precisions!r}"
+            )
+        if not _is_int(self.folds) or self.folds < 1:
+            raise training.ConfigError(f"folds must be an integer >= 1. Received: folds={self.folds!r}")
+        epochs = self.classifier.epochs
+        if not _is_int(self.average_last) or not 1 <= self.average_last <= epochs:
+            raise training.ConfigError(
+                f"average_last must be an integer from 1 to the {epochs} epochs. Received: "
+                f"average_last={self.average_last!r}"
+            )
+        if not _is_int(self.lr_warmup_steps) or self.lr_warmup_steps < 0:
+            raise training.ConfigError(
+                f"lr_warmup_steps must be an integer >= 0. Received: lr_warmup_steps={self.lr_warmup_steps!r}"
+            )
+        if self.lr_warmup_steps and self.classifier.lr_schedule != "cosine":
+            raise training.ConfigError(
+                "lr_warmup_steps needs the cosine schedule; set lr_schedule='cosine' or lr_warmup_steps=0. "
+                f"Received: lr_schedule={self.classifier.lr_schedule!r}, lr_warmup_steps={self.lr_warmup_steps}"
+            )
+        for scale in self.fp16_initial_scales:
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 1 <= scale < math.inf:
+                raise training.ConfigError(
+                    f"fp16_initial_scales must be finite numbers >= 1. Received: initial scale {scale!r}"
+                )
+        if len(set(self.fp16_initial_scales)) != len(self.fp16_initial_scales):
+            raise training.ConfigError(
+                f"An initial scale is given twice. Received: fp16_initial_scales={self.fp16_initial_scales!r}"
             )
         self.classifier.validate()
 
@@ -135,27 +222,144 @@ class ParityConfig:
             raise training.ConfigError(f"A precision is given twice. Received: precisions={self.precisions!r}")
         return tuple(sorted(names, key=lambda name: name != REFERENCE))
 
+    def arms(self) -> tuple[Arm, ...]:
+        """Every arm in run order: float32 first, then the control, the precisions, the float16 scale arms."""
+        precisions = self.canonical_precisions()
+        arms = [Arm(REFERENCE, REFERENCE)]
+        if self.control:
+            arms.append(Arm(CONTROL, REFERENCE, keras_batch_norm=True))
+        arms += [Arm(p, p) for p in precisions[1:]]
+        for scale in self.fp16_initial_scales:
+            arms.append(Arm(f"mixed_float16_scale{scale:g}", "mixed_float16", initial_scale=float(scale)))
+        return tuple(arms)
+
+    def units(self) -> tuple[tuple[int, int], ...]:
+        """`(seed, fold)` of every unit, in run order (fold 0 only without folds)."""
+        return tuple((int(seed), fold) for seed in self.seeds for fold in range(self.folds))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def fold_split(split: data.Split, seed: int, fold: int, folds: int) -> data.Split:
+    """Fold `fold` of `folds` of `split`'s images as validation, the rest as training.
+
+    The union of the training and validation images is shuffled by `seed`
+    and cut into `folds` parts of sizes differing by at most one
+    (`np.array_split`); over the folds of a seed every image is validated
+    exactly once. `folds=1` returns `split` itself.
+    """
+    if folds == 1:
+        return split
+    if not 0 <= fold < folds:
+        raise ValueError(f"fold must be in [0, {folds}). Received: fold={fold!r}")
+    x = np.concatenate([split.x_train, split.x_val])
+    y = np.concatenate([split.y_train, split.y_val])
+    parts = np.array_split(np.random.default_rng(seed).permutation(len(y)), folds)
+    train = np.sort(np.concatenate([p for i, p in enumerate(parts) if i != fold]))
+    val = np.sort(parts[fold])
+    return data.Split(x[train], y[train], x[val], y[val])
+
+
+class _Evaluations(keras.callbacks.Callback):
+    """Keeps each epoch's validation accuracy and loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accuracy: list[float] = []
+        self.loss: list[float] = []
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        logs = logs or {}
+        if "val_accuracy" in logs:
+            self.accuracy.append(float(logs["val_accuracy"]))
+            self.loss.append(float(logs["val_loss"]))
+
+
+class _ParityTask(tasks.ClassifierTask):
+    """The classifier task of one parity run: its fold, warm-up, BatchNorm and initial loss scale."""
+
+    def __init__(self, config: training.ClassifierConfig, arm: Arm, fold: int, folds: int, lr_warmup_steps: int):
+        network = None
+        if arm.keras_batch_norm:
+
+            def network(shape: tuple[int, int, int], classes: int) -> keras.Model:
+                return tasks.build_mobilenet_v2_classifier(
+                    shape,
+                    num_classes=classes,
+                    alpha=config.alpha,
+                    from_logits=config.from_logits,
+                    batch_norm_momentum=config.batch_norm_momentum,
+                    fused_batch_norm=False,
+                )
+
+        advice = tasks.cpu_bfloat16_float32_layers(config.image_shape)
+        super().__init__(config, network=network, cpu_bfloat16_float32_layers=advice)
+        self.arm, self.fold, self.folds, self.lr_warmup_steps = arm, fold, folds, lr_warmup_steps
+        self.evaluations = _Evaluations()
+
+    def load_data(self) -> data.Split:
+        return fold_split(super().load_data(), self.config.seed, self.fold, self.folds)
+
+    def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
+        c = self.config
+        if self.lr_warmup_steps:
+            total = c.epochs * steps_per_epoch
+            warmup = min(self.lr_warmup_steps, total - 1)
+            schedule = keras.optimizers.schedules.CosineDecay(
+                0.0, decay_steps=total - warmup, warmup_target=c.learning_rate, warmup_steps=warmup
+            )
+            optimizer = keras.optimizers.Adam(schedule)
+        else:
+            (optimizer,) = super().optimizers(steps_per_epoch)
+        if self.arm.initial_scale is not None:
+            # Passed through as it is by the trainer's compile (loss_scale="dynamic").
+            optimizer = loss_scale_lib.LossScaleOptimizer(optimizer, dynamic=True, initial_scale=self.arm.initial_scale)
+        return (optimizer,)
+
+    def callbacks(self, trainer: Any, run_dir: str) -> list[keras.callbacks.Callback]:
+        return [*super().callbacks(trainer, run_dir), self.evaluations]
+
+
+def parity_task(config: ParityConfig, seed: int, fold: int, arm: Arm) -> tasks.ClassifierTask:
+    """The task of one run: `config.classifier` at `seed` and `arm.precision`, on fold `fold`."""
+    run = dataclasses.replace(config.classifier, seed=int(seed), precision=arm.precision)
+    return _ParityTask(run, arm, fold, config.folds, config.lr_warmup_steps)
+
 
 @dataclasses.dataclass(frozen=True)
 class ParityRecord:
     """One run's result.
 
     Attributes:
+        arm: The arm's name (`Arm.name`).
         precision: Canonical precision name.
         seed: The run's seed.
-        val_accuracy: Validation accuracy after the last epoch.
-        val_loss: Validation loss after the last epoch.
+        fold: The validation fold (0 without folds).
+        val_accuracy: Validation accuracy, averaged over the evaluations
+            after the last `average_last` epochs.
+        val_loss: Validation loss (mean negative log-likelihood), averaged
+            likewise.
         skipped_steps: Steps whose non-finite gradients were skipped.
         final_loss_scale: The loss scale at the end (`mixed_float16` with a
             loss scale); None otherwise.
+        accuracy_by_epoch: The validation accuracy after every epoch.
+        loss_by_epoch: The validation loss after every epoch.
+        seconds: The run's wall time.
     """
 
+    arm: str
     precision: str
     seed: int
+    fold: int
     val_accuracy: float
     val_loss: float
     skipped_steps: int
     final_loss_scale: float | None
+    accuracy_by_epoch: tuple[float, ...] = ()
+    loss_by_epoch: tuple[float, ...] = ()
+    seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -184,154 +388,149 @@ class PairedStart:
         return h.hexdigest()[:16]
 
 
-def paired_start(config: training.ClassifierConfig, precision: str) -> PairedStart:
-    """The initial weights and batch order of `train_classifier(config)` at `precision`.
+def paired_start(task: tasks.ClassifierTask) -> PairedStart:
+    """The initial weights and batch order of the run of `task` (e.g. from `parity_task`).
 
-    Nothing is trained. The network and the training pipeline are built by
-    the `tfmp.run.tasks.ClassifierTask` that `tfmp.run.training.train_classifier`
-    runs, as it builds them: the global seeds set from
-    `config.seed` (`keras.utils.set_random_seed`), then the model built under
-    the precision's policy, with the run's float32 layers.
-
-    Args:
-        config: The run (its `precision` is replaced by `precision`).
-        precision: A precision name or alias.
+    Nothing is trained. The network and the training pipeline are built as
+    `tfmp.run.runner.Runner` builds them: the global seeds set from the
+    config's `seed` (`keras.utils.set_random_seed`), then the model built
+    under the precision's policy, with the run's float32 layers.
 
     Returns:
         A `PairedStart`; compare two with `np.array_equal` / `digest()`.
     """
-    task = tasks.ClassifierTask(dataclasses.replace(config, precision=precision, run_name="paired_start"))
+    task = task.replace(run_name="paired_start")
     setting = setting_lib.resolve(task, lambda line: None)
     steps = task.steps_per_epoch(len(setting.split.x_train))
-    keras.utils.set_random_seed(config.seed)  # as train_classifier does, right before building
+    keras.utils.set_random_seed(task.config.seed)  # as the runner does, right before building
     with precision_lib.precision_scope(setting.precision):
         built = task.build(setting.precision, setting.loss_scale, False, steps, setting.split)
     (network,) = built.trainer.networks.values()
     weights = [np.array(w.numpy()) for w in network.weights]
     batches = []
-    for x, y in task.stream(setting.split).take(config.epochs * steps):
+    for x, y in task.stream(setting.split).take(task.config.epochs * steps):
         h = hashlib.sha256(np.asarray(x).tobytes())
         h.update(np.asarray(y).tobytes())
         batches.append(h.hexdigest())
     return PairedStart(weights, batches)
 
 
-def _check_pairing(config: training.ClassifierConfig, precisions: Sequence[str]) -> str:
-    """The seed's common start digest; `PairingError` if two precisions start differently."""
-    digests = {precision: paired_start(config, precision).digest() for precision in precisions}
+def _check_pairing(config: ParityConfig, seed: int, fold: int) -> str:
+    """The unit's common start digest; `PairingError` if two arms start differently."""
+    digests = {arm.name: paired_start(parity_task(config, seed, fold, arm)).digest() for arm in config.arms()}
     if len(set(digests.values())) != 1:
         raise PairingError(
-            f"Runs of seed {config.seed} would not start from the same weights and batch order, so their "
-            f"accuracies could not be compared pairwise. Start digests: {digests}"
+            f"Runs of seed {seed} fold {fold} would not start from the same weights and batch order, so their "
+            f"results could not be compared pairwise. Start digests: {digests}"
         )
-    return digests[precisions[0]]
+    return digests[REFERENCE]
 
 
-def run_parity(config: ParityConfig, print_fn: Callable[[str], None] = print) -> list[ParityRecord]:
-    """Trains every seed at every precision; returns the records in run order.
+def _unit_name(seed: int, fold: int, folds: int) -> str:
+    return f"seed {seed}" + (f" fold {fold}" if folds > 1 else "")
 
-    Each seed's precisions run one after the other (float32 first), so a
-    change of machine load during the sweep does not favour one precision.
-    The runs' TensorBoard logs go to `<classifier.logdir>/<run_name>/`.
+
+def run_parity(
+    config: ParityConfig,
+    print_fn: Callable[[str], None] = print,
+    on_record: Callable[[list[ParityRecord]], None] | None = None,
+) -> list[ParityRecord]:
+    """Trains every unit in every arm; returns the records in run order.
+
+    Each unit's arms run one after the other (float32 first), so a change of
+    machine load during the sweep does not favour one arm. The runs'
+    TensorBoard logs go to `<classifier.logdir>/<run_name>/`.
+
+    Args:
+        config: What to run.
+        print_fn: Where the progress lines go (one per unit and per run).
+        on_record: Called with the records so far after each run (e.g. to
+            save them, so that a sweep stopped halfway keeps its results).
 
     Raises:
         tfmp.run.training.ConfigError: for an impossible setting, before training.
-        PairingError: if one seed's runs would not start alike.
+        PairingError: if one unit's runs would not start alike.
     """
     config.validate()
-    precisions = config.canonical_precisions()
     parent = config.run_name or f"parity_{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     records = []
-    for seed in config.seeds:
-        run = dataclasses.replace(config.classifier, seed=int(seed))
+    for seed, fold in config.units():
+        unit = _unit_name(seed, fold, config.folds)
         if config.check_pairing:
-            digest = _check_pairing(run, precisions)
-            print_fn(f"seed {seed}: every precision starts from the same weights and batch order ({digest})")
-        for precision in precisions:
+            digest = _check_pairing(config, seed, fold)
+            print_fn(f"{unit}: every arm starts from the same weights and batch order ({digest})")
+        for arm in config.arms():
             start = time.monotonic()
-            result = training.train_classifier(
-                dataclasses.replace(run, precision=precision, run_name=os.path.join(parent, f"{precision}_seed{seed}")),
-                print_fn=lambda line: None,
-            )
+            name = f"{arm.name}_seed{seed}" + (f"_fold{fold}" if config.folds > 1 else "")
+            task = parity_task(config, seed, fold, arm)
+            result = runner.Runner(task.replace(run_name=os.path.join(parent, name)), lambda line: None).run()
+            evaluations = task.evaluations
             scale = result.logs.get("loss_scale")
+            last = config.average_last
             record = ParityRecord(
-                precision=precision,
-                seed=int(seed),
-                val_accuracy=float(result.logs["val_accuracy"]),
-                val_loss=float(result.logs["val_loss"]),
+                arm=arm.name,
+                precision=arm.precision,
+                seed=seed,
+                fold=fold,
+                val_accuracy=statistics.fmean(evaluations.accuracy[-last:]),
+                val_loss=statistics.fmean(evaluations.loss[-last:]),
                 skipped_steps=result.skipped_steps,
                 final_loss_scale=None if scale is None else float(scale),
+                accuracy_by_epoch=tuple(evaluations.accuracy),
+                loss_by_epoch=tuple(evaluations.loss),
+                seconds=round(time.monotonic() - start, 1),
             )
             records.append(record)
+            if on_record is not None:
+                on_record(list(records))
             print_fn(
-                f"seed {seed} {precision}: val_accuracy {record.val_accuracy:.4f} val_loss {record.val_loss:.4f} "
+                f"{unit} {arm.name}: val_accuracy {record.val_accuracy:.4f} val_loss {record.val_loss:.4f} "
                 f"skipped_steps {record.skipped_steps} loss_scale {_scale(record.final_loss_scale)} "
-                f"({time.monotonic() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
+                f"({record.seconds:.0f} s, load {os.getloadavg()[0]:.1f})"
             )
     return records
 
 
 @dataclasses.dataclass(frozen=True)
 class PairedGap:
-    """A precision's accuracy minus float32's on the same seeds, in percentage points.
+    """An arm against float32 on the same units.
 
     Attributes:
-        precision: The precision compared with float32.
-        differences: Per seed (in `seeds` order), accuracy minus float32's.
-        seeds: The seeds run at both precisions.
-        mean: Mean of `differences`: negative is below float32.
-        std: Sample standard deviation of `differences` (nan for one seed).
-        stderr: Standard error of `mean` (`std / sqrt(n)`).
-        min, max: Smallest and largest difference.
+        arm: The arm compared with float32.
+        units: `(seed, fold)` of the units run in both.
+        accuracy: Accuracy differences in percentage points (negative: below float32).
+        loss: Validation-loss (NLL, nats) differences (positive: worse than float32).
     """
 
-    precision: str
-    seeds: tuple[int, ...]
-    differences: tuple[float, ...]
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.differences)
-
-    @property
-    def std(self) -> float:
-        return statistics.stdev(self.differences) if len(self.differences) > 1 else math.nan
-
-    @property
-    def stderr(self) -> float:
-        return self.std / math.sqrt(len(self.differences))
-
-    @property
-    def min(self) -> float:
-        return min(self.differences)
-
-    @property
-    def max(self) -> float:
-        return max(self.differences)
+    arm: str
+    units: tuple[tuple[int, int], ...]
+    accuracy: Gap
+    loss: Gap
 
 
-def _by_precision(records: Sequence[ParityRecord]) -> dict[str, dict[int, ParityRecord]]:
-    table: dict[str, dict[int, ParityRecord]] = {}
+def _by_arm(records: Sequence[ParityRecord]) -> dict[str, dict[tuple[int, int], ParityRecord]]:
+    table: dict[str, dict[tuple[int, int], ParityRecord]] = {}
     for record in records:
-        table.setdefault(record.precision, {})[record.seed] = record
+        table.setdefault(record.arm, {})[(record.seed, record.fold)] = record
     return table
 
 
 def paired_gaps(records: Sequence[ParityRecord]) -> dict[str, PairedGap]:
-    """Per precision other than float32, its paired accuracy differences to float32.
+    """Per arm other than float32, its paired differences to float32.
 
-    Only seeds run at both the precision and float32 count.
+    Only units run in both the arm and float32 count.
     """
-    table = _by_precision(records)
+    table = _by_arm(records)
     reference = table.get(REFERENCE, {})
     gaps = {}
-    for precision, runs in table.items():
-        if precision == REFERENCE:
+    for arm, runs in table.items():
+        if arm == REFERENCE:
             continue
-        seeds = tuple(seed for seed in runs if seed in reference)
-        if seeds:
-            differences = tuple(100.0 * (runs[s].val_accuracy - reference[s].val_accuracy) for s in seeds)
-            gaps[precision] = PairedGap(precision, seeds, differences)
+        units = tuple(unit for unit in runs if unit in reference)
+        if units:
+            accuracy = Gap(tuple(100.0 * (runs[u].val_accuracy - reference[u].val_accuracy) for u in units))
+            loss = Gap(tuple(runs[u].val_loss - reference[u].val_loss for u in units))
+            gaps[arm] = PairedGap(arm, units, accuracy, loss)
     return gaps
 
 
@@ -339,20 +538,28 @@ def _scale(scale: float | None) -> str:
     return "-" if scale is None else f"{scale:g}"
 
 
-def _points(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.2f}"
+def _signed(value: float, digits: int) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.{digits}f}"
+
+
+def _summary(gap: Gap, digits: int) -> str:
+    low, high = gap.interval
+    return (
+        f"{_signed(gap.mean, digits)} | {'n/a' if math.isnan(gap.stderr) else f'{gap.stderr:.{digits}f}'} | "
+        f"{_signed(low, digits)}..{_signed(high, digits)}"
+    )
 
 
 def parity_table(records: Sequence[ParityRecord]) -> str:
-    """Markdown: per-seed accuracies (skipped steps and final scale for float16), then the paired gaps."""
-    table = _by_precision(records)
-    precisions = sorted(table, key=lambda name: name != REFERENCE)
-    seeds = sorted({record.seed for record in records})
-    lines = ["| seed | " + " | ".join(precisions) + " |", "|---" * (len(precisions) + 1) + "|"]
-    for seed in seeds:
+    """Markdown: per-unit accuracies (skipped steps and final scale for float16), then the paired gaps."""
+    table = _by_arm(records)
+    arms = sorted(table, key=lambda name: name != REFERENCE)
+    units = sorted({(record.seed, record.fold) for record in records})
+    lines = ["| seed | fold | " + " | ".join(arms) + " |", "|---" * (len(arms) + 2) + "|"]
+    for seed, fold in units:
         cells = []
-        for precision in precisions:
-            record = table[precision].get(seed)
+        for arm in arms:
+            record = table[arm].get((seed, fold))
             if record is None:
                 cells.append("-")
                 continue
@@ -360,20 +567,15 @@ def parity_table(records: Sequence[ParityRecord]) -> str:
             if record.final_loss_scale is not None:
                 cell += f" ({record.skipped_steps} skipped, scale {_scale(record.final_loss_scale)})"
             cells.append(cell)
-        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
-    means = [statistics.fmean(r.val_accuracy for r in table[p].values()) for p in precisions]
-    lines.append("| mean | " + " | ".join(f"{m:.4f}" for m in means) + " |")
+        lines.append(f"| {seed} | {fold} | " + " | ".join(cells) + " |")
+    means = [statistics.fmean(r.val_accuracy for r in table[a].values()) for a in arms]
+    lines.append("| mean | | " + " | ".join(f"{m:.4f}" for m in means) + " |")
     lines += [
         "",
-        "| precision | seeds | mean paired gap to float32 (points) | std of the differences | standard error | "
-        "min..max |",
-        "|---|---|---|---|---|---|",
+        "| arm | units | accuracy gap to float32 (points) | standard error | 95% interval | "
+        "loss (NLL) gap | standard error | 95% interval |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for precision, gap in paired_gaps(records).items():
-        lines.append(
-            f"| {precision} | {len(gap.seeds)} | {_points(gap.mean)} | "
-            f"{'n/a' if math.isnan(gap.std) else f'{gap.std:.2f}'} | "
-            f"{'n/a' if math.isnan(gap.stderr) else f'{gap.stderr:.2f}'} | "
-            f"{_points(gap.min)}..{_points(gap.max)} |"
-        )
+    for arm, gap in paired_gaps(records).items():
+        lines.append(f"| {arm} | {len(gap.units)} | {_summary(gap.accuracy, 2)} | {_summary(gap.loss, 4)} |")
     return "\n".join(lines)

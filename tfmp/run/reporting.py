@@ -1,5 +1,8 @@
 """Presenting benchmark records: a markdown table, a JSON file, a PNG chart.
 
+`Gap` summarises paired differences (mean, standard error, a 95% interval
+from Student's t, `t_quantile`), as `tfmp.run.parity` reports them.
+
 `markdown_table` and `write_json` take any records with a `to_json()` dict
 (`tfmp.run.benchmark.Record` and `PipelineRecord`; `write_json` also
 `tfmp.run.parity.ParityRecord`); `plot` draws `tfmp.run.benchmark.compare` records
@@ -20,14 +23,18 @@ reporting.plot(records, "bench.png")
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
+import math
+import statistics
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import tensorflow as tf
 
 __all__ = [
+    "Gap",
     "JsonRecord",
     "PLOT_INSTALL_HINT",
     "ThroughputRecord",
@@ -35,6 +42,7 @@ __all__ = [
     "markdown_table",
     "plot",
     "require_matplotlib",
+    "t_quantile",
     "write_json",
 ]
 
@@ -246,3 +254,83 @@ def plot(
     )
     figure.savefig(path, format="png", dpi=120)
     return path
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    """The two-sided `confidence` quantile of Student's t with `df` (integer >= 1) degrees of freedom.
+
+    `P(|T| <= t) = confidence`, from the distribution's closed form for an
+    integer `df` (Abramowitz and Stegun 26.7.3-4) by bisection; e.g.
+    `t_quantile(0.95, 4)` is 2.776.
+    """
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"df must be an integer >= 1. Received: df={df!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1). Received: confidence={confidence!r}")
+
+    def inside(t: float) -> float:  # P(|T| <= t)
+        theta = math.atan(t / math.sqrt(df))
+        c2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+        if df % 2:
+            if df == 1:
+                return 2 * theta / math.pi
+            for k in range(1, (df - 1) // 2):
+                term *= c2 * (2 * k) / (2 * k + 1)
+                total += term
+            return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        return math.sin(theta) * total
+
+    low, high = 0.0, 1.0
+    while inside(high) < confidence:
+        high *= 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if inside(mid) < confidence else (low, mid)
+    return (low + high) / 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """Paired differences of one metric over the units, and their summary.
+
+    Attributes:
+        differences: Per unit, the arm's value minus float32's.
+        mean: Mean of `differences`.
+        std: Sample standard deviation of `differences` (nan for one unit).
+        stderr: Standard error of `mean` (`std / sqrt(n)`).
+        interval: The 95% interval of the mean (Student's t, n - 1 degrees
+            of freedom); `(nan, nan)` for one unit.
+        min, max: Smallest and largest difference.
+    """
+
+    differences: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.differences)
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.differences) if len(self.differences) > 1 else math.nan
+
+    @property
+    def stderr(self) -> float:
+        return self.std / math.sqrt(len(self.differences))
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        if len(self.differences) < 2:
+            return (math.nan, math.nan)
+        half = t_quantile(0.95, len(self.differences) - 1) * self.stderr
+        return (self.mean - half, self.mean + half)
+
+    @property
+    def min(self) -> float:
+        return min(self.differences)
+
+    @property
+    def max(self) -> float:
+        return max(self.differences)
