@@ -9,14 +9,13 @@ import os
 import re
 import socket
 import stat
-import subprocess
-import sys
 import time
 import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import workers
 
 from tfmp.run import cluster, distribute
 
@@ -255,13 +254,6 @@ def _free_port_base(count):
     raise RuntimeError("no run of free ports found")
 
 
-def _latest_checkpoint(directory):
-    path = tf.train.latest_checkpoint(directory)
-    assert path, f"no checkpoint in {directory}"
-    reader = tf.train.load_checkpoint(path)
-    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
-
-
 @pytest.mark.slow
 def test_two_srun_tasks_train_the_classifier_from_slurms_environment_and_end_identical(tmp_path):
     log = _fake_scontrol(tmp_path / "bin", ["localhost"])
@@ -282,16 +274,10 @@ def test_two_srun_tasks_train_the_classifier_from_slurms_environment_and_end_ide
         "--run_name=slurm",
     ]
     base_env = {k: v for k, v in os.environ.items() if k not in SLURM_VARIABLES}
-    workers = []
-    started = time.monotonic()
-    for procid in range(2):
-        (tmp_path / f"tmp{procid}").mkdir()
-        env = dict(
-            base_env,
+
+    def slurm_task(procid):
+        return dict(
             PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-            TF_CPP_MIN_LOG_LEVEL="2",
-            CUDA_VISIBLE_DEVICES="",
-            TMPDIR=str(tmp_path / f"tmp{procid}"),
             # What srun -N1 -n2 sets for each task on node `localhost`.
             SLURM_JOB_ID="4242",
             SLURM_PROCID=str(procid),
@@ -301,40 +287,24 @@ def test_two_srun_tasks_train_the_classifier_from_slurms_environment_and_end_ide
             SLURM_STEP_TASKS_PER_NODE="2",
             SLURMD_NODENAME="localhost",
         )
-        workers.append(
-            subprocess.Popen(
-                [sys.executable, os.path.join(ROOT, "scripts", "train_classifier.py"), *flags],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-                cwd=ROOT,
-            )
-        )
-    outputs = []
-    try:
-        for worker in workers:
-            outputs.append(worker.communicate(timeout=600))
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.communicate()
+
+    started = time.monotonic()
+    outputs = workers.Workers(tmp_path, flags, environment=slurm_task, base=base_env).wait()
     print(f"two Slurm workers: {time.monotonic() - started:.1f} s")
-    for worker, (out, err) in zip(workers, outputs):
-        assert worker.returncode == 0, err[-3000:]
+    for code, out in outputs:
+        assert code == 0, out[-3000:]
         assert "strategy=multi_worker replicas=2" in out
     assert log.read_text().splitlines() == ["show hostnames localhost"] * 2
     epoch_lines = [
         [re.sub(r", images_per_sec \S+", "", line) for line in out.splitlines() if line.startswith("epoch 1/1")]
-        for out, _ in outputs
+        for _, out in outputs
     ]
     assert epoch_lines[0] == epoch_lines[1] and len(epoch_lines[0]) == 1
 
     # Task 0 is the chief and wrote the run's checkpoint; task 1 wrote the same state to its private copy.
     worker_1_run = tmp_path / "tmp1" / "tfmp_workertemp_worker_1" / str(logdir / "slurm").lstrip(os.sep)
-    chief_state = _latest_checkpoint(str(logdir / "slurm" / "checkpoints"))
-    worker_state = _latest_checkpoint(str(worker_1_run / "checkpoints"))
+    chief_state = workers.latest_checkpoint(str(logdir / "slurm" / "checkpoints"))
+    worker_state = workers.latest_checkpoint(str(worker_1_run / "checkpoints"))
     assert chief_state.keys() == worker_state.keys()
     assert sum(np.size(value) for value in chief_state.values()) > 100_000
     for key, value in chief_state.items():

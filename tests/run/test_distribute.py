@@ -10,9 +10,6 @@ import json
 import math
 import os
 import re
-import socket
-import subprocess
-import sys
 import tempfile
 import types
 
@@ -21,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tiny
+import workers
 
 import tfmp
 from tfmp import trainers
@@ -419,30 +417,12 @@ def test_mirrored_gan_run_matches_one_device(tmp_path):
 # --- MultiWorkerMirroredStrategy: two worker processes -------------------------------
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def _latest_checkpoint(directory):
-    path = tf.train.latest_checkpoint(directory)
-    assert path, f"no checkpoint in {directory}"
-    reader = tf.train.load_checkpoint(path)
-    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
-
-
 def _event_files(directory):
     return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files if f.startswith("events")]
 
 
 @pytest.mark.slow
 def test_two_worker_processes_train_the_classifier_and_end_identical(tmp_path):
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
     logdir = tmp_path / "logs"
     flags = [
         "--strategy=multi_worker",
@@ -456,42 +436,15 @@ def test_two_worker_processes_train_the_classifier_and_end_identical(tmp_path):
         f"--logdir={logdir}",
         "--run_name=mw",
     ]
-    workers = []
-    for index in range(2):
-        (tmp_path / f"tmp{index}").mkdir()
-        env = dict(
-            os.environ,
-            TF_CPP_MIN_LOG_LEVEL="2",
-            CUDA_VISIBLE_DEVICES="",
-            TMPDIR=str(tmp_path / f"tmp{index}"),
-            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
-        )
-        workers.append(
-            subprocess.Popen(
-                [sys.executable, os.path.join(ROOT, "scripts", "train_classifier.py"), *flags],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-                cwd=ROOT,
-            )
-        )
-    outputs = []
-    try:
-        for worker in workers:
-            outputs.append(worker.communicate(timeout=600))
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.communicate()
-    for worker, (out, err) in zip(workers, outputs):
-        assert worker.returncode == 0, err[-3000:]
+    run = workers.Workers(tmp_path, flags)
+    outputs = run.wait()
+    for code, out in outputs:
+        assert code == 0, out[-3000:]
         assert "strategy=multi_worker replicas=2" in out
     # Both workers log the same losses and accuracies (reduced over all replicas).
     epoch_lines = [
         [re.sub(r", images_per_sec \S+", "", line) for line in out.splitlines() if line.startswith("epoch 1/1")]
-        for out, _ in outputs
+        for _, out in outputs
     ]
     assert epoch_lines[0] == epoch_lines[1] and len(epoch_lines[0]) == 1
 
@@ -499,15 +452,15 @@ def test_two_worker_processes_train_the_classifier_and_end_identical(tmp_path):
     # (weights, BatchNorm statistics, optimizer slots) equals worker 1's,
     # which worker 1 wrote to its private directory.
     worker_1_run = tmp_path / "tmp1" / "tfmp_workertemp_worker_1" / str(logdir / "mw").lstrip(os.sep)
-    chief_state = _latest_checkpoint(str(logdir / "mw" / "checkpoints"))
-    worker_state = _latest_checkpoint(str(worker_1_run / "checkpoints"))
+    chief_state = workers.latest_checkpoint(str(logdir / "mw" / "checkpoints"))
+    worker_state = workers.latest_checkpoint(str(worker_1_run / "checkpoints"))
     assert chief_state.keys() == worker_state.keys()
     assert sum(np.size(value) for value in chief_state.values()) > 100_000  # the model is in there
     for key, value in chief_state.items():
         np.testing.assert_array_equal(worker_state[key], value, err_msg=key)
 
     # Only the chief wrote TensorBoard logs where the run's logs are.
-    worker_pid = re.escape(f".{workers[1].pid}.")
+    worker_pid = re.escape(f".{run.processes[1].pid}.")
     assert _event_files(str(logdir))
     assert not [f for f in _event_files(str(logdir)) if re.search(worker_pid, os.path.basename(f))]
     assert _event_files(str(worker_1_run))  # worker 1's copy went to its own directory

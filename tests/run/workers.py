@@ -17,7 +17,7 @@ import time
 
 import tensorflow as tf
 
-__all__ = ["Workers", "free_ports", "read_checkpoint"]
+__all__ = ["Workers", "free_ports", "latest_checkpoint", "read_checkpoint"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -38,6 +38,13 @@ def read_checkpoint(path):
     return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
 
 
+def latest_checkpoint(directory):
+    """Every tensor of the newest checkpoint in `directory`, by key."""
+    path = tf.train.latest_checkpoint(directory)
+    assert path, f"no checkpoint in {directory}"
+    return read_checkpoint(path)
+
+
 class Workers:
     """Starts `count` workers of one run; `wait()` returns each one's (exit code, output).
 
@@ -46,10 +53,18 @@ class Workers:
         flags: The script's flags, the same for every worker.
         script: The script under `scripts/`.
         count: How many workers.
+        environment: Worker i's own variables, `environment(i)`; default: a `TF_CONFIG` naming every
+            worker on 127.0.0.1 (`cluster`).
+        base: The environment they are added to; default `os.environ`.
     """
 
-    def __init__(self, tmp_path, flags, script="train_classifier.py", count=2):
+    def __init__(self, tmp_path, flags, script="train_classifier.py", count=2, environment=None, base=None):
         self.cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(count)]}
+        if environment is None:
+
+            def environment(index):
+                return {"TF_CONFIG": json.dumps({"cluster": self.cluster, "task": {"type": "worker", "index": index}})}
+
         self.lines = [[] for _ in range(count)]
         self._queues = [queue.Queue() for _ in range(count)]
         self.processes = []
@@ -57,11 +72,11 @@ class Workers:
         for index in range(count):
             (tmp_path / f"tmp{index}").mkdir(parents=True, exist_ok=True)
             env = dict(
-                os.environ,
+                os.environ if base is None else base,
                 TF_CPP_MIN_LOG_LEVEL="2",
                 CUDA_VISIBLE_DEVICES="",
                 TMPDIR=str(tmp_path / f"tmp{index}"),
-                TF_CONFIG=json.dumps({"cluster": self.cluster, "task": {"type": "worker", "index": index}}),
+                **environment(index),
             )
             process = subprocess.Popen(
                 [sys.executable, os.path.join(ROOT, "scripts", script), *flags],
