@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 from keras.src.utils import tracking as _keras_tracking  # Keras 3.15
 from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2 as _coordination_config  # TF 2.21
+from tensorflow.python.distribute import values as _tf_distribute_values  # TF 2.21
 from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as _tf_slurm  # TF 2.21
 from tensorflow.python.eager import context as _tf_context  # TF 2.21
 from tensorflow.python.framework import config as _tf_config  # TF 2.21
@@ -71,6 +72,11 @@ PRIVATE_APIS = (
         "(ModelWorkarounds)",
     ),
     PrivateAPI("keras.Model", "_symbolic_build", "called by the override above"),
+    PrivateAPI(
+        "tensorflow.python.distribute.values.PerReplicaSpec",
+        "_value_specs",
+        "one replica's batch spec of a distributed dataset, for the override above",
+    ),
     PrivateAPI(
         "keras.Model", "_make_function", "overridden: shape scalar step logs (1,) across workers (ModelWorkarounds)"
     ),
@@ -144,6 +150,7 @@ def _owners() -> dict[str, Any]:
         "tf.__internal__.distribute": tf.__internal__.distribute,
         "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver": _tf_slurm,
         "tensorflow.tsl.profiler.protobuf.xplane_pb2": xplane_pb2,
+        "tensorflow.python.distribute.values.PerReplicaSpec": _tf_distribute_values.PerReplicaSpec,
     }
 
 
@@ -152,6 +159,7 @@ _INSTANCE_ATTRIBUTES = {
     ("keras.Model", "_distribute_strategy"),
     ("keras.layers.Layer", "_inbound_nodes"),
     ("keras.optimizers.LossScaleOptimizer", "_trainable_variables"),
+    ("tensorflow.python.distribute.values.PerReplicaSpec", "_value_specs"),
 }
 
 
@@ -167,6 +175,7 @@ def check() -> None:
         "keras.Model": keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]),
         "keras.layers.Layer": keras.layers.Dense(1),
         "keras.optimizers.LossScaleOptimizer": keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()),
+        "tensorflow.python.distribute.values.PerReplicaSpec": _tf_distribute_values.PerReplicaSpec(tf.TensorSpec((1,))),
     }
     missing = []
     for api in PRIVATE_APIS:
