@@ -561,7 +561,11 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def test_ctrl_c_during_start_up_exits_130_in_one_line_and_leaves_nothing_behind(tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    # PYTHONFAULTHANDLER: if the run ever hangs past the timeout (seen once, in a loaded CI run, 2026-11-25),
+    # SIGABRT makes it print every thread's stack, so the failure says where it was.
+    env = dict(
+        os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1"
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -586,7 +590,11 @@ def test_ctrl_c_during_start_up_exits_130_in_one_line_and_leaves_nothing_behind(
         # Where the run stands now: its directories made, and held.
         assert os.path.exists(tmp_path / "logs" / "sweep" / "run" / "checkpoints")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # the stacks, from the fault handler
+            pytest.fail(f"no exit within 120 s of SIGINT; the run's stderr:\n{proc.communicate(timeout=60)[1][-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
