@@ -546,9 +546,12 @@ def test_a_run_directory_held_by_another_run_is_refused_naming_the_holder(tmp_pa
     assert os.listdir(run_dir) == []
 
 
-# Runs a script with its model building held up until SIGINT arrives: Ctrl-C during start-up, on cue.
+# Runs a script with its model building held up until SIGINT arrives: Ctrl-C during start-up, on cue. It first
+# gives SIGINT Python's default handler, as a terminal does: a shell without job control starts background
+# commands with SIGINT ignored (`bash -c '... &'`), the pytest run inherits that, and so would the script.
 _BLOCKED_START = """
-import runpy, sys, time
+import runpy, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {scripts!r})
 from tfmp.run import tasks
 def blocked_build(*args, **kwargs):
@@ -561,8 +564,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def test_ctrl_c_during_start_up_exits_130_in_one_line_and_leaves_nothing_behind(tmp_path):
-    # PYTHONFAULTHANDLER: if the run ever hangs past the timeout (seen once, in a loaded CI run, 2026-11-25),
-    # SIGABRT makes it print every thread's stack, so the failure says where it was.
+    # PYTHONFAULTHANDLER: if the run ever hangs past the timeout, SIGABRT makes it print every thread's stack,
+    # so the failure says where it was.
     env = dict(
         os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1"
     )
