@@ -8,7 +8,8 @@ Whether a precision needs loss scaling at all is `tfmp.optimizers`'s business.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import keras
@@ -105,6 +106,64 @@ def all_finite(grads: Iterable[Any]) -> tf.Tensor:
     return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
 
 
+def restore_if(condition: tf.Tensor, variables: Sequence[keras.Variable], values: Sequence[tf.Tensor]) -> None:
+    """Assigns `values` back to `variables` when `condition` (a bool scalar tensor).
+
+    A cond, so a step that keeps its writes only pays for holding `values`
+    (reads of the variables taken before the writes: TensorFlow's
+    copy-on-write makes them keep the old contents) until `condition` is
+    known. In a replica context each replica writes its own copy of a
+    variable with Keras's default aggregation (`"none"`, as BatchNorm's
+    statistics have), so every replica puts back its own values.
+    """
+
+    def restore() -> tf.Tensor:
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        return tf.constant(True)
+
+    tf.cond(condition, restore, lambda: tf.constant(False))
+
+
+@contextlib.contextmanager
+def _out_of_place_updates(optimizer: keras.optimizers.Optimizer) -> Iterator[None]:
+    """Makes a Keras optimizer's dense `assign_add` / `assign_sub` write a new buffer.
+
+    Keras's TensorFlow optimizer updates a variable in place
+    (`AssignAddVariableOp`). While an earlier read of the variable is alive
+    (the snapshot of a speculative update), TensorFlow's copy-on-write makes
+    such an update copy the whole variable first. Computed as `variable +
+    value` and assigned (`AssignVariableOp` takes the new buffer without
+    copying), the update costs no copy and rounds the same: one IEEE
+    addition or subtraction per element either way. Sparse updates
+    (`tf.IndexedSlices`) keep Keras's scatter ops.
+    """
+    originals = {"assign_add": optimizer.assign_add, "assign_sub": optimizer.assign_sub}
+
+    def out_of_place(name: str, combine: Callable[[Any, Any], tf.Tensor]) -> Callable[[Any, Any], None]:
+        def update(variable: Any, value: Any) -> None:
+            if isinstance(value, tf.IndexedSlices):
+                originals[name](variable, value)
+                return
+            if isinstance(variable, keras.Variable):
+                variable = variable.value
+            variable.assign(combine(variable, tf.cast(value, variable.dtype)))
+
+        return update
+
+    optimizer.assign_add = out_of_place("assign_add", tf.add)
+    optimizer.assign_sub = out_of_place("assign_sub", tf.subtract)
+    try:
+        yield
+    finally:
+        del optimizer.assign_add, optimizer.assign_sub
+
+
+def _is_keras_builtin(optimizer: keras.optimizers.Optimizer) -> bool:
+    """Whether `optimizer` is exactly one of Keras's own optimizer classes (`keras.optimizers.Adam`, ...)."""
+    return type(optimizer).__module__.startswith("keras.src.optimizers.")
+
+
 def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], keep: Sequence[bool] = ()) -> list[Any]:
     """Applies `fn` to each gradient's values.
 
@@ -147,7 +206,19 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     differentiation so that small float16 gradients do not flush to zero; the
     gradients are divided by it again before the inner optimizer sees them.
     A step with any non-finite gradient is skipped whole (variables and slots
-    untouched), counted, and may back the scale off.
+    keep their values), counted, and may back the scale off.
+
+    How a step is skipped: by default (`speculative_update`), on one device
+    and with one of Keras's own optimizers, the update is applied as the
+    gradients arrive and undone when the finite check fails, so the update
+    overlaps the backward pass instead of waiting for its last gradient
+    (about 5% of a MobileNetV2 step on a 2-core CPU, and on a GPU a host
+    sync plus one kernel launch per update op). The price is memory: the
+    values before the step of the variables and of the optimizer's slots
+    are held until the check, at most one extra copy of them at the step's
+    peak. Otherwise, under a multi-replica strategy, or with
+    `speculative_update=False`, the update waits for the check inside a
+    cond, as in tf.keras 2. Either way the result is bit-identical.
 
     Both custom-loop APIs work, each with its own semantics: Keras 3's
     `scale_loss` (then `apply_gradients` unscales) and tf.keras 2's
@@ -174,6 +245,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         min_scale: float, the lowest scale backoff may reach.
         max_scale: float, the highest scale growth may reach, and the
             highest fixed scale accepted.
+        speculative_update: bool. Apply the update before the finite check
+            is known and undo a skipped one (see above); it takes effect on
+            one device (no multi-replica strategy) with an optimizer of
+            Keras's own classes, whose writes are known to stay within the
+            variables and the optimizer's own state. `False` waits for the
+            check, holding no extra copy.
         name: Optional name of the optimizer.
         **kwargs: Passed to `keras.optimizers.LossScaleOptimizer`.
 
@@ -197,9 +274,14 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         hysteresis: int = 1,
         min_scale: float = 1.0,
         max_scale: float = DEFAULT_MAX_SCALE,
+        speculative_update: bool = True,
         name: str | None = None,
         **kwargs: Any,
     ):
+        if not isinstance(speculative_update, bool):
+            raise ValueError(
+                f"`speculative_update` must be True or False. Received: speculative_update={speculative_update!r}"
+            )
         checked = _arguments.checked(
             inner_optimizer,
             args,
@@ -225,6 +307,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self.hysteresis = checked.hysteresis
         self.min_scale = checked.min_scale
         self.max_scale = checked.max_scale
+        self.speculative_update = speculative_update
         self._api_style = _api_style.ApiStyle()
         self._create_state_variables()
 
@@ -374,9 +457,14 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             finite = tf.equal(bad, 0.0)
 
         if _compat.strategy_supports_no_merge_call():
-            tf.cond(
-                finite, lambda: self._apply_inner(grads, trainable_variables, unscale, keep), lambda: tf.constant(False)
-            )
+            if self.speculative_update and _is_keras_builtin(self.inner_optimizer):
+                self._apply_then_undo_if_skipped(finite, grads, trainable_variables, unscale, keep)
+            else:
+                tf.cond(
+                    finite,
+                    lambda: self._apply_inner(grads, trainable_variables, unscale, keep),
+                    lambda: tf.constant(False),
+                )
             self._update_state(finite)
             return
 
@@ -397,6 +485,17 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             self._update_state(finite)
 
         replica_context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
+
+    def _apply_then_undo_if_skipped(self, finite, grads, trainable_variables, unscale, keep):
+        # Everything a Keras optimizer's apply writes: the variables it
+        # updates (weight decay and constraints included) and its own state
+        # (iterations, slots, accumulators, moving averages).
+        written = list(trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self))
+        written += self.inner_optimizer.variables
+        before = [tf.identity(variable) for variable in written]
+        with _out_of_place_updates(self.inner_optimizer):
+            self._apply_inner(grads, trainable_variables, unscale, keep)
+        restore_if(tf.logical_not(finite), written, before)
 
     def _apply_inner(self, grads, trainable_variables, unscale, keep):
         if unscale and self._scale_or_none is not None:
@@ -446,5 +545,6 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             hysteresis=self.hysteresis,
             min_scale=self.min_scale,
             max_scale=self.max_scale,
+            speculative_update=self.speculative_update,
         )
         return config

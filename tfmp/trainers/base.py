@@ -84,23 +84,6 @@ def prepare_optimizer(
     return optimizer
 
 
-def _restore_if(skipped: tf.Tensor, variables: Sequence[keras.Variable], values: Sequence[tf.Tensor]) -> None:
-    """Assigns `values` back to `variables` when `skipped` (a bool scalar tensor).
-
-    A cond, so a step that was not skipped only pays for reading the values
-    before it. It runs in the replica context, where each replica writes its
-    own copy of a variable created with Keras's default aggregation (`"none"`,
-    as BatchNorm's statistics are): every replica puts back its own values.
-    """
-
-    def restore() -> tf.Tensor:
-        for variable, value in zip(variables, values):
-            variable.assign(value)
-        return tf.constant(True)
-
-    tf.cond(skipped, restore, lambda: tf.constant(False))
-
-
 @dataclasses.dataclass(frozen=True)
 class Objective:
     """One loss a trainer minimises, with what minimises it.
@@ -187,7 +170,7 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
             grads = optimizer.get_unscaled_gradients(grads)
         optimizer.apply_gradients(zip(grads, variables))
         if state:
-            _restore_if(optimizer.last_step_skipped, state, snapshot)
+            loss_scale_lib.restore_if(optimizer.last_step_skipped, state, snapshot)
         return loss, aux
 
     def step_state_variables(self) -> list[keras.Variable]:
