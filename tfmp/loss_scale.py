@@ -208,17 +208,16 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     A step with any non-finite gradient is skipped whole (variables and slots
     keep their values), counted, and may back the scale off.
 
-    How a step is skipped: by default (`speculative_update`), on one device
-    and with one of Keras's own optimizers, the update is applied as the
-    gradients arrive and undone when the finite check fails, so the update
-    overlaps the backward pass instead of waiting for its last gradient
-    (about 5% of a MobileNetV2 step on a 2-core CPU, and on a GPU a host
-    sync plus one kernel launch per update op). The price is memory: the
-    values before the step of the variables and of the optimizer's slots
-    are held until the check, at most one extra copy of them at the step's
-    peak. Otherwise, under a multi-replica strategy, or with
-    `speculative_update=False`, the update waits for the check inside a
-    cond, as in tf.keras 2. Either way the result is bit-identical.
+    How a step is skipped: by default the update waits for the finite check
+    inside a cond, as in tf.keras 2. With `speculative_update=True` (on one
+    device, with one of Keras's own optimizers) it is applied as the
+    gradients arrive and undone when the check fails, so it can overlap the
+    backward pass, and on a GPU its kernels need not wait for the flag to
+    reach the host. The price is memory: the values before the step of the
+    variables and of the optimizer's slots are held until the check, up to
+    one extra copy of them at the step's peak. Either way the result is
+    bit-identical. On a 2-core CPU the two measured within noise of each
+    other (docs/PERFORMANCE.md); on a GPU it is not measured yet.
 
     Both custom-loop APIs work, each with its own semantics: Keras 3's
     `scale_loss` (then `apply_gradients` unscales) and tf.keras 2's
@@ -246,11 +245,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         max_scale: float, the highest scale growth may reach, and the
             highest fixed scale accepted.
         speculative_update: bool. Apply the update before the finite check
-            is known and undo a skipped one (see above); it takes effect on
+            is known and undo a skipped one (see above). It takes effect on
             one device (no multi-replica strategy) with an optimizer of
             Keras's own classes, whose writes are known to stay within the
-            variables and the optimizer's own state. `False` waits for the
-            check, holding no extra copy.
+            variables and the optimizer's own state; otherwise the update
+            waits for the check. Defaults to False (no extra copy held).
         name: Optional name of the optimizer.
         **kwargs: Passed to `keras.optimizers.LossScaleOptimizer`.
 
@@ -274,7 +273,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         hysteresis: int = 1,
         min_scale: float = 1.0,
         max_scale: float = DEFAULT_MAX_SCALE,
-        speculative_update: bool = True,
+        speculative_update: bool = False,
         name: str | None = None,
         **kwargs: Any,
     ):
