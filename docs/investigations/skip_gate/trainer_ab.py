@@ -3,7 +3,7 @@
 Issue 23: does the non-finite gate's form (tf.keras 2's gated update, or
 `tfmp.LossScaleOptimizer(speculative_update=True)`, which applies the update
 at once and undoes a skipped one) show in MobileNetV2's step on this machine?
-Five drivers of the same network (batch 128), interleaved with
+Six drivers of the same network (batch 128), interleaved with
 `tfmp.run.benchmark.timing.interleave` (4 steps a round), each fed by a
 `tf.data` iterator inside its graph:
 
@@ -11,6 +11,9 @@ Five drivers of the same network (batch 128), interleaved with
 * `trainer`: the trainer's `train_function`, as the benchmark times it, with
   `speculative_update=True` set on its skip-only optimizer before tracing;
 * `trainer_gated`: a second trainer of the same weights, gated update;
+* `train_step`: the first trainer's `train_step` called from a plain
+  `tf.function`, as the hand-written step is (no Keras `train_function`
+  around it: no nested function, `Optional`, or per-step host check);
 * `hand_gated` / `hand_speculative`: the hand-written step with a skip-only
   `tfmp.LossScaleOptimizer` (fixed scale 1), gated or speculative.
 
@@ -55,6 +58,19 @@ def hand_written_driver(task, network, dataset, speculative_update):
     return driver
 
 
+def train_step_driver(trainer, dataset):
+    """The trainer's own `train_step`, fetched and called as the hand-written step is."""
+    iterator = iter(dataset)
+
+    @tf.function
+    def step(iterator):
+        return trainer.train_step(next(iterator))
+
+    driver = timing.Driver(lambda: step(iterator), (int(x_shape(dataset)[0]),), trainer.images_per_example)
+    driver.run(3)
+    return driver
+
+
 def x_shape(dataset):
     return dataset.element_spec[0].shape
 
@@ -75,6 +91,7 @@ def main():
         "hand": timing.hand_written_driver(workload, dataset, 3),
         "trainer": timing.trainer_driver(workload, dataset, (batch_size,), 3, True),
         "trainer_gated": timing.trainer_driver(gated, dataset, (batch_size,), 3, True),
+        "train_step": train_step_driver(workload.trainer, dataset),
         "hand_gated": hand_written_driver(task, network, dataset, False),
         "hand_speculative": hand_written_driver(task, network, dataset, True),
     }
