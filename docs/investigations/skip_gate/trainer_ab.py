@@ -36,7 +36,7 @@ from tfmp.run.benchmark import workload as workload_lib
 STEPS_PER_ROUND = 4
 
 
-def hand_written_driver(task, network, dataset, speculative_update):
+def hand_written_driver(task, network, dataset, batch_size, speculative_update):
     """The hand-written step with a skip-only loss-scale optimizer (the trainer's gate, without the trainer)."""
     variables = network.trainable_variables
     (inner,) = task.optimizers(1000)
@@ -53,12 +53,12 @@ def hand_written_driver(task, network, dataset, speculative_update):
         optimizer.apply(tape.gradient(loss, variables), variables)
         return loss
 
-    driver = timing.Driver(lambda: step(iterator), (int(x_shape(dataset)[0]),), 1)
+    driver = timing.Driver(lambda: step(iterator), (batch_size,), 1)
     driver.run(3)
     return driver
 
 
-def train_step_driver(trainer, dataset):
+def train_step_driver(trainer, dataset, batch_size):
     """The trainer's own `train_step`, fetched and called as the hand-written step is."""
     iterator = iter(dataset)
 
@@ -66,13 +66,9 @@ def train_step_driver(trainer, dataset):
     def step(iterator):
         return trainer.train_step(next(iterator))
 
-    driver = timing.Driver(lambda: step(iterator), (int(x_shape(dataset)[0]),), trainer.images_per_example)
+    driver = timing.Driver(lambda: step(iterator), (batch_size,), trainer.images_per_example)
     driver.run(3)
     return driver
-
-
-def x_shape(dataset):
-    return dataset.element_spec[0].shape
 
 
 def main():
@@ -83,7 +79,7 @@ def main():
     workload = workload_lib.build_workload(task, precision, False, steps=1000)
     workload.trainer.optimizer.speculative_update = True  # read when the step is traced
     dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
-    batch_size = int(x_shape(dataset)[0])
+    batch_size = int(workload.batch[0].shape[0])
     gated = workload_lib.build_workload(task, precision, False, steps=1000, hand_written=False)
     gated.trainer.set_weights(workload.trainer.get_weights())
     (network,) = workload.trainer.networks.values()
@@ -91,9 +87,9 @@ def main():
         "hand": timing.hand_written_driver(workload, dataset, 3),
         "trainer": timing.trainer_driver(workload, dataset, (batch_size,), 3, True),
         "trainer_gated": timing.trainer_driver(gated, dataset, (batch_size,), 3, True),
-        "train_step": train_step_driver(workload.trainer, dataset),
-        "hand_gated": hand_written_driver(task, network, dataset, False),
-        "hand_speculative": hand_written_driver(task, network, dataset, True),
+        "train_step": train_step_driver(workload.trainer, dataset, batch_size),
+        "hand_gated": hand_written_driver(task, network, dataset, batch_size, False),
+        "hand_speculative": hand_written_driver(task, network, dataset, batch_size, True),
     }
     timing.interleave(list(drivers.values()), STEPS_PER_ROUND, rounds)
     base = drivers["hand"].images_per_sec
