@@ -23,9 +23,11 @@ optimizer and the two scaling lines are skipped. `compile()` decides which:
 it wraps the optimizer in `tfmp.LossScaleOptimizer` when the model computes
 in float16 (as Keras 3's `compile()` does), honouring `loss_scale`.
 
-Compiling the step (graph mode, or XLA with `jit_compile=True`) is left to
-Keras's `make_train_function`; side effects (console lines, TensorBoard,
-sample images) belong in `tfmp.run.callbacks`.
+`MixedPrecisionTrainer.make_train_function` runs the step on one device as
+one `tf.function` that draws the batch and calls `train_step`; under a
+strategy, with XLA (`jit_compile=True`), eagerly or with several steps per
+execution it is Keras's. Side effects (console lines, TensorBoard, sample
+images) belong in `tfmp.run.callbacks`.
 """
 
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, computes_in_float16, prepare_optimizer

@@ -8,6 +8,7 @@ optimizer `compile()` trains with.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -172,6 +173,65 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         if state:
             loss_scale_lib.restore_if(optimizer.last_step_skipped, state, snapshot)
         return loss, aux
+
+    def make_train_function(self, force: bool = False) -> Callable[[Any], Any]:
+        """Builds `train_function`, the callable `fit()` runs once per step.
+
+        On one device (no `tf.distribute` strategy), in graph mode without
+        XLA and with `steps_per_execution=1`, the step is one `tf.function`
+        that draws the batch and runs `train_step`, as a hand-written
+        training loop does. Keras's own function wraps the same step in a
+        second, nested `tf.function`, returns its logs in a
+        `tf.experimental.Optional` and opens it on the host every step; in
+        paired runs on a 2-core CPU that driver cost MobileNetV2 about 3%
+        (docs/PERFORMANCE.md, issue 23). The step's ops and their results
+        are the same; an exhausted iterator raises `tf.errors.OutOfRangeError`
+        from `get_next()`, as Keras's function does with
+        `steps_per_execution=1`, and `fit()` ends the epoch on it.
+
+        Under a strategy, with XLA (Keras compiles the step alone, outside
+        the iterator), eagerly or with several steps per execution, Keras's
+        function is used unchanged.
+
+        Args:
+            force: Rebuild even if `train_function` exists.
+
+        Returns:
+            `train_function`.
+        """
+        if self.train_function is not None and not force:
+            return self.train_function
+        if (
+            self.run_eagerly
+            or self.jit_compile
+            or self.steps_per_execution != 1
+            or _compat.model_strategy(self) is not None
+            or tf.distribute.has_strategy()
+        ):
+            super().make_train_function(force=force)
+            return self.train_function
+
+        def step(data: Any) -> Any:
+            # As Keras's step: an empty tf.experimental.Optional in the data
+            # (an absent sample weight, say) reaches train_step as None.
+            return self.train_step(
+                tf.nest.map_structure(lambda x: None if isinstance(x, tf.experimental.Optional) else x, data)
+            )
+
+        step_on_iterator = tf.function(lambda iterator: step(iterator.get_next()), reduce_retracing=True)
+        step_on_data = tf.function(step, reduce_retracing=True)
+
+        def train_function(iterator: Any) -> Any:
+            if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+                return step_on_iterator(iterator)
+            # Any other iterable of batches (train_on_batch passes one): its first batch.
+            outputs = None
+            for data in itertools.islice(iterator, 1):
+                outputs = step_on_data(data)
+            return outputs
+
+        self.train_function = train_function
+        return self.train_function
 
     def step_state_variables(self) -> list[keras.Variable]:
         """The networks' non-trainable variables a training-mode forward pass may write.
