@@ -183,8 +183,8 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         training loop does. Keras's own function wraps the same step in a
         second, nested `tf.function`, returns its logs in a
         `tf.experimental.Optional` and opens it on the host every step; in
-        paired runs on a 2-core CPU that driver cost MobileNetV2 about 3%
-        (docs/PERFORMANCE.md, issue 23). The step's ops and their results
+        200 paired one-step rounds on a 2-core CPU that driver cost
+        MobileNetV2 0.6% (docs/PERFORMANCE.md, issue 23). The step's ops and their results
         are the same; an exhausted iterator raises `tf.errors.OutOfRangeError`
         from `get_next()`, as Keras's function does with
         `steps_per_execution=1`, and `fit()` ends the epoch on it.

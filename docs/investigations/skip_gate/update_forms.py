@@ -10,8 +10,8 @@ the paired ratios with a 95% bootstrap interval.
 * `gated`: the trainer as built (the update waits for the finite check in a cond);
 * `grouped`: `gated`, with Adam's update of the variables of up to 16,384
   values done once on their concatenation (a multi-tensor update, as Keras's
-  PyTorch backend does with `torch._foreach_*`): 4,429 update ops become 2,405
-  for MobileNetV2, and the update alone takes 10% less CPU;
+  PyTorch backend does with `torch._foreach_*`): 4,430 update ops become 1,671
+  for MobileNetV2, and the update alone takes about 10% less CPU (`update_cost.py`);
 * `deferred`: the update's new values (variables, moments, iteration count)
   computed outside the cond as the gradients arrive, without writing; the cond
   only commits them (an assignment adopts the new buffer);
