@@ -72,6 +72,24 @@ def variant_driver(name, task, precision, weights, dataset, batch_size):
         loss_scale_lib.all_finite = all_finite
 
 
+def setup(precision):
+    """(task, workload, dataset, batch size, {"hand": the bare step's driver}) of MobileNetV2 under `precision`."""
+    keras.config.set_dtype_policy(precision)
+    task = settings.default_specs()["mobilenet_v2"]
+    workload = workload_lib.build_workload(task, precision, False, steps=1000)
+    dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
+    batch_size = int(workload.batch[0].shape[0])
+    return task, workload, dataset, batch_size, {"hand": timing.hand_written_driver(workload, dataset, 3)}
+
+
+def paired_to_hand(precision, name, drivers, rng, width=13):
+    """One line: `name`'s median images/s and its paired ratio to the bare step, with its 95% interval."""
+    driver = drivers[name]
+    ratio = _interval(np.log(np.array(driver.images_per_sec) / np.array(drivers["hand"].images_per_sec)), rng)
+    line = f"{precision} {name:{width}s} {driver.median_images_per_sec:7.1f} img/s, paired to hand "
+    return line + "{:.3f} [{:.3f}, {:.3f}]".format(*ratio)
+
+
 def main():
     precision = sys.argv[1] if len(sys.argv) > 1 else "float32"
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 150
@@ -79,22 +97,15 @@ def main():
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         raise SystemExit(f"Unknown variants {unknown}; choose from {', '.join(VARIANTS)}.")
-    keras.config.set_dtype_policy(precision)
-    task = settings.default_specs()["mobilenet_v2"]
-    workload = workload_lib.build_workload(task, precision, False, steps=1000)
-    dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
-    batch_size = int(workload.batch[0].shape[0])
-    drivers = {"hand": timing.hand_written_driver(workload, dataset, 3)}
+    task, workload, dataset, batch_size, drivers = setup(precision)
     weights = workload.trainer.get_weights()
     for name in names:
         drivers[name] = variant_driver(name, task, precision, weights, dataset, batch_size)
     timing.interleave(list(drivers.values()), 1, rounds)
     rng = np.random.default_rng(0)
-    base = np.array(drivers["hand"].images_per_sec)
     for name, driver in drivers.items():
         speed = np.array(driver.images_per_sec)
-        line = f"{precision} {name:13s} {driver.median_images_per_sec:7.1f} img/s, paired to hand "
-        line += "{:.3f} [{:.3f}, {:.3f}]".format(*_interval(np.log(speed / base), rng))
+        line = paired_to_hand(precision, name, drivers, rng)
         if "keras" in drivers and name != "keras":
             to_keras = _interval(np.log(speed / np.array(drivers["keras"].images_per_sec)), rng)
             line += ", to keras {:.3f} [{:.3f}, {:.3f}]".format(*to_keras)

@@ -35,7 +35,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 import update_forms
-from keras import ops
 
 from tfmp import _compat
 from tfmp import loss_scale as loss_scale_lib

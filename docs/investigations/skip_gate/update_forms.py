@@ -29,13 +29,12 @@ import math
 import sys
 
 import attribution
-import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
 from tfmp import loss_scale as loss_scale_lib
-from tfmp.run.benchmark import settings, timing
+from tfmp.run.benchmark import timing
 from tfmp.run.benchmark import workload as workload_lib
 
 FORMS = ("gated", "grouped", "deferred", "deferred_grouped", "delta", "noskip")
@@ -215,23 +214,15 @@ def main():
         raise SystemExit(f"Unknown forms {unknown}; choose from {', '.join(FORMS)}.")
     loss_scale_lib.LossScaleOptimizer._apply_if_finite = _patched_apply_if_finite
     loss_scale_lib.LossScaleOptimizer._apply_inner = _patched_apply_inner
-    keras.config.set_dtype_policy(precision)
-    task = settings.default_specs()["mobilenet_v2"]
-    workload = workload_lib.build_workload(task, precision, False, steps=1000)
-    dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
-    batch_size = int(workload.batch[0].shape[0])
-    drivers = {"hand": timing.hand_written_driver(workload, dataset, 3)}
+    task, workload, dataset, batch_size, drivers = attribution.setup(precision)
     weights = workload.trainer.get_weights()
     trainers = {}
     for name in names:
         drivers[name], trainers[name] = _build(name, task, precision, weights, dataset, batch_size)
     timing.interleave(list(drivers.values()), 1, rounds)
     rng = np.random.default_rng(0)
-    base = np.array(drivers["hand"].images_per_sec)
-    for name, driver in drivers.items():
-        speed = np.array(driver.images_per_sec)
-        line = f"{precision} {name:17s} {driver.median_images_per_sec:7.1f} img/s, paired to hand "
-        print(line + "{:.3f} [{:.3f}, {:.3f}]".format(*attribution._interval(np.log(speed / base), rng)), flush=True)
+    for name in drivers:
+        print(attribution.paired_to_hand(precision, name, drivers, rng, width=17), flush=True)
     # Every form ran the same steps on the same batch from the same weights.
     states = {name: _state(trainer) for name, trainer in trainers.items()}
     first = names[0]
