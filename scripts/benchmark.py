@@ -90,6 +90,13 @@ _TF32 = flags.DEFINE_bool(
     _DEFAULTS.tf32,
     "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs); --notf32 measures true float32.",
 )
+_ISOLATE = flags.DEFINE_bool(
+    "isolate",
+    _DEFAULTS.isolate,
+    "--mode=compare: measure each row of each run in a fresh process, so its peak_host_mb is its own (TensorFlow "
+    "keeps memory from every model a process trains) and runs are independent; --noisolate runs all rows in "
+    "this process.",
+)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the records to this JSON file.")
 _PLOT_OUT = flags.DEFINE_string(
     "plot_out", None, 'Write a PNG bar chart here (--mode=compare; needs pip install "tfmp[plot]").'
@@ -192,6 +199,7 @@ def _config() -> benchmark.BenchmarkConfig:
             dataset=_DATASET.value,
             float32_layers=_FLOAT32_LAYERS.value,
             tf32=_TF32.value,
+            isolate=_ISOLATE.value,
         )
         config.validate()
         if _MODE.value == "ceiling":

@@ -4,13 +4,46 @@ A small CNN on 8x8 images and a GAN with widths of 2 to 8, so nothing big is
 traced; `tiny_config` times them as briefly as the benchmark allows.
 """
 
+import os
+
+import numpy as np
+
 from tfmp.models.small_cnn import build_small_cnn
 from tfmp.run import benchmark, tasks
 from tfmp.run import config as config_lib
 
-__all__ = ["BATCH", "tiny_classifier", "tiny_config", "tiny_specs"]
+__all__ = [
+    "BATCH",
+    "LEAK_MB",
+    "RESIDENT",
+    "dying_network",
+    "leaky_classifier",
+    "tiny_classifier",
+    "tiny_config",
+    "tiny_specs",
+]
 
 BATCH = 8
+LEAK_MB = 256
+RESIDENT: list = []  # what `leaky_network` left behind in this process
+
+
+def leaky_network(shape, classes):
+    """The tiny CNN, leaving `LEAK_MB` of touched memory resident, as TensorFlow keeps memory of every model."""
+    RESIDENT.append(np.ones(LEAK_MB * 2**20 // 8))
+    return build_small_cnn(shape, classes, width=4)
+
+
+def dying_network(shape, classes):
+    """Ends its process at once, as the kernel's out-of-memory killer would."""
+    os._exit(9)
+
+
+def leaky_classifier(name):
+    """A tiny classifier built by `leaky_network`: a module-level function, so the task pickles."""
+    return tasks.ClassifierTask(
+        config_lib.ClassifierConfig(batch_size=BATCH), name, network=leaky_network, image_shape=(8, 8, 3)
+    )
 
 
 def tiny_classifier(**kwargs):
@@ -43,5 +76,6 @@ def tiny_config(**changes):
         warmup_steps=1,
         steps=2,
         repeats=1,
+        isolate=False,  # the tiny specs hold lambdas, and most tests patch this process
     )
     return benchmark.BenchmarkConfig(**{**config.__dict__, **changes})

@@ -10,13 +10,23 @@ tests/run/test_reporting.py, the memory figures in tests/run/test_memory.py.
 No test asserts a speed: timings on a shared CPU are noise.
 """
 
+import dataclasses
 import json
 import sys
 import time
 
 import keras
 import pytest
-from benchmark_tiny import BATCH, tiny_classifier, tiny_config, tiny_specs
+from benchmark_tiny import (
+    BATCH,
+    LEAK_MB,
+    RESIDENT,
+    dying_network,
+    leaky_classifier,
+    tiny_classifier,
+    tiny_config,
+    tiny_specs,
+)
 
 import tfmp
 from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
@@ -261,11 +271,40 @@ def test_input_pipeline_mode_compares_the_real_pipeline_with_synthetic_tensors()
         ({"resnet_input_size": 16}, "resnet_input_size=16"),
         ({"dataset": "imagenet"}, "dataset='imagenet'"),
         ({"models": ("tiny", "huge")}, "model='huge'"),
+        ({"isolate": "yes"}, "isolate='yes'"),
+        ({"isolate": True}, "'tiny'.*isolate=False"),  # its network is a lambda: it cannot go to a process
     ],
 )
 def test_config_errors_name_the_value_before_any_work(changes, message):
     with pytest.raises(ValueError, match=message):
         benchmark.compare(tiny_config(**changes), tiny_specs())
+
+
+def test_isolated_rows_measure_their_own_memory_not_what_earlier_rows_left():
+    # Two identical rows whose network leaves LEAK_MB resident, as TensorFlow
+    # leaves memory of every model a process trains.
+    specs = {name: leaky_classifier(name) for name in ("leaky_a", "leaky_b")}
+    config = tiny_config(models=tuple(specs), precisions=("float32",))
+    try:
+        shared = benchmark.compare(config, specs)
+    finally:
+        RESIDENT.clear()
+    isolated = benchmark.compare(dataclasses.replace(config, isolate=True), specs)
+    # In one process the second row's peak holds the first row's leftovers ...
+    assert shared[1].peak_host_mb - shared[0].peak_host_mb > 0.75 * LEAK_MB
+    # ... each in a process of its own, the same row measures the same.
+    assert abs(isolated[1].peak_host_mb - isolated[0].peak_host_mb) < 0.25 * LEAK_MB
+    assert isolated[0].peak_host_mb > LEAK_MB and not RESIDENT  # built and measured elsewhere
+    assert [r.model for r in isolated] == ["leaky_a", "leaky_b"] and all(r.images_per_sec > 0 for r in isolated)
+
+
+def test_a_row_whose_process_dies_is_an_error_naming_the_row():
+    spec = tasks.ClassifierTask(
+        config_lib.ClassifierConfig(batch_size=BATCH), "dying", network=dying_network, image_shape=(8, 8, 3)
+    )
+    config = tiny_config(models=("dying",), precisions=("bf16",), isolate=True)
+    with pytest.raises(RuntimeError, match="measuring dying mixed_bfloat16 xla=false batch=8 died"):
+        benchmark.compare(config, {"dying": spec})
 
 
 def test_rows_apply_the_per_layer_precision_training_applies():

@@ -441,7 +441,7 @@ def resnet50_task(config: ClassifierConfig, input_size: int = 64) -> ClassifierT
     return ClassifierTask(
         config,
         "resnet50",
-        network=lambda shape, classes: build_resnet50_classifier(shape, num_classes=classes),
+        network=build_resnet50_classifier,  # (image_shape, num_classes); a function, so the task pickles
         image_shape=(input_size, input_size, 3),
     )
 

@@ -7,12 +7,16 @@ says how a row is measured.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import gc
+import multiprocessing
+import pickle
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
 
 import keras
 import tensorflow as tf
@@ -27,6 +31,8 @@ from tfmp.run.benchmark.workload import Workload, build_workload
 from tfmp.run.memory import GpuPeakMemory, HostPeakMemory
 
 __all__ = ["compare", "input_pipeline"]
+
+_T = TypeVar("_T")
 
 
 def _check_specs(config: BenchmarkConfig, specs: Mapping[str, tasks.Task] | None) -> Mapping[str, tasks.Task]:
@@ -119,6 +125,31 @@ def _measure_compare_row(
     )
 
 
+def _in_fresh_process(function: Callable[..., _T], *args: Any) -> _T:
+    """`function(*args)` in a newly spawned Python process; its result, or its exception, comes back pickled.
+
+    Spawned rather than forked: forking a process whose TensorFlow runtime has
+    started its thread pools is unsafe. The process exits when it returns, and
+    with it everything TensorFlow kept.
+    """
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(function, *args).result()
+
+
+def _check_picklable(specs: Mapping[str, tasks.Task], names: tuple[str, ...]) -> None:
+    """Raises ValueError, naming the task, if a row's task cannot be sent to a fresh process."""
+    for name in names:
+        try:
+            pickle.dumps(specs[name])
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise ValueError(
+                f"isolate=True measures each row in a fresh process, so the model's task must pickle, and "
+                f"{name!r}'s does not ({e}). Build it from module-level functions instead of lambdas or "
+                f"local functions, or pass isolate=False (--isolate=false). Received: {specs[name]!r}"
+            ) from None
+
+
 def _spread(values: list[float]) -> tuple[float, float, float]:
     """(median, min, max)."""
     return statistics.median(values), min(values), max(values)
@@ -160,7 +191,10 @@ def compare(
     see docs/guides/benchmark-methodology.md for the method. With
     `config.runs` > 1 every row is measured once per run, run after run
     (all rows of run 1, then all rows of run 2, ...), and each ratio is the
-    median over the runs with its min and max.
+    median over the runs with its min and max. With `config.isolate` (the
+    default) each row of each run is built and measured in a process of its
+    own, so its `peak_host_mb` holds that row alone; this process runs no
+    TensorFlow op.
 
     Args:
         config: What to measure; validated first.
@@ -173,15 +207,31 @@ def compare(
         One `Record` per row.
 
     Raises:
-        ValueError: for an invalid config, before any work, naming the value.
+        ValueError: for an invalid config, before any work, naming the value;
+            with `config.isolate`, also for a task that does not pickle.
+        RuntimeError: when a row's process dies without returning (for
+            example killed for lack of memory), naming the row.
     """
     specs = _check_specs(config, specs)
+    if config.isolate:
+        _check_picklable(specs, canonical_models(config.models, specs))
     rows = list(_rows(config, specs))
     measured: list[list[_RowRun]] = [[] for _ in rows]
     for run in range(config.runs):
         for (spec, batch_size, xla, precision), runs in zip(rows, measured):
             start = time.perf_counter()
-            row_run = _measure_compare_row(spec, precision, xla, batch_size, config)
+            if config.isolate:
+                try:
+                    row_run = _in_fresh_process(_measure_compare_row, spec, precision, xla, batch_size, config)
+                except BrokenProcessPool as e:
+                    raise RuntimeError(
+                        f"The process measuring {_label(spec, precision, xla, batch_size)} died before it "
+                        "returned: killed (perhaps for lack of memory: try a smaller batch size), or started "
+                        "from a script without an `if __name__ == '__main__':` guard, which the fresh process "
+                        "imports again. isolate=False measures in this process."
+                    ) from e
+            else:
+                row_run = _measure_compare_row(spec, precision, xla, batch_size, config)
             runs.append(row_run)
             if progress is not None:
                 label = _label(spec, precision, xla, batch_size) + _kept(row_run.float32_layers)

@@ -140,6 +140,15 @@ class BenchmarkConfig:
             (`tfmp.precision.resolve_float32_layers`).
         tf32: Allow TensorFloat-32 for float32 math on Ampere+ GPUs while
             measuring (TensorFlow's default is on; no effect on CPU).
+        isolate: Measure each row of each run in a fresh process (`compare`
+            mode only). TensorFlow keeps memory from every model a process
+            has trained (tensorflow/tensorflow#62854), so in one process a
+            row's `peak_host_mb` includes what the rows before it left
+            resident, and the runs share one process's layout and thread
+            placement. Isolated, each row's memory is its own and the runs
+            are independent samples. It needs the specs to pickle (no
+            lambdas); False measures every row in this process, which
+            starts faster.
     """
 
     models: tuple[str, ...] = MODELS
@@ -155,6 +164,7 @@ class BenchmarkConfig:
     dataset: str = "digits"
     float32_layers: str = precision_lib.FLOAT32_LAYERS_AUTO
     tf32: bool = True
+    isolate: bool = True
 
     def validate(self, valid_models: Iterable[str] = MODELS) -> None:
         """Raises ValueError, naming the value, for an impossible setting."""
@@ -167,6 +177,9 @@ class BenchmarkConfig:
         _check_integer("resnet_input_size", self.resnet_input_size, MIN_INPUT_SIZE)
         for name in ("warmup_steps", "steps", "repeats", "runs"):
             _check_integer(name, getattr(self, name), 1)
+        for name in ("tf32", "isolate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool. Received: {name}={getattr(self, name)!r}")
         if not isinstance(self.dataset, str) or self.dataset.lower() not in data_lib.DATASETS:
             raise ValueError(
                 f"Unknown dataset. Valid: {', '.join(data_lib.DATASETS)}. Received: dataset={self.dataset!r}"
