@@ -125,6 +125,21 @@ def _measure_compare_row(
     )
 
 
+def _measure_compare_row_in_own_process(
+    spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
+) -> _RowRun:
+    """`_measure_compare_row` in a process of its own; a RuntimeError naming the row if that process dies."""
+    try:
+        return _in_fresh_process(_measure_compare_row, spec, precision, xla, batch_size, config)
+    except BrokenProcessPool as e:
+        raise RuntimeError(
+            f"The process measuring {_label(spec, precision, xla, batch_size)} died before it "
+            "returned: killed (perhaps for lack of memory: try a smaller batch size), or started "
+            "from a script without an `if __name__ == '__main__':` guard, which the fresh process "
+            "imports again. isolate=False measures in this process."
+        ) from e
+
+
 def _in_fresh_process(function: Callable[..., _T], *args: Any) -> _T:
     """`function(*args)` in a newly spawned Python process; its result, or its exception, comes back pickled.
 
@@ -215,23 +230,13 @@ def compare(
     specs = _check_specs(config, specs)
     if config.isolate:
         _check_picklable(specs, canonical_models(config.models, specs))
+    measure = _measure_compare_row_in_own_process if config.isolate else _measure_compare_row
     rows = list(_rows(config, specs))
     measured: list[list[_RowRun]] = [[] for _ in rows]
     for run in range(config.runs):
         for (spec, batch_size, xla, precision), runs in zip(rows, measured):
             start = time.perf_counter()
-            if config.isolate:
-                try:
-                    row_run = _in_fresh_process(_measure_compare_row, spec, precision, xla, batch_size, config)
-                except BrokenProcessPool as e:
-                    raise RuntimeError(
-                        f"The process measuring {_label(spec, precision, xla, batch_size)} died before it "
-                        "returned: killed (perhaps for lack of memory: try a smaller batch size), or started "
-                        "from a script without an `if __name__ == '__main__':` guard, which the fresh process "
-                        "imports again. isolate=False measures in this process."
-                    ) from e
-            else:
-                row_run = _measure_compare_row(spec, precision, xla, batch_size, config)
+            row_run = measure(spec, precision, xla, batch_size, config)
             runs.append(row_run)
             if progress is not None:
                 label = _label(spec, precision, xla, batch_size) + _kept(row_run.float32_layers)
