@@ -84,7 +84,7 @@ import_tensorflow_quietly()
 import tensorflow as tf
 
 import tfmp
-from tfmp.run import callbacks, checkpoint, distribute, preemption, rundir, training
+from tfmp.run import callbacks, checkpoint, distribute, preemption, rundir, tasks, training
 from tfmp.run import data as data_lib
 
 
@@ -191,17 +191,6 @@ def define_training_flags(defaults: training.TrainConfig, exclude: tuple[str, ..
         "steps_per_epoch": lambda: flags.DEFINE_integer(
             "steps_per_epoch", defaults.steps_per_epoch, "Optional cap on the steps of an epoch.", lower_bound=1
         ),
-        "dataset": lambda: flags.DEFINE_enum(
-            "dataset",
-            defaults.dataset,
-            list(defaults.datasets),
-            "Training data. digits is embedded (no download); synthetic is random data for benchmarks.",
-        ),
-        "data_dir": lambda: flags.DEFINE_string(
-            "data_dir",
-            defaults.data_dir,
-            "Directory holding the downloaded dataset; default: keras.datasets' cache (~/.keras/datasets).",
-        ),
         "logdir": lambda: flags.DEFINE_string("logdir", defaults.logdir, "Parent directory of the TensorBoard runs."),
         "run_name": lambda: flags.DEFINE_string(
             "run_name",
@@ -279,7 +268,45 @@ def define_training_flags(defaults: training.TrainConfig, exclude: tuple[str, ..
             "Turn on TensorFlow op determinism, so a resumed run repeats the uninterrupted one bit for bit.",
         ),
     }
+    if isinstance(defaults, training.ImageConfig):
+        definitions["dataset"] = lambda: flags.DEFINE_enum(
+            "dataset",
+            defaults.dataset,
+            list(defaults.datasets),
+            "Training data. digits is embedded (no download); synthetic is random data for benchmarks.",
+        )
+        definitions["data_dir"] = lambda: flags.DEFINE_string(
+            "data_dir",
+            defaults.data_dir,
+            "Directory holding the downloaded dataset; default: keras.datasets' cache (~/.keras/datasets).",
+        )
     return {name: define() for name, define in definitions.items() if name not in exclude}
+
+
+def load_task(spec: str, holders: dict[str, flags.FlagHolder]) -> tasks.Task:
+    """The task `--task` names (`tfmp.run.tasks.load`), its config overridden by the flags given on the command line.
+
+    Flags not given leave the task's own config as it is, so a task keeps
+    its defaults (its epochs, batch size, ...) unless the command says
+    otherwise.
+
+    Raises:
+        app.UsageError: for a bad `--task` (naming it) or a flag the task's
+            config has no field for.
+    """
+    try:
+        task = tasks.load(spec)
+    except training.ConfigError as e:
+        raise app.UsageError(to_flags(str(e))) from None
+    given = {name: _PARSERS.get(name, lambda v: v)(holder.value) for name, holder in holders.items() if holder.present}
+    fields = {field.name for field in dataclasses.fields(task.config)}
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        raise app.UsageError(
+            f"--{unknown[0]} is not a setting of the task's config ({type(task.config).__name__}). "
+            f"Received: --task={spec}"
+        )
+    return task.replace(**given)
 
 
 def parse_step_range(value: str) -> tuple[int, int] | None:
@@ -561,6 +588,9 @@ def with_float16_note(print_fn: Callable[[str], None], precisions: Iterable[str]
 def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | None = None) -> Any:
     """Runs `train_fn(config, print_fn=print_line)`, turning the expected failures into clean exits.
 
+    `config` may also be a `tfmp.run.tasks.Task`: its config's settings are
+    read and the task is passed on.
+
     With float16 on a CPU among `precisions` (default: the config's
     `precisions`, or else its `precision`), the run's first line is followed
     by `FLOAT16_ON_CPU_NOTE` (`with_float16_note`).
@@ -577,11 +607,17 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
     the library names settings (`to_flags`).
     """
     try:
-        if getattr(config, "console", None) == "auto":
+        settings = config.config if isinstance(config, tasks.Task) else config
+        if getattr(settings, "console", None) == "auto":
             # What the library decides for print (a progress bar on a terminal); it cannot tell for print_line.
-            config = dataclasses.replace(config, console=callbacks.console_mode("auto", sys.stdout))
+            console = callbacks.console_mode("auto", sys.stdout)
+            config = (
+                config.replace(console=console)
+                if isinstance(config, tasks.Task)
+                else dataclasses.replace(config, console=console)
+            )
         if precisions is None:
-            precisions = getattr(config, "precisions", None) or (getattr(config, "precision", ""),)
+            precisions = getattr(settings, "precisions", None) or (getattr(settings, "precision", ""),)
         return train_fn(config, print_fn=with_float16_note(print_line, precisions))
     except training.ConfigError as e:
         raise app.UsageError(to_flags(str(e))) from None

@@ -27,7 +27,7 @@ from tfmp.models.gan import build_generator
 from tfmp.run import diagnostics, training
 
 _CONFIGS = {"gan": training.GANConfig, "mobilenet_v2": training.ClassifierConfig}
-_DEFAULTS = training.TrainConfig(precision="mixed_float16", batch_size=256, dataset="digits")
+_DEFAULTS = training.ImageConfig(precision="mixed_float16", batch_size=256, dataset="digits")
 _MODEL = flags.DEFINE_enum("model", "gan", list(_CONFIGS), "The model to diagnose.")
 _FLAGS = common.define_training_flags(
     _DEFAULTS,

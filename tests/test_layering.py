@@ -24,6 +24,8 @@ CORE_MODULES = (
     "tfmp.loss_scale",
     "tfmp.optimizers",
     "tfmp.trainers",
+    "tfmp.transaction",
+    "tfmp.fit_logs",
     "tfmp.layers",
     "tfmp.mixed_precision",
 )
@@ -172,6 +174,7 @@ RUN_LAYERS = (
         "preemption",
         "autotune",
         "replica_state",
+        "baseline",
     ),  # leaves
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts

@@ -110,48 +110,6 @@ def _bn_trainer(skip_nonfinite=True, **compile_kwargs):
     return trainer
 
 
-def test_fit_runs_one_function_per_step_with_keras_results_bit_for_bit():
-    """On one device fit() runs the trainer's single-function step; the results are Keras's function's, bit for bit."""
-    x, y = _images(40, 8)
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # 5 batches, the last epoch's end by exhaustion
-    ours, theirs = _bn_trainer(), _bn_trainer()
-    theirs.set_weights(ours.get_weights())
-    ours_history = ours.fit(dataset, epochs=2, verbose=0)
-    keras.Model.make_train_function(theirs)  # Keras's own function (nested tf.function, Optional)
-    theirs_function = theirs.train_function
-    theirs_history = theirs.fit(dataset, epochs=2, verbose=0)
-    assert theirs.train_function is theirs_function
-    assert ours.train_function.__name__ == "train_function"
-    assert theirs_function.__name__ == "function"
-    assert int(ours.optimizer.iterations) == int(theirs.optimizer.iterations) == 10
-    assert ours_history.history == theirs_history.history
-    for (path, a), (_, b) in zip(_all_values(ours), _all_values(theirs)):
-        np.testing.assert_array_equal(a, b, err_msg=path)
-    # train_on_batch feeds a batch, not a tf.data iterator.
-    logs = ours.train_on_batch(x[:8], y[:8], return_dict=True)
-    keras_logs = theirs.train_on_batch(x[:8], y[:8], return_dict=True)
-    assert logs == keras_logs and int(ours.optimizer.iterations) == 11
-
-
-@pytest.mark.parametrize("setting", ["steps_per_execution", "jit_compile", "run_eagerly", "strategy"])
-def test_fit_keeps_keras_function_where_one_function_does_not_apply(setting):
-    kwargs = {
-        "steps_per_execution": {"steps_per_execution": 2},
-        "jit_compile": {"jit_compile": True},
-        "run_eagerly": {"run_eagerly": True},
-        "strategy": {},
-    }[setting]
-    x, y = _images(16, 8)
-    if setting == "strategy":
-        with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
-            trainer = _bn_trainer(**kwargs)
-    else:
-        trainer = _bn_trainer(**kwargs)
-    trainer.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    assert trainer.train_function.__name__ == "function"
-    assert int(trainer.optimizer.iterations) == 2
-
-
 def test_fit_and_evaluate_report_losses_metrics_and_loss_scale():
     x, y = _data()
     with tfmp.precision_scope("mixed_float16"):

@@ -7,8 +7,12 @@ The public names most users need:
 * `tfmp.LossScaleOptimizer`: loss scaling with both the tf.keras 2 and the
   Keras 3 custom-loop API.
 * `tfmp.wrap_optimizer`: the optimizer a precision needs.
-* `tfmp.ClassifierTrainer`, `tfmp.GANTrainer`: `keras.Model`s whose
-  `train_step` is the loss-scaled custom step (`tfmp.trainers`).
+* `tfmp.Trainer`, `tfmp.GANTrainer`: `keras.Model`s whose `train_step` is the
+  loss-scaled custom step (`tfmp.trainers`); `tfmp.Trainer` wraps any
+  supervised model.
+* `tfmp.undo_if_skipped`: a custom loop's step as a transaction, so that a
+  skipped step also leaves BatchNorm's statistics as they were.
+* `tfmp.LogLossScale`: `loss_scale` and `skipped_steps` in plain `fit()`'s logs.
 * `tfmp.mixed_precision`: a drop-in for tf.keras 2's
   `tf.keras.mixed_precision` (`Policy`, `set_global_policy`,
   `global_policy`, `LossScaleOptimizer`).
@@ -21,6 +25,7 @@ are `tfmp.models`.
 """
 
 from tfmp import _moved, mixed_precision, trainers
+from tfmp.fit_logs import LogLossScale
 from tfmp.loss_scale import LossScaleOptimizer
 from tfmp.optimizers import parse_loss_scale, wrap_optimizer
 from tfmp.precision import (
@@ -33,7 +38,8 @@ from tfmp.precision import (
     set_tf32,
     tf32_scope,
 )
-from tfmp.trainers import ClassifierTrainer, GANTrainer
+from tfmp.trainers import ClassifierTrainer, GANTrainer, Trainer
+from tfmp.transaction import undo_if_skipped
 
 __version__ = "0.2.0"
 
@@ -42,6 +48,7 @@ _moved.install()
 __all__ = [
     "ClassifierTrainer",
     "GANTrainer",
+    "LogLossScale",
     "LossScaleOptimizer",
     "PRECISIONS",
     "canonical_precision",
@@ -53,6 +60,8 @@ __all__ = [
     "set_precision",
     "set_tf32",
     "tf32_scope",
+    "Trainer",
     "trainers",
+    "undo_if_skipped",
     "wrap_optimizer",
 ]

@@ -1,8 +1,9 @@
 """Run configurations: what a training run is asked to do, checked before anything runs.
 
-`TrainConfig` holds the settings every run shares; `GANConfig` (the seed
-GAN, its defaults the seed's) and `ClassifierConfig` (MobileNetV2, seed 002)
-add their models' own. `validate()` is pure: it reads nothing from disk and
+`TrainConfig` holds the settings every run shares, whatever its model and
+data; `ImageConfig` adds the image datasets tfmp loads by name, and
+`GANConfig` (the original tutorial's GAN, with its defaults) and
+`ClassifierConfig` (MobileNetV2) add their models' own. `validate()` is pure: it reads nothing from disk and
 creates nothing, and raises `ConfigError` naming the first impossible value.
 It first checks every setting against the type its field declares (an int
 where `int`, not a bool; a number where `float`; `X | None`; tuples of the
@@ -35,6 +36,7 @@ __all__ = [
     "ClassifierConfig",
     "ConfigError",
     "GANConfig",
+    "ImageConfig",
     "LOSS_SCALE_AUTO",
     "LR_SCHEDULES",
     "ON_NONFINITE",
@@ -108,9 +110,8 @@ class TrainConfig:
         tf32: Allow TensorFloat-32 for float32 math on Ampere+ GPUs.
         epochs: Passes over the training data.
         batch_size: Examples per step.
-        steps_per_epoch: Optional cap on the steps of an epoch.
-        dataset: One of the config's `datasets`.
-        data_dir: Directory holding a downloaded dataset (see `tfmp.run.data`).
+        steps_per_epoch: Optional cap on the steps of an epoch (the steps of
+            an epoch, when the task's training data does not know its length).
         logdir: Parent directory of the TensorBoard runs.
         run_name: The run's directory under `logdir`; by default a timestamp
             plus the precision and loss-scale settings.
@@ -173,9 +174,6 @@ class TrainConfig:
             captured output).
     """
 
-    datasets: ClassVar[tuple[str, ...]] = data_lib.DATASETS
-    image_shape: ClassVar[tuple[int, int, int]] = (28, 28, 1)
-
     precision: str = "auto"
     loss_scale: str | float | None = "auto"
     xla: str | bool = "auto"
@@ -183,8 +181,6 @@ class TrainConfig:
     epochs: int = 4
     batch_size: int = 128
     steps_per_epoch: int | None = None
-    dataset: str = "digits"
-    data_dir: str | None = None
     logdir: str = "logs"
     run_name: str = ""
     seed: int = 0
@@ -243,10 +239,6 @@ class TrainConfig:
                 ) from None
         if self.steps_per_epoch is not None:
             _check_int("steps_per_epoch", self.steps_per_epoch, minimum=1)
-        if self.dataset.lower() not in self.datasets:
-            raise ConfigError(
-                f"Unknown dataset for this model. Valid: {', '.join(self.datasets)}. Received: dataset={self.dataset!r}"
-            )
         for field in dataclasses.fields(self):
             # inf would turn the first applied update into NaN weights.
             if field.name.endswith("learning_rate"):
@@ -379,7 +371,30 @@ def _check_run_name(run_name: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class GANConfig(TrainConfig):
+class ImageConfig(TrainConfig):
+    """A run on one of the image datasets tfmp loads by name (`tfmp.run.data.load_images`).
+
+    Attributes:
+        dataset: One of the config's `datasets`.
+        data_dir: Directory holding a downloaded dataset (see `tfmp.run.data`).
+    """
+
+    datasets: ClassVar[tuple[str, ...]] = data_lib.DATASETS
+    image_shape: ClassVar[tuple[int, int, int]] = (28, 28, 1)
+
+    dataset: str = "digits"
+    data_dir: str | None = None
+
+    def validate(self) -> None:
+        super().validate()
+        if self.dataset.lower() not in self.datasets:
+            raise ConfigError(
+                f"Unknown dataset for this model. Valid: {', '.join(self.datasets)}. Received: dataset={self.dataset!r}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class GANConfig(ImageConfig):
     """The seed GAN's run: its defaults are the seed's.
 
     Attributes:
@@ -429,7 +444,7 @@ LR_SCHEDULES = ("cosine", "constant")
 
 
 @dataclasses.dataclass(frozen=True)
-class ClassifierConfig(TrainConfig):
+class ClassifierConfig(ImageConfig):
     """The MobileNetV2 classifier's run (seed 002).
 
     Attributes:

@@ -9,7 +9,9 @@ the file and points to `digits`; a file that is there but unusable raises
 `CorruptDatasetError`, naming it. `synthetic` makes random images for
 benchmarks, and `load_images` picks one of them by name (see `DATASETS`).
 
-`make_dataset` is the `tf.data` pipeline the trainers feed from.
+`make_dataset` is the `tf.data` pipeline the image models feed from;
+`batched` makes one from any examples a task holds (arrays, dicts of
+arrays, an unbatched `tf.data.Dataset`, or a function returning batches).
 MNIST, CIFAR-10 and synthetic images stay uint8 in memory; the pipeline
 scales each batch to [0, 1] in float32 on the host, and the model's first
 layer casts it to its compute dtype.
@@ -26,7 +28,8 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import keras
 import numpy as np
@@ -37,6 +40,7 @@ __all__ = [
     "CorruptDatasetError",
     "DatasetNotFoundError",
     "Split",
+    "batched",
     "load_cifar10",
     "load_digits",
     "load_images",
@@ -555,3 +559,69 @@ def make_dataset(
             num_parallel_calls=tf.data.AUTOTUNE,
         )
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+# A function that makes the batches itself: `(batch_size, seed) -> tf.data.Dataset`.
+BatchesFunction = Callable[[int, int], tf.data.Dataset]
+_SHUFFLE_BUFFER = 10_000  # examples, for a dataset whose length is unknown or larger
+
+
+def batched(
+    source: Any,
+    *,
+    batch_size: int,
+    seed: int,
+    shuffle: bool = True,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """One epoch of batches of `source`, in the order `seed` fixes.
+
+    A fresh call returns the same order again (and `.repeat()` the same
+    sequence of epochs), which is what an exact resume replays.
+
+    Args:
+        source: The examples, in one of three forms:
+
+            * arrays: `(x, y)` or `(x, y, sample_weight)`, or `x` alone; `x`
+              may be a dict of arrays (named inputs) and `y` integer labels,
+              one-hot rows or regression targets. Shuffled (all examples) and
+              batched here.
+            * a `tf.data.Dataset` of single examples (not batched): shuffled
+              (a buffer of up to 10,000 examples) and batched here.
+            * a function `(batch_size, seed) -> tf.data.Dataset` returning
+              batches: used as it is, so it decides the shuffling and must
+              give the same order for the same seed.
+        batch_size: Examples per batch.
+        seed: Seed of the shuffle.
+        shuffle: Reshuffle every epoch (False for validation data).
+        drop_remainder: Drop the last incomplete batch.
+
+    Returns:
+        A `tf.data.Dataset` of batches, prefetched.
+
+    Raises:
+        TypeError: for a `source` of another kind, naming it.
+    """
+    if callable(source) and not isinstance(source, tf.data.Dataset):
+        dataset = source(batch_size, seed)
+        if not isinstance(dataset, tf.data.Dataset):
+            raise TypeError(
+                "A data function must return a tf.data.Dataset of batches. "
+                f"Received: {getattr(source, '__name__', source)!r} returned {type(dataset).__name__}"
+            )
+        return dataset
+    if isinstance(source, tf.data.Dataset):
+        dataset = source
+        buffer = int(dataset.cardinality())
+        buffer = _SHUFFLE_BUFFER if buffer < 0 else min(buffer, _SHUFFLE_BUFFER)
+    elif isinstance(source, (tuple, list, dict, np.ndarray)):
+        dataset = tf.data.Dataset.from_tensor_slices(tuple(source) if isinstance(source, list) else source)
+        buffer = int(dataset.cardinality())
+    else:
+        raise TypeError(
+            "Training data must be arrays ((x, y), or x alone; x may be a dict), a tf.data.Dataset of single "
+            f"examples, or a function (batch_size, seed) -> tf.data.Dataset of batches. Received: {source!r}"
+        )
+    if shuffle:
+        dataset = dataset.shuffle(max(buffer, 1), seed=seed, reshuffle_each_iteration=True)
+    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

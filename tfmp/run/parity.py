@@ -1,8 +1,10 @@
 """Does mixed precision keep float32's accuracy? Paired runs over seeds and folds.
 
-`run_parity(ParityConfig(...))` trains the MobileNetV2 classifier once per
-*unit* (a seed and, with `folds > 1`, a fold of the data) and *arm* (a
-precision, or a variant of one) and returns one `ParityRecord` per run. The
+`run_parity(ParityConfig(...))` trains a model once per *unit* (a seed and,
+with `folds > 1`, a fold of the data) and *arm* (a precision, or a variant
+of one) and returns one `ParityRecord` per run. The model is the MobileNetV2
+classifier on the embedded digits by default, or any `tfmp.run.tasks.Task`
+(`ParityConfig.for_task(task)`: seeds and precisions, one split per seed). The
 design is *paired*: in a unit every arm starts from the same initial weights
 (the variables are float32 under every policy, and the seed fixes their
 initializers), trains on the same images and sees the same batches in the
@@ -10,10 +12,13 @@ same order (the pipeline's shuffle is seeded). The model has no dropout, so
 nothing else is random. The difference between an arm's result and
 float32's in the same unit is therefore made by the arithmetic alone, and
 `paired_gaps` summarises those differences over the units: their mean,
-standard error and 95% interval, for the accuracy and for the validation
-loss (the mean negative log-likelihood, a continuous metric).
+standard error and 95% interval, for the accuracy (when the model logs
+`accuracy`) and for the validation loss (for a classifier, the mean negative
+log-likelihood, a continuous metric). A task of your own must be paired the
+same way: its pipeline's order fixed by the config's seed, and no randomness
+but the seeded one.
 
-Levers of the design (`ParityConfig`):
+Levers of the classifier's design (`ParityConfig`):
 
 * `folds`: k-fold rotation over the union of the dataset's training and
   validation images, so that each image is evaluated once per seed.
@@ -55,6 +60,7 @@ from typing import Any
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import precision as precision_lib
@@ -126,8 +132,8 @@ class ParityConfig:
     """What a parity benchmark runs.
 
     Attributes:
-        classifier: The run of every unit and arm; its `precision`, `seed`
-            and `run_name` are replaced per run.
+        classifier: The run of every unit and arm (without `task`); its
+            `precision`, `seed` and `run_name` are replaced per run.
         seeds: Seeds (of weights, shuffling and the data split), each run
             in every arm.
         precisions: Precisions to compare; must include `float32`, the
@@ -152,6 +158,11 @@ class ParityConfig:
         check_pairing: Before training a unit, check that its runs start
             from bit-identical weights and batch order (`paired_start`), at
             the cost of one model build per run.
+        task: A model of your own to compare instead of the classifier
+            (its config's `precision`, `seed` and `run_name` are replaced per
+            run). The levers above that belong to the classifier's design
+            (`folds`, `lr_warmup_steps`, `control`, `fp16_initial_scales`)
+            are then off: `for_task` makes such a config.
     """
 
     classifier: training.ClassifierConfig = DEFAULT_CLASSIFIER
@@ -164,6 +175,17 @@ class ParityConfig:
     fp16_initial_scales: tuple[float, ...] = ()
     run_name: str = ""
     check_pairing: bool = True
+    task: tasks.Task | None = None
+
+    @classmethod
+    def for_task(cls, task: tasks.Task, **changes: Any) -> ParityConfig:
+        """Paired runs of `task` over `seeds` and `precisions`, one split per seed (no folds, warm-up or control)."""
+        return cls(task=task, folds=1, lr_warmup_steps=0, **changes)
+
+    @property
+    def run(self) -> training.TrainConfig:
+        """The config every run starts from: the task's, or `classifier`."""
+        return self.classifier if self.task is None else self.task.config
 
     def validate(self) -> None:
         """Raises `tfmp.run.training.ConfigError` naming the first impossible setting."""
@@ -186,7 +208,9 @@ class ParityConfig:
             )
         if not _is_int(self.folds) or self.folds < 1:
             raise training.ConfigError(f"folds must be an integer >= 1. Received: folds={self.folds!r}")
-        epochs = self.classifier.epochs
+        if self.task is not None:
+            self._check_task_levers()
+        epochs = self.run.epochs
         if not _is_int(self.average_last) or not 1 <= self.average_last <= epochs:
             raise training.ConfigError(
                 f"average_last must be an integer from 1 to the {epochs} epochs. Received: "
@@ -196,10 +220,10 @@ class ParityConfig:
             raise training.ConfigError(
                 f"lr_warmup_steps must be an integer >= 0. Received: lr_warmup_steps={self.lr_warmup_steps!r}"
             )
-        if self.lr_warmup_steps and self.classifier.lr_schedule != "cosine":
+        if self.lr_warmup_steps and self.run.lr_schedule != "cosine":
             raise training.ConfigError(
                 "lr_warmup_steps needs the cosine schedule; set lr_schedule='cosine' or lr_warmup_steps=0. "
-                f"Received: lr_schedule={self.classifier.lr_schedule!r}, lr_warmup_steps={self.lr_warmup_steps}"
+                f"Received: lr_schedule={self.run.lr_schedule!r}, lr_warmup_steps={self.lr_warmup_steps}"
             )
         for scale in self.fp16_initial_scales:
             if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 1 <= scale < math.inf:
@@ -210,7 +234,24 @@ class ParityConfig:
             raise training.ConfigError(
                 f"An initial scale is given twice. Received: fp16_initial_scales={self.fp16_initial_scales!r}"
             )
-        self.classifier.validate()
+        self.run.validate()
+
+    def _check_task_levers(self) -> None:
+        if not isinstance(self.task, tasks.Task):
+            raise training.ConfigError(f"task must be a tfmp.run.tasks.Task. Received: task={self.task!r}")
+        levers = {
+            "folds": (self.folds, 1),
+            "lr_warmup_steps": (self.lr_warmup_steps, 0),
+            "control": (self.control, False),
+            "fp16_initial_scales": (self.fp16_initial_scales, ()),
+        }
+        for name, (value, off) in levers.items():
+            if value != off:
+                raise training.ConfigError(
+                    f"{name} belongs to the MobileNetV2 classifier's design; a task of your own runs its seeds "
+                    f"and precisions on one split per seed ({name}={off!r}; ParityConfig.for_task sets it). "
+                    f"Received: {name}={value!r}"
+                )
 
     def canonical_precisions(self) -> tuple[str, ...]:
         """The precisions' canonical names, float32 first; `ConfigError` for an unknown one or a repeat."""
@@ -263,7 +304,7 @@ def fold_split(split: data.Split, seed: int, fold: int, folds: int) -> data.Spli
 
 
 class _Evaluations(keras.callbacks.Callback):
-    """Keeps each epoch's validation accuracy and loss."""
+    """Keeps each epoch's validation loss, and its accuracy when the model logs one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -272,9 +313,10 @@ class _Evaluations(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         logs = logs or {}
-        if "val_accuracy" in logs:
-            self.accuracy.append(float(logs["val_accuracy"]))
+        if "val_loss" in logs:
             self.loss.append(float(logs["val_loss"]))
+            if "val_accuracy" in logs:
+                self.accuracy.append(float(logs["val_accuracy"]))
 
 
 class _ParityTask(tasks.ClassifierTask):
@@ -297,7 +339,6 @@ class _ParityTask(tasks.ClassifierTask):
         advice = tasks.cpu_bfloat16_float32_layers(config.image_shape)
         super().__init__(config, network=network, cpu_bfloat16_float32_layers=advice)
         self.arm, self.fold, self.folds, self.lr_warmup_steps = arm, fold, folds, lr_warmup_steps
-        self.evaluations = _Evaluations()
 
     def load_data(self) -> data.Split:
         return fold_split(super().load_data(), self.config.seed, self.fold, self.folds)
@@ -318,12 +359,11 @@ class _ParityTask(tasks.ClassifierTask):
             optimizer = loss_scale_lib.LossScaleOptimizer(optimizer, dynamic=True, initial_scale=self.arm.initial_scale)
         return (optimizer,)
 
-    def callbacks(self, trainer: Any, run_dir: str) -> list[keras.callbacks.Callback]:
-        return [*super().callbacks(trainer, run_dir), self.evaluations]
 
-
-def parity_task(config: ParityConfig, seed: int, fold: int, arm: Arm) -> tasks.ClassifierTask:
-    """The task of one run: `config.classifier` at `seed` and `arm.precision`, on fold `fold`."""
+def parity_task(config: ParityConfig, seed: int, fold: int, arm: Arm) -> tasks.Task:
+    """The task of one run: `config.task` (or the classifier) at `seed` and `arm.precision`, on fold `fold`."""
+    if config.task is not None:
+        return config.task.replace(seed=int(seed), precision=arm.precision)
     run = dataclasses.replace(config.classifier, seed=int(seed), precision=arm.precision)
     return _ParityTask(run, arm, fold, config.folds, config.lr_warmup_steps)
 
@@ -338,7 +378,8 @@ class ParityRecord:
         seed: The run's seed.
         fold: The validation fold (0 without folds).
         val_accuracy: Validation accuracy, averaged over the evaluations
-            after the last `average_last` epochs.
+            after the last `average_last` epochs; None for a model that logs
+            no `accuracy`.
         val_loss: Validation loss (mean negative log-likelihood), averaged
             likewise.
         skipped_steps: Steps whose non-finite gradients were skipped.
@@ -353,7 +394,7 @@ class ParityRecord:
     precision: str
     seed: int
     fold: int
-    val_accuracy: float
+    val_accuracy: float | None
     val_loss: float
     skipped_steps: int
     final_loss_scale: float | None
@@ -370,10 +411,10 @@ class PairedStart:
     """What a run starts from.
 
     Attributes:
-        weights: The network's initial weights (float32 variables, in
+        weights: The networks' initial weights (float32 variables, in
             `network.weights` order), before any step.
         batches: One SHA-256 digest per training batch of the whole run, in
-            order (images and labels).
+            order (every input, target and weight of the batch).
     """
 
     weights: list[np.ndarray]
@@ -388,7 +429,7 @@ class PairedStart:
         return h.hexdigest()[:16]
 
 
-def paired_start(task: tasks.ClassifierTask) -> PairedStart:
+def paired_start(task: tasks.Task) -> PairedStart:
     """The initial weights and batch order of the run of `task` (e.g. from `parity_task`).
 
     Nothing is trained. The network and the training pipeline are built as
@@ -401,16 +442,16 @@ def paired_start(task: tasks.ClassifierTask) -> PairedStart:
     """
     task = task.replace(run_name="paired_start")
     setting = setting_lib.resolve(task, lambda line: None)
-    steps = task.steps_per_epoch(len(setting.split.x_train))
+    steps = task.steps_per_epoch(setting.data)
     keras.utils.set_random_seed(task.config.seed)  # as the runner does, right before building
     with precision_lib.precision_scope(setting.precision):
-        built = task.build(setting.precision, setting.loss_scale, False, steps, setting.split)
-    (network,) = built.trainer.networks.values()
-    weights = [np.array(w.numpy()) for w in network.weights]
+        built = task.build(setting.precision, setting.loss_scale, False, steps, setting.data)
+    weights = [np.array(w.numpy()) for network in built.trainer.networks.values() for w in network.weights]
     batches = []
-    for x, y in task.stream(setting.split).take(task.config.epochs * steps):
-        h = hashlib.sha256(np.asarray(x).tobytes())
-        h.update(np.asarray(y).tobytes())
+    for batch in task.stream(setting.data).take(task.config.epochs * steps):
+        h = hashlib.sha256()
+        for part in tf.nest.flatten(batch):
+            h.update(np.asarray(part).tobytes())
         batches.append(h.hexdigest())
     return PairedStart(weights, batches)
 
@@ -463,8 +504,15 @@ def run_parity(
             start = time.monotonic()
             name = f"{arm.name}_seed{seed}" + (f"_fold{fold}" if config.folds > 1 else "")
             task = parity_task(config, seed, fold, arm)
-            result = runner.Runner(task.replace(run_name=os.path.join(parent, name)), lambda line: None).run()
-            evaluations = task.evaluations
+            evaluations = _Evaluations()
+            result = runner.Runner(
+                task.replace(run_name=os.path.join(parent, name)), lambda line: None, callbacks=[evaluations]
+            ).run()
+            if len(evaluations.loss) < config.average_last:
+                raise training.ConfigError(
+                    f"Parity compares validation results, but {task.name!r} logged {len(evaluations.loss)} "
+                    f"validation losses in {task.config.epochs} epochs: give the task validation data."
+                )
             scale = result.logs.get("loss_scale")
             last = config.average_last
             record = ParityRecord(
@@ -472,7 +520,7 @@ def run_parity(
                 precision=arm.precision,
                 seed=seed,
                 fold=fold,
-                val_accuracy=statistics.fmean(evaluations.accuracy[-last:]),
+                val_accuracy=statistics.fmean(evaluations.accuracy[-last:]) if evaluations.accuracy else None,
                 val_loss=statistics.fmean(evaluations.loss[-last:]),
                 skipped_steps=result.skipped_steps,
                 final_loss_scale=None if scale is None else float(scale),
@@ -483,8 +531,9 @@ def run_parity(
             records.append(record)
             if on_record is not None:
                 on_record(list(records))
+            accuracy = "" if record.val_accuracy is None else f"val_accuracy {record.val_accuracy:.4f} "
             print_fn(
-                f"{unit} {arm.name}: val_accuracy {record.val_accuracy:.4f} val_loss {record.val_loss:.4f} "
+                f"{unit} {arm.name}: {accuracy}val_loss {record.val_loss:.4f} "
                 f"skipped_steps {record.skipped_steps} loss_scale {_scale(record.final_loss_scale)} "
                 f"({record.seconds:.0f} s, load {os.getloadavg()[0]:.1f})"
             )
@@ -498,13 +547,15 @@ class PairedGap:
     Attributes:
         arm: The arm compared with float32.
         units: `(seed, fold)` of the units run in both.
-        accuracy: Accuracy differences in percentage points (negative: below float32).
-        loss: Validation-loss (NLL, nats) differences (positive: worse than float32).
+        accuracy: Accuracy differences in percentage points (negative: below
+            float32); None for a model that logs no accuracy.
+        loss: Validation-loss differences (for a classifier, NLL in nats;
+            positive: worse than float32).
     """
 
     arm: str
     units: tuple[tuple[int, int], ...]
-    accuracy: Gap
+    accuracy: Gap | None
     loss: Gap
 
 
@@ -528,7 +579,9 @@ def paired_gaps(records: Sequence[ParityRecord]) -> dict[str, PairedGap]:
             continue
         units = tuple(unit for unit in runs if unit in reference)
         if units:
-            accuracy = Gap(tuple(100.0 * (runs[u].val_accuracy - reference[u].val_accuracy) for u in units))
+            accuracy = None
+            if all(r.val_accuracy is not None for r in (*runs.values(), *reference.values())):
+                accuracy = Gap(tuple(100.0 * (runs[u].val_accuracy - reference[u].val_accuracy) for u in units))
             loss = Gap(tuple(runs[u].val_loss - reference[u].val_loss for u in units))
             gaps[arm] = PairedGap(arm, units, accuracy, loss)
     return gaps
@@ -551,10 +604,18 @@ def _summary(gap: Gap, digits: int) -> str:
 
 
 def parity_table(records: Sequence[ParityRecord]) -> str:
-    """Markdown: per-unit accuracies (skipped steps and final scale for float16), then the paired gaps."""
+    """Markdown: per-unit accuracies (or losses, for a model without accuracy), then the paired gaps.
+
+    float16 cells add the skipped steps and the final loss scale.
+    """
     table = _by_arm(records)
     arms = sorted(table, key=lambda name: name != REFERENCE)
     units = sorted({(record.seed, record.fold) for record in records})
+    by_accuracy = all(r.val_accuracy is not None for r in records)
+
+    def value(record: ParityRecord) -> float:
+        return record.val_accuracy if by_accuracy else record.val_loss
+
     lines = ["| seed | fold | " + " | ".join(arms) + " |", "|---" * (len(arms) + 2) + "|"]
     for seed, fold in units:
         cells = []
@@ -563,19 +624,21 @@ def parity_table(records: Sequence[ParityRecord]) -> str:
             if record is None:
                 cells.append("-")
                 continue
-            cell = f"{record.val_accuracy:.4f}"
+            cell = f"{value(record):.4f}"
             if record.final_loss_scale is not None:
                 cell += f" ({record.skipped_steps} skipped, scale {_scale(record.final_loss_scale)})"
             cells.append(cell)
         lines.append(f"| {seed} | {fold} | " + " | ".join(cells) + " |")
-    means = [statistics.fmean(r.val_accuracy for r in table[a].values()) for a in arms]
-    lines.append("| mean | | " + " | ".join(f"{m:.4f}" for m in means) + " |")
+    means = [statistics.fmean(value(r) for r in table[a].values()) for a in arms]
+    label = "mean" if by_accuracy else "mean loss"
+    lines.append(f"| {label} | | " + " | ".join(f"{m:.4f}" for m in means) + " |")
     lines += [
         "",
         "| arm | units | accuracy gap to float32 (points) | standard error | 95% interval | "
-        "loss (NLL) gap | standard error | 95% interval |",
+        "loss gap | standard error | 95% interval |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for arm, gap in paired_gaps(records).items():
-        lines.append(f"| {arm} | {len(gap.units)} | {_summary(gap.accuracy, 2)} | {_summary(gap.loss, 4)} |")
+        accuracy = "n/a | n/a | n/a" if gap.accuracy is None else _summary(gap.accuracy, 2)
+        lines.append(f"| {arm} | {len(gap.units)} | {accuracy} | {_summary(gap.loss, 4)} |")
     return "\n".join(lines)

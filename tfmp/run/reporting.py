@@ -71,7 +71,7 @@ class ThroughputRecord(Protocol):
         images_per_sec_min: The slowest round's throughput, or None.
         images_per_sec_max: The fastest round's throughput, or None.
         ratio_to_float32: The ratio to the float32 row's throughput, or None.
-        ratio_to_hand_written: The ratio to the hand-written step's throughput.
+        ratio_to_hand_written: The ratio to the hand-written step's throughput, or None.
     """
 
     model: str
@@ -82,7 +82,7 @@ class ThroughputRecord(Protocol):
     images_per_sec_min: float | None
     images_per_sec_max: float | None
     ratio_to_float32: float | None
-    ratio_to_hand_written: float
+    ratio_to_hand_written: float | None
 
 
 class TimingSettings(Protocol):
@@ -229,7 +229,8 @@ def plot(
                 label = f"{r.images_per_sec:.0f}"
                 if r.ratio_to_float32 is not None and precision != "float32":
                     label += f"\n{r.ratio_to_float32:.2f}x float32"
-                label += f"\n{r.ratio_to_hand_written:.2f}x hand-written"
+                if r.ratio_to_hand_written is not None:
+                    label += f"\n{r.ratio_to_hand_written:.2f}x hand-written"
                 if spread is not None:
                     label += f"\n({r.images_per_sec_min:.0f}-{r.images_per_sec_max:.0f})"
                 ax.annotate(label, (x, top), ha="center", va="bottom", fontsize=6)

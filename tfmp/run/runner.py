@@ -34,7 +34,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import keras
@@ -45,7 +45,6 @@ from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
-from tfmp.run import data as data_lib
 from tfmp.run import determinism, diagnostics, distribute, preemption, rundir
 from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig
 from tfmp.run.setting import Setting, resolve
@@ -211,12 +210,20 @@ class Runner:
     Args:
         task: The model and its config.
         print_fn: Where the run's lines go.
+        callbacks: More callbacks for this run, after the task's own (they
+            see every segment of a resumed run as one run).
     """
 
-    def __init__(self, task: Task, print_fn: Callable[[str], None] = print):
+    def __init__(
+        self,
+        task: Task,
+        print_fn: Callable[[str], None] = print,
+        callbacks: Sequence[keras.callbacks.Callback] = (),
+    ):
         self.task = task
         self.config = task.config
         self.print_fn = print_fn
+        self.extra_callbacks = list(callbacks)
 
     def run(self) -> RunResult:
         """Trains the task as its config says; see the module docstring.
@@ -302,14 +309,14 @@ class Runner:
     def _train(self, strategy: tf.distribute.Strategy, setting: Setting, dirs: _Directories) -> RunResult:
         """The run itself, once its directories are held."""
         config, task, print_fn = self.config, self.task, self.print_fn
-        precision, loss_scale, jit_compile, split = (
+        precision, loss_scale, jit_compile, data = (
             setting.precision,
             setting.loss_scale,
             setting.jit_compile,
-            setting.split,
+            setting.data,
         )
         run_dir = dirs.run_dir
-        steps = task.steps_per_epoch(len(split.x_train))
+        steps = task.steps_per_epoch(data)
 
         keras.utils.set_random_seed(config.seed)
         with (
@@ -318,7 +325,7 @@ class Runner:
             determinism.op_determinism(config.deterministic),
         ):
             with strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
-                built = task.build(precision, loss_scale, jit_compile, steps, split)
+                built = task.build(precision, loss_scale, jit_compile, steps, data)
             trainer = built.trainer
             announce_float32_layers(task, built, precision, print_fn)
             checkpoint = checkpoint_lib.RunCheckpoint(
@@ -329,9 +336,10 @@ class Runner:
                 dirs.run_checkpoints,
                 print_fn=print_fn,
             )
+            described_data = f"{task.describe_data()} " if task.describe_data() else ""
             print_fn(
                 f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
-                f"tf32={config.tf32} dataset={config.dataset} batch_size={config.batch_size} "
+                f"tf32={config.tf32} {described_data}batch_size={config.batch_size} "
                 f"strategy={config.strategy} replicas={strategy.num_replicas_in_sync} "
                 f"steps/epoch={steps} logdir={run_dir}"
             )
@@ -356,7 +364,7 @@ class Runner:
             summaries = callbacks_lib.Summaries(
                 run_dir, task.summary_route, self._hparams(setting, strategy), config.log_every, position, timer
             )
-            others = self._callbacks(trainer, split, run_dir, position)
+            others = self._callbacks(trainer, data, run_dir, position)
             dirs.training_started = True  # from here on SIGINT/SIGTERM finish the step and checkpoint
             with preemption.PreemptionGuard() as guard:
                 cluster = _cluster(strategy)
@@ -369,7 +377,7 @@ class Runner:
                     cluster=preemption.ClusterStop(strategy, preemption.worker_names(cluster)) if cluster else None,
                 )
                 try:
-                    self._fit(trainer, split, steps, position, [timer, console, summaries, *others, saver])
+                    self._fit(trainer, data, steps, position, [timer, console, summaries, *others, saver])
                 except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError) as e:
                     if not cluster:
                         raise
@@ -399,7 +407,6 @@ class Runner:
             "xla": setting.jit_compile,
             "tf32": config.tf32,
             "batch_size": config.batch_size,
-            "dataset": config.dataset,
             "epochs": config.epochs,
             "seed": config.seed,
             "strategy": config.strategy,
@@ -408,19 +415,19 @@ class Runner:
         }
 
     def _callbacks(
-        self, trainer: trainers.MixedPrecisionTrainer, split: data_lib.Split, run_dir: str, position: int
+        self, trainer: trainers.MixedPrecisionTrainer, data: Any, run_dir: str, position: int
     ) -> list[keras.callbacks.Callback]:
         """The callbacks between the summaries and the checkpointing: replica statistics, the task's own,
         gradient diagnostics and profiling when asked, the non-finite stop."""
         config, task = self.config, self.task
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
-        callbacks = [distribute.AverageReplicaStatistics(), *task.callbacks(trainer, run_dir)]
+        callbacks = [distribute.AverageReplicaStatistics(), *task.callbacks(trainer, run_dir), *self.extra_callbacks]
         if config.diagnose_every:
-            callbacks.append(callbacks_lib.GradientDiagnostics(task.probe(split), config.diagnose_every, run_dir))
+            callbacks.append(callbacks_lib.GradientDiagnostics(task.probe(data), config.diagnose_every, run_dir))
         if config.profile_steps:
             callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, run_dir, self.print_fn))
         if config.on_nonfinite == "stop":
-            callbacks.append(callbacks_lib.NonFiniteStop(lambda index: task.batch_at(split, index), position))
+            callbacks.append(callbacks_lib.NonFiniteStop(lambda index: task.batch_at(data, index), position))
         return callbacks
 
     def _restore(self, checkpoint: checkpoint_lib.RunCheckpoint) -> int:
@@ -449,7 +456,7 @@ class Runner:
     def _fit(
         self,
         trainer: trainers.MixedPrecisionTrainer,
-        split: data_lib.Split,
+        data: Any,
         steps: int,
         position: int,
         callbacks: list[keras.callbacks.Callback],
@@ -460,7 +467,7 @@ class Runner:
         `fit()`; `tfmp.run.callbacks.RunSegment` shows the callbacks one run.
         """
         epochs = self.config.epochs
-        validation = self.task.validation_data(split)
+        validation = self.task.validation_data(data)
         epoch, offset = divmod(position, steps)
         segments = []
         if offset:
@@ -470,7 +477,7 @@ class Runner:
             segments.append((epoch, epochs, steps, 0))
         for i, (first_epoch, end_epoch, segment_steps, offset) in enumerate(segments):
             trainer.fit(
-                self.task.stream(split, position),
+                self.task.stream(data, position),
                 validation_data=validation,
                 initial_epoch=first_epoch,
                 epochs=end_epoch,

@@ -1,7 +1,7 @@
 """What a task's config resolves to before any model is built: `resolve` and its `Setting`.
 
-`resolve(task)` validates the config, loads the data, checks that an epoch
-has a step, and settles the precision (`auto` measured on this device by
+`resolve(task)` validates the config, loads the task's data, checks that an
+epoch has a step, and settles the precision (`auto` measured on this device by
 training each candidate briefly, cached per device and model), the loss
 scale (`"none"` unless the precision is float16) and XLA. `Runner.run`,
 `diagnose_run` and the parity benchmark all start from it.
@@ -22,7 +22,6 @@ from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.run import autotune
 from tfmp.run import callbacks as callbacks_lib
-from tfmp.run import data as data_lib
 from tfmp.run.config import ConfigError, loss_scale_is_set, resolved_loss_scale
 from tfmp.run.tasks import Built, Task
 
@@ -44,14 +43,14 @@ class Setting:
         loss_scale: `"dynamic"`, `"none"` or a fixed scale (`"none"` unless
             the precision is `mixed_float16`).
         jit_compile: Whether the step is XLA-compiled.
-        split: The loaded data.
+        data: What the task's `load_data` returned.
         run_dir: The run's TensorBoard directory (not created).
     """
 
     precision: str
     loss_scale: str | float
     jit_compile: bool
-    split: data_lib.Split
+    data: Any
     run_dir: str
 
 
@@ -70,15 +69,15 @@ def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = Tru
     """
     config = task.config
     config.validate()
-    split = task.load_data()
+    data = task.load_data()
     if check_steps:
-        task.steps_per_epoch(len(split.x_train))
+        task.steps_per_epoch(data)
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
     precision = precision_lib.canonical_precision(config.precision)
     loss_scale = resolved_loss_scale(config.loss_scale)
     if precision == "auto" and config.strategy != "multi_worker":
         precision = _measured_precision(
-            task, split, jit_compile, loss_scale, print_fn, autotune.detect_hardware(), _time_steps
+            task, data, jit_compile, loss_scale, print_fn, autotune.detect_hardware(), _time_steps
         )
     precision = precision_lib.resolve_precision(precision)
     if precision != "mixed_float16":
@@ -97,7 +96,7 @@ def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = Tru
             f"Received: on_nonfinite='stop', precision={precision!r}, loss_scale='dynamic'"
         )
     run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale))
-    return Setting(precision, loss_scale, jit_compile, split, run_dir)
+    return Setting(precision, loss_scale, jit_compile, data, run_dir)
 
 
 _PROBE_WARMUP_STEPS = 2
@@ -121,7 +120,7 @@ def _time_steps(trainer: trainers.MixedPrecisionTrainer, probe: Any) -> float:
 
 def _measured_precision(
     task: Task,
-    split: data_lib.Split,
+    data: Any,
     jit_compile: bool,
     loss_scale: str | float,
     print_fn: Callable[[str], None],
@@ -139,13 +138,13 @@ def _measured_precision(
     config = task.config
     candidates = autotune.candidates(hardware)
     built: dict[str, Built] = {}
-    probe = task.probe(split)
+    probe = task.probe(data)
 
     def build(precision: str) -> Built:
         if precision not in built:
             scale = loss_scale if precision == "mixed_float16" else "none"  # float16 is timed with its loss scaling
             with precision_lib.precision_scope(precision):
-                built[precision] = task.build(precision, scale, jit_compile, 1, split)
+                built[precision] = task.build(precision, scale, jit_compile, 1, data)
         return built[precision]
 
     def measure(precision: str) -> float:

@@ -1,36 +1,43 @@
-"""One Task per model: everything one run config builds, defined once.
+"""Tasks: a model, its data and its training, as the whole run framework uses them.
 
-A `Task` turns a config (`tfmp.run.config.GANConfig`, `ClassifierConfig`) into
-what every consumer of a model needs:
+A `Task` is what a run of one model needs, defined once: the data and its
+pipelines, the networks and the compiled trainer, its hyperparameters and
+callbacks, and how its logs are shown. Training (`tfmp.run.runner`), `auto`
+precision, the benchmark (`tfmp.run.benchmark`), the parity check
+(`tfmp.run.parity`) and the diagnosis (`tfmp.run.training.diagnose`) all take
+a Task and use only the methods below, so a model of your own gets every one
+of them: console, TensorBoard and HParams, checkpoints and exact resume,
+SIGTERM/SIGINT, several GPUs and hosts, `auto`, the benchmark, parity and the
+diagnosis.
 
-* the networks and the trainer, compiled with the run's choices (optimizers
-  and learning-rate schedule, loss, metrics, loss scaling, XLA), and the
-  layers kept in float32 (`build`);
-* the input pipelines, in the seeded order (`train_data`,
-  `validation_data`, `stream`), the batch `auto` and the diagnostics probe
-  (`probe`), and the steps of an epoch (`steps_per_epoch`);
-* the run's model-specific hyperparameters and callbacks (`hparams`,
-  `callbacks`);
-* how its logs are shown: the console's fields (`console_fields`) and the
-  TensorBoard layout (`summary_route`).
+Two ways to make one:
 
-Training (`tfmp.run.runner`), the diagnosis (`tfmp.run.training.diagnose_run`),
-`auto`'s measurement, the benchmark (`tfmp.run.benchmark`) and the parity check
-(`tfmp.run.parity`) all build from the same Task, so the benchmark measures what
-training runs because it is the same code, not a copy of it.
+* `SupervisedTask`: any Keras model with one loss, from a model-building
+  function and the data (arrays, dicts of arrays, a `tf.data.Dataset` of
+  examples, or a function returning batches):
+
+  ```python
+  TASK = tasks.SupervisedTask(
+      name="my_model",
+      model=build_model,                # () -> keras.Model, built under the run's precision
+      train_data=(x_train, y_train),
+      validation_data=(x_val, y_val),
+      loss="sparse_categorical_crossentropy",
+      optimizer=keras.optimizers.Adam(1e-3),
+      metrics=["accuracy"],
+      config=config.TrainConfig(epochs=5, batch_size=64),
+  )
+  training.train(TASK)                  # or: tfmp-train --task=my_module:TASK
+  ```
+
+* a subclass of `Task` (or of `SupervisedTask`) overriding the methods it
+  needs, as TF Model Garden's tasks do. The shipped models are such
+  subclasses: `GANTask` (the original tutorial's GAN) and `ClassifierTask`
+  (MobileNetV2, or another image classifier, e.g. `resnet50_task`).
 
 A Task is cheap to make and holds no TensorFlow state: `build` makes new
 networks each call, under the dtype policy the caller has set
-(`tfmp.precision_scope`).
-
-```python
-task = tasks.task_for(config.GANConfig(dataset="digits"))
-split = task.load_data()
-with tfmp.precision_scope("mixed_bfloat16"):
-    built = task.build("mixed_bfloat16", loss_scale="none", jit_compile=False,
-                       steps_per_epoch=task.steps_per_epoch(len(split.x_train)), split=split)
-built.trainer.fit(task.train_data(split))
-```
+(`tfmp.precision_scope`); `load_data` loads what the pipelines are made from.
 """
 
 from __future__ import annotations
@@ -38,8 +45,11 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
+import importlib
+import inspect
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -51,16 +61,20 @@ from tfmp import trainers
 from tfmp.models.gan import build_discriminator, build_generator
 from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from tfmp.models.resnet50 import build_resnet50_classifier
+from tfmp.run import baseline
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import data as data_lib
-from tfmp.run.config import ClassifierConfig, ConfigError, GANConfig, TrainConfig
+from tfmp.run.config import ClassifierConfig, ConfigError, GANConfig, ImageConfig, TrainConfig
 
 __all__ = [
     "Built",
     "ClassifierTask",
     "GANTask",
+    "ImageTask",
     "NetworkBuilder",
+    "SupervisedTask",
     "Task",
+    "load",
     "resnet50_task",
     "task_for",
 ]
@@ -81,32 +95,35 @@ class Built:
     float32_layers: tuple[str, ...] = ()
 
 
-def _probe_batch(x: np.ndarray, y: np.ndarray | None, batch_size: int) -> Any:
-    """The first `batch_size` training examples, through the training pipeline."""
-    n = min(batch_size, len(x))
-    (batch,) = list(data_lib.make_dataset(x[:n], None if y is None else y[:n], batch_size=n, shuffle=False))
-    return batch
+def _first_batch(dataset: tf.data.Dataset) -> Any:
+    for batch in dataset.take(1):
+        return batch
+    raise ConfigError("The training data is empty: its pipeline gave no batch.")
 
 
 class Task(abc.ABC):
-    """A model's run as one config describes it. Subclass `GANTask` or `ClassifierTask`.
+    """A model's run: its data, its trainer, and how its logs are shown.
+
+    Subclasses implement `train_data` and `build_trainer`; everything else
+    has a default that serves most models. The run framework passes `data`
+    (whatever `load_data` returned) back to the data methods and never looks
+    inside it.
 
     Args:
-        config: The run's settings.
+        config: The run's settings (precision, batch size, epochs, ...); the
+            default `TrainConfig()` when None.
         name: The model's name, if not the class's.
 
     Attributes:
-        name: The model's name (benchmark rows, messages).
-        drop_remainder: Whether an incomplete last training batch is dropped.
+        name: The model's name (run descriptions, benchmark rows, messages).
         console_fields: `(label, log key)` pairs of each console line.
     """
 
-    name: str
-    drop_remainder: bool = False
+    name: str = "task"
     console_fields: tuple[tuple[str, str], ...] = (("Loss", "loss"),)
 
-    def __init__(self, config: TrainConfig, name: str | None = None):
-        self.config = config
+    def __init__(self, config: TrainConfig | None = None, name: str | None = None):
+        self.config = TrainConfig() if config is None else config
         if name is not None:
             self.name = name
 
@@ -116,10 +133,8 @@ class Task(abc.ABC):
         other.config = dataclasses.replace(self.config, **changes)
         return other
 
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        """`(height, width, channels)` of the model's images."""
-        return self.config.image_shape
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
 
     @property
     def cpu_bfloat16_float32_layers(self) -> str:
@@ -132,66 +147,96 @@ class Task(abc.ABC):
             self.config.float32_layers, precision, self.cpu_bfloat16_float32_layers
         )
 
+    def describe_data(self) -> str:
+        """The data, in the run's description line (`dataset=digits`, say); "" to say nothing."""
+        return ""
+
     # -- data ------------------------------------------------------------------
 
-    def load_data(self) -> data_lib.Split:
-        """The config's dataset at the model's image shape, split by its seed (`tfmp.run.data.load_images`)."""
-        c = self.config
-        return data_lib.load_images(c.dataset, self.image_shape, data_dir=c.data_dir, seed=c.seed)
-
-    def steps_per_epoch(self, num_examples: int) -> int:
-        """Training steps per epoch over `num_examples`, capped by `config.steps_per_epoch`.
-
-        Raises:
-            ConfigError: when the batch size leaves no step (incomplete
-                batches dropped), naming it.
-        """
-        c = self.config
-        steps = num_examples // c.batch_size if self.drop_remainder else -(-num_examples // c.batch_size)
-        if steps == 0:
-            raise ConfigError(
-                f"batch_size is larger than the {num_examples} training images of dataset {c.dataset!r}, and "
-                f"incomplete batches are dropped; use a batch size <= {num_examples}. Received: "
-                f"batch_size={c.batch_size}"
-            )
-        return min(steps, c.steps_per_epoch or steps)
+    def load_data(self) -> Any:
+        """What the pipelines are made from, loaded once per run (None if the pipelines load it themselves)."""
+        return None
 
     @abc.abstractmethod
-    def train_data(self, split: data_lib.Split) -> tf.data.Dataset:
-        """A fresh training pipeline: one epoch, in the seeded shuffle order."""
+    def train_data(self, data: Any) -> tf.data.Dataset:
+        """A fresh training pipeline: one epoch of batches of `config.batch_size`, in the order `config.seed` fixes.
 
-    def validation_data(self, split: data_lib.Split) -> tf.data.Dataset | None:
+        A fresh pipeline must repeat the same order (and `.repeat()` the same
+        sequence of epochs): an exact resume replays it to the step it
+        stopped at.
+        """
+
+    def validation_data(self, data: Any) -> tf.data.Dataset | None:
         """The validation pipeline, or None when the model has none."""
         return None
 
-    def stream(self, split: data_lib.Split, position: int = 0) -> tf.data.Dataset:
+    def steps_per_epoch(self, data: Any) -> int:
+        """Training steps per epoch: the training pipeline's batches, capped by `config.steps_per_epoch`.
+
+        Raises:
+            ConfigError: when the pipeline yields no batch, or its length is
+                unknown and `config.steps_per_epoch` is not set.
+        """
+        c = self.config
+        batches = int(self.train_data(data).cardinality())
+        if batches == 0:
+            raise ConfigError(
+                f"The training data of {self.name!r} gives no batch of batch_size={c.batch_size}: use a smaller "
+                f"batch size or more data. Received: batch_size={c.batch_size}"
+            )
+        if batches < 0:  # infinite or unknown
+            if c.steps_per_epoch is None:
+                raise ConfigError(
+                    f"The length of {self.name!r}'s training pipeline is not known (tf.data cardinality "
+                    f"{batches}), so an epoch has no end: set steps_per_epoch, or give the dataset its length "
+                    "with tf.data.experimental.assert_cardinality. Received: steps_per_epoch=None"
+                )
+            return c.steps_per_epoch
+        return min(batches, c.steps_per_epoch or batches)
+
+    def stream(self, data: Any, position: int = 0) -> tf.data.Dataset:
         """The training batches from global step `position` on.
 
-        Epoch after epoch in the seeded shuffle order; a fresh pipeline replays
-        the same order, so skipping `position` batches lands where a stopped
-        run left off.
+        Epoch after epoch in the seeded order; a fresh pipeline replays the
+        same order, so skipping `position` batches lands where a stopped run
+        left off.
         """
-        return self.train_data(split).repeat().skip(position)
+        return self.train_data(data).repeat().skip(position)
 
-    def batch_at(self, split: data_lib.Split, index: int) -> Any:
+    def batch_at(self, data: Any, index: int) -> Any:
         """The training batch of 0-based global step `index`."""
-        return next(iter(self.stream(split, index).take(1)))
+        return next(iter(self.stream(data, index).take(1)))
 
-    @abc.abstractmethod
-    def probe(self, split: data_lib.Split) -> Any:
-        """The first `batch_size` training examples as one batch (for `auto` and the diagnostics)."""
+    def probe(self, data: Any) -> Any:
+        """One training batch of `config.batch_size` examples (for `auto` and the diagnostics): the first."""
+        return _first_batch(self.train_data(data))
+
+    def benchmark_batch(self) -> Any:
+        """The batch the benchmark feeds the trainer and the hand-written step: by default the probe batch."""
+        return self.probe(self.load_data())
 
     # -- model -----------------------------------------------------------------
 
-    @abc.abstractmethod
     def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
         """Fresh optimizers, in the trainer's `compile` order, as the run configures them."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its optimizers; override optimizers().")
 
     @abc.abstractmethod
-    def _trainer(
-        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, split: data_lib.Split | None
+    def build_trainer(
+        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, data: Any
     ) -> trainers.MixedPrecisionTrainer:
-        """The networks and the compiled trainer."""
+        """Builds the networks and returns the compiled trainer (a `tfmp.Trainer`, say).
+
+        Called under the precision's dtype policy (and the strategy's scope).
+        Compile with `loss_scale`, `skip_nonfinite=True` (every step with a
+        non-finite gradient is skipped and counted) and `jit_compile`.
+
+        Args:
+            loss_scale: `"dynamic"`, `"none"` or a fixed scale.
+            jit_compile: Compile the step with XLA.
+            steps_per_epoch: Steps of an epoch (a learning-rate schedule's length).
+            data: What `load_data` returned (None for a benchmark row).
+        """
 
     def build(
         self,
@@ -199,7 +244,7 @@ class Task(abc.ABC):
         loss_scale: str | float,
         jit_compile: bool,
         steps_per_epoch: int = 1,
-        split: data_lib.Split | None = None,
+        data: Any = None,
     ) -> Built:
         """Builds the networks and compiles the trainer, under the current dtype policy.
 
@@ -213,13 +258,12 @@ class Task(abc.ABC):
             loss_scale: `"dynamic"`, `"none"` or a fixed scale.
             jit_compile: Compile the step with XLA.
             steps_per_epoch: Steps of an epoch (the learning-rate schedule's length).
-            split: The data the run trains on (e.g. its number of classes);
-                None for a synthetic workload.
+            data: What `load_data` returned; None for a workload without data.
 
         Raises:
             ConfigError: when the float32_layers pattern matches no layer.
         """
-        trainer = self._trainer(loss_scale, jit_compile, steps_per_epoch, split)
+        trainer = self.build_trainer(loss_scale, jit_compile, steps_per_epoch, data)
         pattern = self.float32_pattern(precision)
         if not pattern:
             return Built(trainer)
@@ -229,9 +273,15 @@ class Task(abc.ABC):
             raise ConfigError(str(e)) from None
         return Built(trainer, pattern, tuple(kept))
 
-    @abc.abstractmethod
+    def hand_written_step(
+        self, trainer: trainers.MixedPrecisionTrainer, precision: str, jit_compile: bool, steps_per_epoch: int
+    ) -> baseline.HandWritten | None:
+        """The benchmark's baseline: a hand-written step updating `trainer`'s networks; None when there is none."""
+        return None
+
     def hparams(self) -> dict[str, Any]:
-        """The model's hyperparameters for TensorBoard's HParams."""
+        """The model's hyperparameters for TensorBoard's HParams (beside the run's settings)."""
+        return {}
 
     def callbacks(self, trainer: trainers.MixedPrecisionTrainer, run_dir: str) -> list[keras.callbacks.Callback]:
         """The model's own callbacks of a run writing to `run_dir`."""
@@ -252,20 +302,234 @@ class Task(abc.ABC):
         return "train", key
 
 
-class GANTask(Task):
-    """The seed's GAN (`tfmp.models.gan`, `tfmp.trainers.GANTrainer`): images only, incomplete batches dropped."""
+def _clone_optimizer(optimizer: str | keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
+    """A fresh optimizer: from its name, or a copy of `optimizer`'s config (so no state is shared between builds)."""
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        return optimizer.__class__.from_config(optimizer.get_config())
+    return keras.optimizers.get(optimizer)
+
+
+class SupervisedTask(Task):
+    """Any Keras model with one loss, trained by `tfmp.Trainer`, from a model function and its data.
+
+    The data may be NumPy arrays (`(x, y)` or `(x, y, sample_weight)`; `x`
+    may be a dict of named inputs, `y` integer labels, one-hot rows or
+    regression targets), a `tf.data.Dataset` of single examples, or a
+    function `(batch_size, seed) -> tf.data.Dataset` of batches (see
+    `tfmp.run.data.batched`). Arrays and datasets of examples are shuffled
+    by `config.seed` and batched by `config.batch_size`; a function gets
+    both and must give the same batches for the same seed, so that a
+    resumed run replays them.
+
+    Subclass it to compute any of these from the config instead (override
+    `build_model`, `train_data`, `validation_data`, `loss`, `metrics`,
+    `optimizers` or `hparams`).
+
+    Args:
+        model: `() -> keras.Model`, called each time a model is built, under
+            the run's dtype policy. Its output should be float32 (a float32
+            softmax, or logits with a `from_logits` loss), as for any
+            mixed-precision Keras model.
+        train_data: The training examples (see above).
+        validation_data: The validation examples, in the same forms; None
+            for none. Batched by `config.batch_size`, not shuffled.
+        loss: A Keras loss, by name or object.
+        optimizer: A Keras optimizer or its name; each build gets a fresh
+            copy (from its config).
+        metrics: Keras metrics, as for `compile()`.
+        config: The run's settings; default `TrainConfig()`.
+        name: The model's name in logs, checkpoints and benchmark rows.
+        hparams: The model's own hyperparameters for TensorBoard's HParams.
+        cpu_bfloat16_float32_layers: A `float32_layers` pattern that
+            `float32_layers="auto"` applies under bfloat16 on a CPU; "" for none.
+    """
+
+    console_fields = (("Loss", "loss"),)
+
+    def __init__(
+        self,
+        model: Callable[[], keras.Model] | None = None,
+        train_data: Any = None,
+        validation_data: Any = None,
+        loss: Any = None,
+        optimizer: str | keras.optimizers.Optimizer = "adam",
+        metrics: Sequence[Any] | None = None,
+        config: TrainConfig | None = None,
+        name: str = "model",
+        hparams: dict[str, Any] | None = None,
+        cpu_bfloat16_float32_layers: str = "",
+    ):
+        super().__init__(config, name)
+        if isinstance(model, keras.Model):
+            raise TypeError(
+                "model must be a function that builds the model, not a model: each run builds it under its "
+                f"precision's dtype policy. Received: model={model.name!r}"
+            )
+        if model is not None and not callable(model):
+            raise TypeError(f"model must be a function () -> keras.Model. Received: model={model!r}")
+        self._model = model
+        self._train_data = train_data
+        self._validation_data = validation_data
+        self._loss = loss
+        self._optimizer = optimizer
+        self._metrics = list(metrics or [])
+        self._hparams = dict(hparams or {})
+        self._advice = cpu_bfloat16_float32_layers
+        self.console_fields = (("Loss", "loss"),) + tuple((str(m).title(), str(m)) for m in self._metrics[:1])
+
+    @property
+    def cpu_bfloat16_float32_layers(self) -> str:
+        return self._advice
+
+    def train_data(self, data: Any) -> tf.data.Dataset:
+        if self._train_data is None:
+            raise NotImplementedError(f"{self.name!r} has no training data: give train_data or override train_data().")
+        c = self.config
+        return data_lib.batched(self._train_data, batch_size=c.batch_size, seed=c.seed)
+
+    def validation_data(self, data: Any) -> tf.data.Dataset | None:
+        if self._validation_data is None:
+            return None
+        c = self.config
+        return data_lib.batched(self._validation_data, batch_size=c.batch_size, seed=c.seed, shuffle=False)
+
+    def build_model(self, data: Any) -> keras.Model:
+        """The network, built under the current dtype policy."""
+        if self._model is None:
+            raise NotImplementedError(f"{self.name!r} has no model: give model or override build_model().")
+        model = self._model()
+        if not isinstance(model, keras.Model):
+            raise TypeError(
+                f"model must return a keras.Model. Received: {getattr(self._model, '__name__', self._model)!r} "
+                f"returned {type(model).__name__}"
+            )
+        return model
+
+    def loss(self) -> Any:
+        """The training loss, as `compile()` takes it."""
+        if self._loss is None:
+            raise NotImplementedError(f"{self.name!r} has no loss: give loss or override loss().")
+        return self._loss
+
+    def metrics(self) -> list[Any]:
+        """The metrics, as `compile()` takes them."""
+        return list(self._metrics)
+
+    def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
+        return (_clone_optimizer(self._optimizer),)
+
+    def hparams(self) -> dict[str, Any]:
+        return dict(self._hparams)
+
+    def build_trainer(
+        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, data: Any
+    ) -> trainers.MixedPrecisionTrainer:
+        trainer = trainers.Trainer(self.build_model(data))
+        (optimizer,) = self.optimizers(steps_per_epoch)
+        trainer.compile(
+            optimizer,
+            loss=self.loss(),
+            metrics=self.metrics(),
+            loss_scale=loss_scale,
+            skip_nonfinite=True,
+            jit_compile=jit_compile,
+        )
+        return trainer
+
+    def hand_written_step(
+        self, trainer: trainers.MixedPrecisionTrainer, precision: str, jit_compile: bool, steps_per_epoch: int
+    ) -> baseline.HandWritten | None:
+        """`tfmp.run.baseline.supervised` with a fresh copy of the task's optimizer and its loss."""
+        (network,) = trainer.networks.values()
+        (optimizer,) = self.optimizers(steps_per_epoch)
+        return baseline.supervised(network, optimizer, self.loss(), precision, jit_compile)
+
+
+class ImageTask(Task):
+    """A task on one of the image datasets tfmp loads by name (`config.dataset`, `tfmp.run.data.load_images`).
+
+    `load_data` returns a `tfmp.run.data.Split` at the model's `image_shape`,
+    split by the config's seed; the benchmark's batch is synthetic, so no
+    dataset is loaded for it.
+
+    Attributes:
+        drop_remainder: Whether an incomplete last training batch is dropped.
+    """
+
+    config: ImageConfig
+    drop_remainder: bool = False
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """`(height, width, channels)` of the model's images."""
+        return self.config.image_shape
+
+    def describe_data(self) -> str:
+        return f"dataset={self.config.dataset}"
+
+    def load_data(self) -> data_lib.Split:
+        """The config's dataset at the model's image shape, split by its seed (`tfmp.run.data.load_images`)."""
+        c = self.config
+        return data_lib.load_images(c.dataset, self.image_shape, data_dir=c.data_dir, seed=c.seed)
+
+    def steps_per_epoch(self, data: data_lib.Split | int) -> int:
+        """Training steps per epoch over `data`'s training images (or that many), capped by `config.steps_per_epoch`.
+
+        Raises:
+            ConfigError: when the batch size leaves no step (incomplete
+                batches dropped), naming it.
+        """
+        c = self.config
+        num_examples = data if isinstance(data, int) else len(data.x_train)
+        steps = num_examples // c.batch_size if self.drop_remainder else -(-num_examples // c.batch_size)
+        if steps == 0:
+            raise ConfigError(
+                f"batch_size is larger than the {num_examples} training images of dataset {c.dataset!r}, and "
+                f"incomplete batches are dropped; use a batch size <= {num_examples}. Received: "
+                f"batch_size={c.batch_size}"
+            )
+        return min(steps, c.steps_per_epoch or steps)
+
+    def _labels(self) -> bool:
+        return True
+
+    def probe(self, data: data_lib.Split) -> Any:
+        """The first `batch_size` training examples, in the split's order, through the training pipeline."""
+        n = min(self.config.batch_size, len(data.x_train))
+        labels = data.y_train[:n] if self._labels() else None
+        (batch,) = list(data_lib.make_dataset(data.x_train[:n], labels, batch_size=n, shuffle=False))
+        return batch
+
+    def benchmark_batch(self) -> Any:
+        """Synthetic uniform [0, 1] images of `image_shape` (and int32 labels), seeded by `config.seed`."""
+        c = self.config
+        rng = np.random.default_rng(c.seed)
+        images = tf.constant(rng.uniform(0.0, 1.0, (c.batch_size, *self.image_shape)).astype(np.float32))
+        if not self._labels():
+            return images
+        return images, tf.constant(rng.integers(0, self.num_classes, c.batch_size).astype(np.int32))
+
+    def hparams(self) -> dict[str, Any]:
+        return {"dataset": self.config.dataset}
+
+
+class GANTask(ImageTask):
+    """The original tutorial's GAN (`tfmp.models.gan`, `tfmp.GANTrainer`): images only, incomplete batches dropped."""
 
     name = "gan"
-    drop_remainder = True  # as the seed
+    drop_remainder = True  # as the tutorial
     console_fields = (("G Loss", "g_loss"), ("D Loss", "d_loss"))
     config: GANConfig
 
-    def train_data(self, split: data_lib.Split) -> tf.data.Dataset:
-        c = self.config
-        return data_lib.make_dataset(split.x_train, batch_size=c.batch_size, drop_remainder=True, seed=c.seed)
+    def __init__(self, config: GANConfig | None = None, name: str | None = None):
+        super().__init__(GANConfig() if config is None else config, name)
 
-    def probe(self, split: data_lib.Split) -> Any:
-        return _probe_batch(split.x_train, None, self.config.batch_size)
+    def _labels(self) -> bool:
+        return False
+
+    def train_data(self, data: data_lib.Split) -> tf.data.Dataset:
+        c = self.config
+        return data_lib.make_dataset(data.x_train, batch_size=c.batch_size, drop_remainder=True, seed=c.seed)
 
     def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
         c = self.config
@@ -274,8 +538,8 @@ class GANTask(Task):
             trainers.SEED_GAN.discriminator_optimizer(c.discriminator_learning_rate),
         )
 
-    def _trainer(
-        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, split: data_lib.Split | None
+    def build_trainer(
+        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, data: Any
     ) -> trainers.MixedPrecisionTrainer:
         c = self.config
         trainer = trainers.GANTrainer(
@@ -290,9 +554,16 @@ class GANTask(Task):
         )
         return trainer
 
+    def hand_written_step(
+        self, trainer: trainers.MixedPrecisionTrainer, precision: str, jit_compile: bool, steps_per_epoch: int
+    ) -> baseline.HandWritten:
+        """`tfmp.run.baseline.gan` with fresh copies of the GAN's optimizers."""
+        return baseline.gan(trainer, self.optimizers(steps_per_epoch), precision, jit_compile, self.config.seed)
+
     def hparams(self) -> dict[str, Any]:
         c = self.config
         return {
+            **super().hparams(),
             "latent_dim": c.latent_dim,
             "generator_learning_rate": c.generator_learning_rate,
             "discriminator_learning_rate": c.discriminator_learning_rate,
@@ -305,7 +576,7 @@ class GANTask(Task):
         return [callbacks_lib.GeneratorSamples(os.path.join(run_dir, "generator"), trainer.generator, noise)]
 
     def summary_route(self, key: str) -> tuple[str, str]:
-        """The seed's layout: the generator's and discriminator's curves overlay.
+        """The tutorial's layout: the generator's and discriminator's curves overlay.
 
         `g_x` goes to `generator/x`, `d_x` to `discriminator/x` (tags
         `batch_x` and `epoch_x`, see `tfmp.run.callbacks.Summaries`); other keys
@@ -324,11 +595,11 @@ class GANTask(Task):
 NetworkBuilder = Callable[[tuple[int, int, int], int], keras.Model]
 
 
-class ClassifierTask(Task):
-    """An image classifier (`tfmp.trainers.ClassifierTrainer`): labelled, shuffled, last batch kept.
+class ClassifierTask(ImageTask, SupervisedTask):
+    """An image classifier (`tfmp.Trainer`): labelled, shuffled, last batch kept.
 
     By default MobileNetV2 (`tfmp.models.mobilenet_v2`) as the config sets
-    it up (seed 002); another network with `network` (e.g. `resnet50_task`).
+    it up; another network with `network` (e.g. `resnet50_task`).
 
     Args:
         config: The run's settings.
@@ -350,14 +621,15 @@ class ClassifierTask(Task):
 
     def __init__(
         self,
-        config: ClassifierConfig,
+        config: ClassifierConfig | None = None,
         name: str = "mobilenet_v2",
         network: NetworkBuilder | None = None,
         image_shape: tuple[int, int, int] | None = None,
         cpu_bfloat16_float32_layers: str | None = None,
         num_classes: int = 10,
     ):
-        super().__init__(config, name)
+        SupervisedTask.__init__(self, config=ClassifierConfig() if config is None else config, name=name)
+        self.console_fields = ClassifierTask.console_fields
         self._network = network
         self._image_shape = image_shape
         self._advice = cpu_bfloat16_float32_layers
@@ -373,17 +645,14 @@ class ClassifierTask(Task):
             return self._advice
         return cpu_bfloat16_float32_layers(self.image_shape) if self._network is None else ""
 
-    def train_data(self, split: data_lib.Split) -> tf.data.Dataset:
+    def train_data(self, data: data_lib.Split) -> tf.data.Dataset:
         c = self.config
-        return data_lib.make_dataset(split.x_train, split.y_train, batch_size=c.batch_size, seed=c.seed)
+        return data_lib.make_dataset(data.x_train, data.y_train, batch_size=c.batch_size, seed=c.seed)
 
-    def validation_data(self, split: data_lib.Split) -> tf.data.Dataset:
+    def validation_data(self, data: data_lib.Split) -> tf.data.Dataset:
         return data_lib.make_dataset(
-            split.x_val, split.y_val, batch_size=self.config.validation_batch_size, shuffle=False
+            data.x_val, data.y_val, batch_size=self.config.validation_batch_size, shuffle=False
         )
-
-    def probe(self, split: data_lib.Split) -> Any:
-        return _probe_batch(split.x_train, split.y_train, self.config.batch_size)
 
     def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
         c = self.config
@@ -398,36 +667,26 @@ class ClassifierTask(Task):
         """The training loss (sparse categorical cross-entropy, from logits if the config says so)."""
         return keras.losses.SparseCategoricalCrossentropy(from_logits=self.config.from_logits)
 
-    def _trainer(
-        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, split: data_lib.Split | None
-    ) -> trainers.MixedPrecisionTrainer:
+    def metrics(self) -> list[Any]:
+        return ["accuracy"]
+
+    def build_model(self, data: data_lib.Split | None) -> keras.Model:
         c = self.config
-        num_classes = self.num_classes if split is None else int(max(split.y_train.max(), split.y_val.max())) + 1
-        if self._network is None:
-            network = build_mobilenet_v2_classifier(
-                self.image_shape,
-                num_classes=num_classes,
-                alpha=c.alpha,
-                from_logits=c.from_logits,
-                batch_norm_momentum=c.batch_norm_momentum,
-            )
-        else:
-            network = self._network(self.image_shape, num_classes)
-        trainer = trainers.ClassifierTrainer(network)
-        (optimizer,) = self.optimizers(steps_per_epoch)
-        trainer.compile(
-            optimizer,
-            loss=self.loss(),
-            metrics=["accuracy"],
-            loss_scale=loss_scale,
-            skip_nonfinite=True,
-            jit_compile=jit_compile,
+        num_classes = self.num_classes if data is None else int(max(data.y_train.max(), data.y_val.max())) + 1
+        if self._network is not None:
+            return self._network(self.image_shape, num_classes)
+        return build_mobilenet_v2_classifier(
+            self.image_shape,
+            num_classes=num_classes,
+            alpha=c.alpha,
+            from_logits=c.from_logits,
+            batch_norm_momentum=c.batch_norm_momentum,
         )
-        return trainer
 
     def hparams(self) -> dict[str, Any]:
         c = self.config
         return {
+            **ImageTask.hparams(self),
             "alpha": c.alpha,
             "learning_rate": c.learning_rate,
             "lr_schedule": c.lr_schedule,
@@ -436,7 +695,7 @@ class ClassifierTask(Task):
         }
 
 
-def resnet50_task(config: ClassifierConfig, input_size: int = 64) -> ClassifierTask:
+def resnet50_task(config: ClassifierConfig | None = None, input_size: int = 64) -> ClassifierTask:
     """ResNet-50 (`tfmp.models.resnet50`) as a classifier variant, at `input_size` squared RGB."""
     return ClassifierTask(
         config,
@@ -447,7 +706,7 @@ def resnet50_task(config: ClassifierConfig, input_size: int = 64) -> ClassifierT
 
 
 def task_for(config: TrainConfig) -> Task:
-    """The task a config describes: `GANTask` for a `GANConfig`, `ClassifierTask` for a `ClassifierConfig`.
+    """The shipped task a config describes: `GANTask` for a `GANConfig`, `ClassifierTask` for a `ClassifierConfig`.
 
     Raises:
         ConfigError: for another kind of config, naming it.
@@ -456,4 +715,82 @@ def task_for(config: TrainConfig) -> Task:
         return GANTask(config)
     if isinstance(config, ClassifierConfig):
         return ClassifierTask(config)
-    raise ConfigError(f"No model for this config; use GANConfig or ClassifierConfig. Received: {type(config).__name__}")
+    raise ConfigError(
+        "No shipped model for this config; use GANConfig or ClassifierConfig, or give your model as a "
+        f"tfmp.run.tasks.Task. Received: {type(config).__name__}"
+    )
+
+
+_NAME_MUST_BE = (
+    "NAME must be a tfmp.run.tasks.Task, a Task subclass (made with its default config), or a function "
+    "taking no arguments that returns a Task"
+)
+
+
+def _import(module_name: str, spec: str) -> Any:
+    """The module `module_name` (a dotted name on the path, or a .py file); ConfigError naming `spec` if absent."""
+    if module_name.endswith(".py"):
+        path = os.path.abspath(module_name)
+        if not os.path.isfile(path):
+            raise ConfigError(f"task: no such file {module_name!r}. Received: task={spec!r}")
+        # Imported by its name from its folder, so a fresh process (the benchmark's rows) imports it again.
+        directory, module_name = os.path.split(path[: -len(".py")])
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if not (e.name and (module_name == e.name or module_name.startswith(e.name + "."))):
+            raise  # the module exists but imports something missing: its own error, with its traceback
+        raise ConfigError(
+            f"task: no module {module_name!r} on the Python path (PYTHONPATH, or the current directory with "
+            f"python3 -m); give a module name or a path to a .py file. Received: task={spec!r}"
+        ) from None
+
+
+def load(spec: str) -> Task:
+    """The task `spec` names: `"MODULE:NAME"` (a module on the Python path, or a path to a .py file).
+
+    This is what `tfmp-train --task=...` (and the benchmark, diagnose and
+    parity commands) call. `NAME` may be a `Task`, a `Task` subclass (made
+    with its default config), or a function taking no arguments that
+    returns a `Task`.
+
+    Args:
+        spec: e.g. `"my_tasks:TEXT_MODEL"` or `"path/to/my_tasks.py:TEXT_MODEL"`.
+
+    Returns:
+        The task.
+
+    Raises:
+        ConfigError: for a spec without `:`, a missing module or file, a
+            missing attribute, or an attribute of the wrong kind, naming
+            `spec` and what NAME must be.
+    """
+    if not isinstance(spec, str) or spec.count(":") < 1 or not all(spec.rpartition(":")[::2]):
+        raise ConfigError(
+            f"task must be MODULE:NAME (a module on the Python path or a .py file, and the name of its task); "
+            f"{_NAME_MUST_BE}. Received: task={spec!r}"
+        )
+    module_name, _, name = spec.rpartition(":")
+    module = _import(module_name, spec)
+    if not hasattr(module, name):
+        found = sorted(k for k, v in vars(module).items() if isinstance(v, Task) and not k.startswith("_"))
+        listed = f" It defines these tasks: {', '.join(found)}." if found else " It defines no Task."
+        raise ConfigError(
+            f"task: module {module.__name__!r} has no attribute {name!r}.{listed} Received: task={spec!r}"
+        )
+    value = getattr(module, name)
+    if inspect.isclass(value) and issubclass(value, Task) and not inspect.isabstract(value):
+        value = value()
+    elif callable(value) and not isinstance(value, Task) and not inspect.isclass(value):
+        try:
+            inspect.signature(value).bind()
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"task: {spec} is a function that takes arguments; {_NAME_MUST_BE}. Received: task={spec!r}"
+            ) from None
+        value = value()
+    if not isinstance(value, Task):
+        raise ConfigError(f"task: {spec} is a {type(value).__name__}; {_NAME_MUST_BE}. Received: task={spec!r}")
+    return value

@@ -1,7 +1,9 @@
-"""Training runs: one config object in, a trained model and its logs out.
+"""Training runs: a task (or a config) in, a trained model and its logs out.
 
-`train_gan(GANConfig(...))` trains the seed's GAN and
-`train_classifier(ClassifierConfig(...))` the MobileNetV2 classifier. Both:
+`train(task)` trains any `tfmp.run.tasks.Task`: a model of your own
+(`tasks.SupervisedTask`, or a subclass of `Task`) or a shipped one.
+`train_gan(GANConfig(...))` trains the original tutorial's GAN and
+`train_classifier(ClassifierConfig(...))` the MobileNetV2 classifier. Each:
 
 1. validate the config and refuse impossible settings before any training
    (`ConfigError`, naming the value);
@@ -17,8 +19,9 @@ Under mixed precision a run first prints the `tfmp.run.diagnostics` pitfalls it
 finds (Tensor Core alignment, 16-bit outputs); `diagnose_every` logs the
 gradients' float16 underflow and overflow fractions during training.
 
-`compare_loss_scaling` runs the seed's three GAN configurations side by side;
-`diagnose_run` builds a run and diagnoses its first batch without training.
+`compare_loss_scaling` runs the tutorial's three GAN configurations side by
+side; `diagnose` builds a task's run and diagnoses its first batch without
+training (`diagnose_run` does so for a shipped model's config).
 
 This module is the entry point; the work is done by `tfmp.run.config` (the
 settings), `tfmp.run.tasks` (what a config builds) and `tfmp.run.runner` (the run).
@@ -43,6 +46,7 @@ from tfmp.run.config import (
     ClassifierConfig,
     ConfigError,
     GANConfig,
+    ImageConfig,
     TrainConfig,
 )
 from tfmp.run.runner import Interrupted, RunResult
@@ -53,6 +57,7 @@ __all__ = [
     "ClassifierConfig",
     "ConfigError",
     "GANConfig",
+    "ImageConfig",
     "Interrupted",
     "LR_SCHEDULES",
     "ON_NONFINITE",
@@ -61,20 +66,33 @@ __all__ = [
     "compare_loss_scaling",
     "comparison_table",
     "default_run_name",
+    "diagnose",
     "diagnose_run",
+    "train",
     "train_classifier",
     "train_gan",
 ]
 
 
+def train(task: tasks.Task, print_fn: Callable[[str], None] = print) -> RunResult:
+    """Trains `task` as its config says; see the module docstring.
+
+    Raises:
+        ConfigError: for an impossible setting, before training.
+        tfmp.run.data.DatasetNotFoundError: when a shipped dataset is not available.
+        tfmp.run.runner.Interrupted, tfmp.run.preemption.Preempted: see `tfmp.run.runner.Runner.run`.
+    """
+    return runner_lib.Runner(task, print_fn).run()
+
+
 def train_gan(config: GANConfig, print_fn: Callable[[str], None] = print) -> RunResult:
-    """Trains the seed's GAN as `config` says; see the module docstring.
+    """Trains the original tutorial's GAN as `config` says; see the module docstring.
 
     Raises:
         ConfigError: for an impossible setting, before training.
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
     """
-    return runner_lib.Runner(tasks.GANTask(config), print_fn).run()
+    return train(tasks.GANTask(config), print_fn)
 
 
 def train_classifier(config: ClassifierConfig, print_fn: Callable[[str], None] = print) -> RunResult:
@@ -84,30 +102,35 @@ def train_classifier(config: ClassifierConfig, print_fn: Callable[[str], None] =
         ConfigError: for an impossible setting, before training.
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
     """
-    return runner_lib.Runner(tasks.ClassifierTask(config), print_fn).run()
+    return train(tasks.ClassifierTask(config), print_fn)
 
 
 def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = print) -> diagnostics.Diagnosis:
-    """Builds the run `config` describes and diagnoses it on its first batch.
+    """`diagnose` of the shipped model `config` describes (`tfmp.run.tasks.task_for`)."""
+    return diagnose(tasks.task_for(config), print_fn)
+
+
+def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -> diagnostics.Diagnosis:
+    """Builds the run of `task` and diagnoses it on its first batch.
 
     Nothing is trained. The trainer is built and compiled exactly as
-    `train_gan` / `train_classifier` would (the same `tfmp.run.tasks.Task`),
-    under the config's precision and loss scale, on one device
-    (`config.strategy` is not used: the reports concern one batch's
-    numerics); `tfmp.run.diagnostics.diagnose` then runs the four reports on the
-    first `batch_size` training examples (fewer if the dataset is smaller;
-    the alignment report checks `batch_size` itself). With `config.run_name`
-    set, the gradient histograms are also written to `<logdir>/<run_name>`,
-    holding that directory (`tfmp.run.rundir.RunDirLock`) as a training run
-    does, so that neither writes into the other's.
+    `train` would build it, under the config's precision and loss scale, on
+    one device (`config.strategy` is not used: the reports concern one
+    batch's numerics); `tfmp.run.diagnostics.diagnose` then runs the four
+    reports on the task's probe batch (its first `batch_size` training
+    examples; the alignment report checks `batch_size` itself). With
+    `config.run_name` set, the gradient histograms are also written to
+    `<logdir>/<run_name>`, holding that directory
+    (`tfmp.run.rundir.RunDirLock`) as a training run does, so that neither
+    writes into the other's.
 
     Raises:
         ConfigError: for an impossible setting.
-        tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
+        tfmp.run.data.DatasetNotFoundError: when a shipped dataset is not available.
         tfmp.run.rundir.RunDirInUseError: when another run (a training run)
             holds `<logdir>/<run_name>`, naming it, before anything is built.
     """
-    task = tasks.task_for(config)
+    config = task.config
     print_fn = print_fn or (lambda line: None)
     setting = setting_lib.resolve(task, print_fn, check_steps=False)
     with contextlib.ExitStack() as held:
@@ -116,14 +139,15 @@ def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = p
             held.enter_context(rundir.RunDirLock(setting.run_dir, print_fn))
         keras.utils.set_random_seed(config.seed)
         with precision_lib.precision_scope(setting.precision):
-            built = task.build(setting.precision, setting.loss_scale, False, 1, setting.split)
+            built = task.build(setting.precision, setting.loss_scale, False, 1, setting.data)
             runner_lib.announce_float32_layers(task, built, setting.precision, print_fn)
+            described_data = f" {task.describe_data()}" if task.describe_data() else ""
             print_fn(
                 f"diagnosing {built.trainer.name}: precision={setting.precision} "
-                f"loss_scale={setting.loss_scale} batch_size={config.batch_size} dataset={config.dataset}\n"
+                f"loss_scale={setting.loss_scale} batch_size={config.batch_size}{described_data}\n"
             )
             diagnosis = diagnostics.diagnose(
-                built.trainer, task.probe(setting.split), batch_size=config.batch_size, print_fn=print_fn
+                built.trainer, task.probe(setting.data), batch_size=config.batch_size, print_fn=print_fn
             )
         if config.run_name:
             diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)
@@ -139,7 +163,7 @@ COMPARISON = (
 
 
 def compare_loss_scaling(config: GANConfig, print_fn: Callable[[str], None] = print) -> list[tuple[str, RunResult]]:
-    """Runs the seed's three GAN configurations under one parent directory.
+    """Runs the tutorial's three GAN configurations under one parent directory.
 
     float32; mixed_float16 without loss scaling; mixed_float16 with dynamic
     loss scaling. Everything else comes from `config`; the runs are written

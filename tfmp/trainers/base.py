@@ -8,31 +8,22 @@ optimizer `compile()` trains with.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from tfmp import _compat
+from tfmp import _compat, transaction
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import optimizers as optimizers_lib
 
 __all__ = ["MixedPrecisionTrainer", "Objective", "computes_in_float16", "prepare_optimizer"]
 
 
-def _all_layers(model: keras.layers.Layer) -> list[keras.layers.Layer]:
-    """The model and every layer nested in it, depth first."""
-    layers = [model]
-    for layer in getattr(model, "layers", ()):
-        layers.extend(_all_layers(layer))
-    return layers
-
-
 def computes_in_float16(model: keras.layers.Layer) -> bool:
     """Whether any layer of `model` computes in float16 (and so needs loss scaling)."""
-    return any(layer.compute_dtype == "float16" for layer in _all_layers(model))
+    return any(layer.compute_dtype == "float16" for layer in transaction.all_layers(model))
 
 
 def prepare_optimizer(
@@ -134,14 +125,14 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         `apply_gradients` (which skips the update if any gradient is
         non-finite and adjusts the scale). Otherwise the plain gradient step.
 
-        The update is a transaction. When the optimizer skips it (a NaN batch,
-        a float16 overflow), what `forward` wrote into the networks is undone
-        too: `step_state_variables` (BatchNorm moving statistics) get their
-        values from before `forward` back, so a non-finite batch cannot leak
-        into them. Seed-generator states (noise, Dropout masks) keep
-        advancing, so the next step draws fresh numbers and a resumed run
-        repeats the same stream. A forward pass that belongs to this update
-        (the GAN's fakes for its discriminator step) goes inside `forward`.
+        The update is a transaction (`tfmp.undo_if_skipped`): when the
+        optimizer skips it (a NaN batch, a float16 overflow), what `forward`
+        wrote into the networks is undone too, so BatchNorm's moving
+        statistics get their values from before `forward` back. Seed-generator
+        states (noise, Dropout masks) keep advancing, so the next step draws
+        fresh numbers and a resumed run repeats the same stream. A forward
+        pass that belongs to this update (the GAN's fakes for its
+        discriminator step) goes inside `forward`.
 
         Args:
             optimizer: The optimizer of `variables`.
@@ -158,102 +149,77 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
                 "compile() the trainer so it uses tfmp.LossScaleOptimizer. "
                 f"Received: optimizer={optimizer!r}"
             )
-        # Only a tfmp.LossScaleOptimizer can skip a step, so only its steps
-        # need the state put back; a plain optimizer's steps pay nothing.
-        state = self.step_state_variables() if scaled else []
-        snapshot = [tf.identity(v) for v in state]
-        with tf.GradientTape() as tape:
-            loss, aux = forward()
-            # Scaled inside the tape, so the gradient flows through the scale.
-            target = optimizer.get_scaled_loss(loss) if scaled else loss
-        grads = tape.gradient(target, variables)
-        if scaled:
-            grads = optimizer.get_unscaled_gradients(grads)
-        optimizer.apply_gradients(zip(grads, variables))
-        if state:
-            loss_scale_lib.restore_if(optimizer.last_step_skipped, state, snapshot)
+        with transaction.undo_if_skipped(list(self.networks.values()), optimizer):
+            with tf.GradientTape() as tape:
+                loss, aux = forward()
+                # Scaled inside the tape, so the gradient flows through the scale.
+                target = optimizer.get_scaled_loss(loss) if scaled else loss
+            grads = tape.gradient(target, variables)
+            if scaled:
+                grads = optimizer.get_unscaled_gradients(grads)
+            optimizer.apply_gradients(zip(grads, variables))
         return loss, aux
 
-    def make_train_function(self, force: bool = False) -> Callable[[Any], Any]:
-        """Builds `train_function`, the callable `fit()` runs once per step.
+    def compile_from_config(self, config: dict[str, Any]) -> None:
+        """Compiles as `get_compile_config()` recorded (when a `.keras` file is loaded).
 
-        On one device (no `tf.distribute` strategy), in graph mode without
-        XLA and with `steps_per_execution=1`, the step is one `tf.function`
-        that draws the batch and runs `train_step`, as a hand-written
-        training loop does. Keras's own function wraps the same step in a
-        second, nested `tf.function`, returns its logs in a
-        `tf.experimental.Optional` and opens it on the host every step; in
-        200 paired one-step rounds on a 2-core CPU that driver cost
-        MobileNetV2 0.6% (docs/PERFORMANCE.md, issue 23). The step's ops and their results
-        are the same; an exhausted iterator raises `tf.errors.OutOfRangeError`
-        from `get_next()`, as Keras's function does with
-        `steps_per_execution=1`, and `fit()` ends the epoch on it.
-
-        Under a strategy, with XLA (Keras compiles the step alone, outside
-        the iterator), eagerly or with several steps per execution, Keras's
-        function is used unchanged.
-
-        Args:
-            force: Rebuild even if `train_function` exists.
-
-        Returns:
-            `train_function`.
+        Keras skips this for any model whose `compile()` is overridden, as
+        the trainers' is; their `compile()` takes its own config back, and
+        builds the optimizers, so that their saved state (loss scale,
+        skipped-step count, slots) is loaded into them.
         """
-        if self.train_function is not None and not force:
-            return self.train_function
-        if (
-            self.run_eagerly
-            or self.jit_compile
-            or self.steps_per_execution != 1
-            or _compat.model_strategy(self) is not None
-            or tf.distribute.has_strategy()
-        ):
-            super().make_train_function(force=force)
-            return self.train_function
+        if config:
+            self.compile(**keras.saving.deserialize_keras_object(config))
 
-        def step(data: Any) -> Any:
-            # As Keras's step: an empty tf.experimental.Optional in the data
-            # (an absent sample weight, say) reaches train_step as None.
-            return self.train_step(
-                tf.nest.map_structure(lambda x: None if isinstance(x, tf.experimental.Optional) else x, data)
-            )
+    @staticmethod
+    def unless_skipped(optimizer: keras.optimizers.Optimizer, update: Callable[[], None]) -> None:
+        """Runs `update` (metric updates, say) unless `optimizer` skipped the step just taken.
 
-        step_on_iterator = tf.function(lambda iterator: step(iterator.get_next()), reduce_retracing=True)
-        step_on_data = tf.function(step, reduce_retracing=True)
+        A skipped step's loss and predictions are non-finite; averaged into
+        the epoch's loss and metrics they would turn the whole epoch's curve
+        into NaN although no weight changed. The skipped-step count says how
+        many steps were left out. With an optimizer that never skips,
+        `update` simply runs.
+        """
+        if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
+            update()
+            return
 
-        def train_function(iterator: Any) -> Any:
-            if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
-                return step_on_iterator(iterator)
-            # Any other iterable of batches (train_on_batch passes one): its first batch.
-            outputs = None
-            for data in itertools.islice(iterator, 1):
-                outputs = step_on_data(data)
-            return outputs
+        def run() -> tf.Tensor:
+            update()
+            return tf.constant(True)
 
-        self.train_function = train_function
-        return self.train_function
+        tf.cond(optimizer.last_step_skipped, lambda: tf.constant(False), run)
+
+    @staticmethod
+    def undefined_until_counted(
+        optimizer: keras.optimizers.Optimizer, counted: keras.metrics.Mean, logs: dict[str, Any]
+    ) -> dict[str, Any]:
+        """`logs` with every float scalar NaN while `counted` has counted no step of the epoch yet.
+
+        When a skip-capable optimizer skipped every step so far (often the
+        first step of a float16 run, whose initial scale overflows), the
+        epoch's means are of nothing: undefined, not 0 as an empty Keras
+        `Mean` reports.
+        """
+        if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
+            return logs
+        empty = tf.equal(counted.count, 0)
+
+        def undefined(value: Any) -> Any:
+            if tf.is_tensor(value) and value.dtype.is_floating and value.shape.rank == 0:
+                return tf.where(empty, tf.constant(float("nan"), value.dtype), value)
+            return value
+
+        return {key: tf.nest.map_structure(undefined, value) for key, value in logs.items()}
 
     def step_state_variables(self) -> list[keras.Variable]:
-        """The networks' non-trainable variables a training-mode forward pass may write.
+        """The networks' variables a training-mode forward pass may write (`tfmp.transaction.state_variables`).
 
-        The non-trainable weights of the networks' trainable layers:
-        BatchNorm's moving mean and variance (Keras's layer and
-        `tfmp.layers.FusedBatchNormalization`), and any state a custom layer
-        keeps in weights. Not the seed-generator states (noise, Dropout),
-        which are not weights, and not the weights of frozen layers, which a
-        forward pass does not write. `optimize` puts these variables back
-        when a step is skipped.
+        BatchNorm's moving mean and variance, and any state a custom layer
+        keeps in weights; `optimize` puts them back when a step is skipped.
         """
-        seen, state = set(), []
-        for network in self.networks.values():
-            for layer in _all_layers(network):
-                if not layer.trainable:
-                    seen.update(id(w) for w in layer.weights)
-            for weight in network.non_trainable_weights:
-                if id(weight) not in seen:
-                    seen.add(id(weight))
-                    state.append(weight)
-        return state
+        return transaction.state_variables(list(self.networks.values()))
 
     @staticmethod
     def _unscale_for_distribution(loss: tf.Tensor) -> tf.Tensor:

@@ -97,6 +97,7 @@ def discriminator_labels(
     return tf.where(swapped, fake, real), tf.where(swapped, real, fake)
 
 
+@keras.saving.register_keras_serializable(package="tfmp")
 class GANTrainer(MixedPrecisionTrainer):
     """Trains the seed's GAN: generator step, then discriminator step.
 
@@ -145,6 +146,7 @@ class GANTrainer(MixedPrecisionTrainer):
         self.latent_dim = int(generator.input_shape[-1])
         self.label_softening = float(label_softening)
         self.label_swap_fraction = float(label_swap_fraction)
+        self.seed = seed
         self.noise_seed = keras.random.SeedGenerator(seed)
         self.g_loss_tracker = keras.metrics.Mean(name="g_loss")
         self.d_loss_tracker = keras.metrics.Mean(name="d_loss")
@@ -152,6 +154,34 @@ class GANTrainer(MixedPrecisionTrainer):
         self.generator_optimizer = None
         self.discriminator_optimizer = None
         self.built = generator.built and discriminator.built
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "generator": keras.saving.serialize_keras_object(self.generator),
+            "discriminator": keras.saving.serialize_keras_object(self.discriminator),
+            "label_softening": self.label_softening,
+            "label_swap_fraction": self.label_swap_fraction,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> GANTrainer:
+        config = dict(config)
+        networks = [
+            keras.saving.deserialize_keras_object(config.pop(name), custom_objects=custom_objects)
+            for name in ("generator", "discriminator")
+        ]
+        return cls(*networks, **config)
+
+    def get_compile_config(self) -> dict[str, Any]:
+        """Keras's compile settings (`jit_compile`, ...) and the two optimizers, serialized."""
+        config = super().get_compile_config()
+        if config:
+            config.pop("optimizer", None)
+            config["generator_optimizer"] = keras.saving.serialize_keras_object(self.generator_optimizer)
+            config["discriminator_optimizer"] = keras.saving.serialize_keras_object(self.discriminator_optimizer)
+        return config
 
     @property
     def metrics(self) -> list[keras.metrics.Metric]:
@@ -181,6 +211,8 @@ class GANTrainer(MixedPrecisionTrainer):
             **kwargs: Other `keras.Model.compile` arguments, e.g. `jit_compile`.
         """
         kwargs["auto_scale_loss"] = False
+        for keras_only in ("loss", "loss_weights", "metrics", "weighted_metrics"):
+            kwargs.pop(keras_only, None)  # None in a saved compile config: the GAN has its own losses
         super().compile(optimizer=None, **kwargs)
         self.generator_optimizer = prepare_optimizer(
             generator_optimizer or SEED_GAN.generator_optimizer(), self.generator, loss_scale, skip_nonfinite
@@ -292,7 +324,23 @@ class GANTrainer(MixedPrecisionTrainer):
             self.discriminator.trainable_variables,
             lambda: (self._discriminator_step_loss(real, batch_size), None),
         )
-        return self._logs(g_loss, d_loss)
+        # A skipped update's loss stays out of the epoch's mean.
+        self.unless_skipped(
+            self.generator_optimizer,
+            lambda: self.g_loss_tracker.update_state(self._unscale_for_distribution(g_loss)),
+        )
+        self.unless_skipped(
+            self.discriminator_optimizer,
+            lambda: self.d_loss_tracker.update_state(self._unscale_for_distribution(d_loss)),
+        )
+        logs = self._logs()
+        logs.update(
+            self.undefined_until_counted(self.generator_optimizer, self.g_loss_tracker, {"g_loss": logs["g_loss"]})
+        )
+        logs.update(
+            self.undefined_until_counted(self.discriminator_optimizer, self.d_loss_tracker, {"d_loss": logs["d_loss"]})
+        )
+        return logs
 
     def _discriminator_step_loss(self, real: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
         # The fakes come from the freshly updated generator, inside the
@@ -309,11 +357,11 @@ class GANTrainer(MixedPrecisionTrainer):
         g_loss = self.generator_loss(batch_size, training=False)
         fake = self.generator(self.sample_noise(batch_size), training=False)
         d_loss = self.discriminator_loss(real, fake, training=False)
-        return self._logs(g_loss, d_loss)
-
-    def _logs(self, g_loss: tf.Tensor, d_loss: tf.Tensor) -> dict[str, Any]:
         self.g_loss_tracker.update_state(self._unscale_for_distribution(g_loss))
         self.d_loss_tracker.update_state(self._unscale_for_distribution(d_loss))
+        return self._logs()
+
+    def _logs(self) -> dict[str, Any]:
         logs = {m.name: m.result() for m in self.metrics}
         logs.update(self.loss_scale_logs(self.generator_optimizer, "g_"))
         logs.update(self.loss_scale_logs(self.discriminator_optimizer, "d_"))

@@ -97,8 +97,13 @@ class _RowRun:
     peak_gpu_mb: float | None
 
     @property
-    def paired_ratio(self) -> float:
-        """The median over the rounds of the trainer's throughput over the hand-written step's in that round."""
+    def paired_ratio(self) -> float | None:
+        """The median over the rounds of the trainer's throughput over the hand-written step's in that round.
+
+        None when the task has no hand-written step.
+        """
+        if not self.hand_written:
+            return None
         return statistics.median(t / h for t, h in zip(self.trainer, self.hand_written))
 
 
@@ -113,11 +118,13 @@ def _measure_compare_row(
             workload = _build(spec, precision, xla, batch_size, config)
             dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
             trainer = trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
-            hand = hand_written_driver(workload, dataset, config.warmup_steps)
-            interleave([trainer, hand], config.steps, config.repeats)
+            drivers = [trainer]
+            if workload.hand_written_step is not None:
+                drivers.append(hand_written_driver(workload, dataset, config.warmup_steps))
+            interleave(drivers, config.steps, config.repeats)
     return _RowRun(
         trainer.images_per_sec,
-        hand.images_per_sec,
+        drivers[1].images_per_sec if len(drivers) > 1 else [],
         workload.images_per_step,
         len(workload.float32_layers),
         host.peak_mb,
@@ -174,7 +181,8 @@ def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: 
     """One row's record from its runs (ratio_to_float32 is filled in by `compare`)."""
     rounds = [v for run in runs for v in run.trainer]
     images_per_sec, slowest, fastest = _spread(rounds)
-    hand_written, hand_written_min, hand_written_max = _spread([run.paired_ratio for run in runs])
+    paired = [run.paired_ratio for run in runs if run.paired_ratio is not None]
+    hand_written, hand_written_min, hand_written_max = _spread(paired) if paired else (None, None, None)
     peak_gpu = [run.peak_gpu_mb for run in runs if run.peak_gpu_mb is not None]
     return Record(
         model=spec.name,
@@ -241,11 +249,15 @@ def compare(
             if progress is not None:
                 label = _label(spec, precision, xla, batch_size) + _kept(row_run.float32_layers)
                 of = f" (run {run + 1}/{config.runs})" if config.runs > 1 else ""
+                hand = (
+                    f" (hand-written {statistics.median(row_run.hand_written):.1f}, paired ratio "
+                    f"{row_run.paired_ratio:.3f})"
+                    if row_run.hand_written
+                    else " (no hand-written step)"
+                )
                 progress(
-                    f"{label}{of}: {statistics.median(row_run.trainer):.1f} img/s "
-                    f"(hand-written {statistics.median(row_run.hand_written):.1f}, paired ratio "
-                    f"{row_run.paired_ratio:.3f}), peak RSS {row_run.peak_host_mb:.0f} MB, "
-                    f"{time.perf_counter() - start:.0f} s"
+                    f"{label}{of}: {statistics.median(row_run.trainer):.1f} img/s{hand}, "
+                    f"peak RSS {row_run.peak_host_mb:.0f} MB, {time.perf_counter() - start:.0f} s"
                 )
     records = [
         _record(spec, precision, xla, batch, runs) for (spec, batch, xla, precision), runs in zip(rows, measured)
@@ -314,7 +326,9 @@ def input_pipeline(
         start = time.perf_counter()
         key = (spec.name, batch_size)
         if key not in pipelines:
-            pipelines[key] = training_pipeline(_row_task(spec, batch_size, config, dataset=dataset))
+            # The shipped image models read the benchmark's dataset; a task of your own reads its own data.
+            changes = {"dataset": dataset} if isinstance(spec, tasks.ImageTask) else {}
+            pipelines[key] = training_pipeline(_row_task(spec, batch_size, config, **changes))
         gc.collect()
         real, synthetic = _measure_pipeline_row(spec, precision, xla, batch_size, pipelines[key], config)
         record = PipelineRecord(

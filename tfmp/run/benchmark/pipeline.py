@@ -50,9 +50,14 @@ def epoch_batch_sizes(num_examples: int, batch_size: int, drop_remainder: bool) 
 
 
 def training_pipeline(task: tasks.Task) -> Pipeline:
-    """The task's training pipeline on its config's dataset, exactly as a training run builds it, repeated."""
-    split = task.load_data()
-    return Pipeline(
-        task.train_data(split).repeat(),
-        epoch_batch_sizes(len(split.x_train), task.config.batch_size, task.drop_remainder),
-    )
+    """The task's training pipeline on its data, exactly as a training run builds it, repeated.
+
+    For an image task the batch sizes follow from its training images; for
+    any other task one epoch of the pipeline is read once to count them.
+    """
+    data = task.load_data()
+    if isinstance(task, tasks.ImageTask):
+        sizes = epoch_batch_sizes(len(data.x_train), task.config.batch_size, task.drop_remainder)
+    else:
+        sizes = tuple(int(tf.nest.flatten(batch)[0].shape[0]) for batch in task.train_data(data))
+    return Pipeline(task.train_data(data).repeat(), sizes)

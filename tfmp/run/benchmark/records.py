@@ -32,7 +32,8 @@ class Record:
             same run, the median over the runs; None without such a row.
         ratio_to_hand_written: The trainer's throughput over the hand-written
             step's in the same round (a paired ratio), the median over a
-            run's rounds, then the median over the runs.
+            run's rounds, then the median over the runs; None for a task
+            without a hand-written step (`Task.hand_written_step`).
         ratio_to_float32_min, ratio_to_float32_max: The lowest and highest
             run's `ratio_to_float32` (equal to it for one run).
         ratio_to_hand_written_min, ratio_to_hand_written_max: The lowest and
@@ -51,7 +52,7 @@ class Record:
     images_per_sec: float
     step_ms: float
     ratio_to_float32: float | None
-    ratio_to_hand_written: float
+    ratio_to_hand_written: float | None
     peak_host_mb: float
     peak_gpu_mb: float | None
     images_per_sec_min: float | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -125,7 +126,12 @@ class ConsoleLogger(keras.callbacks.Callback):
             return
         logs = logs or {}
         step_time = self.timer.last_step_time
-        values = ", ".join(f"{label}: {logs[key]:.3f}" for label, key in self.fields if key in logs)
+        # NaN: no step of the epoch counted yet (every one so far skipped).
+        values = ", ".join(
+            f"{label}: {'n/a' if math.isnan(logs[key]) else f'{logs[key]:.3f}'}"
+            for label, key in self.fields
+            if key in logs
+        )
         self.print_fn(
             f"({self._epoch}, {batch}), {values}, loss_scale: {self._loss_scale(logs)}, "
             f"step_time: {step_time:.3f}, throughput: {self.timer.images_per_step / step_time:.3f} img/s"

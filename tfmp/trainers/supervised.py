@@ -1,4 +1,4 @@
-"""`ClassifierTrainer`: a classifier trained with the loss-scaled custom step."""
+"""`Trainer`: any supervised Keras model trained with the loss-scaled custom step."""
 
 from __future__ import annotations
 
@@ -10,27 +10,43 @@ import tensorflow as tf
 from tfmp import precision as precision_lib
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
 
-__all__ = ["ClassifierTrainer"]
+__all__ = ["ClassifierTrainer", "Trainer"]
 
 
-class ClassifierTrainer(MixedPrecisionTrainer):
-    """Trains a classifier with the loss-scaled custom step.
+@keras.saving.register_keras_serializable(package="tfmp")
+class Trainer(MixedPrecisionTrainer):
+    """Trains any supervised Keras model with the loss-scaled custom step.
 
-    Wraps any Keras model (its output should be float32: a float32 softmax,
-    or float32 logits with a `from_logits=True` loss). Use it like a Keras
-    model; `compile()` takes the usual `loss` and `metrics`:
+    Wraps the model; use the trainer as the model: `compile()` takes the
+    usual `loss` and `metrics`, and `fit()`, `evaluate()`, `predict()`,
+    callbacks and `.keras` saving work as in Keras. What it adds to
+    `model.fit()`:
+
+    * under float16, the optimizer is a `tfmp.LossScaleOptimizer` (as
+      Keras 3's `compile()` would wrap it) and the step is tf.keras 2's
+      scaled step;
+    * a step with a non-finite gradient is skipped whole: the weights, the
+      optimizer's slots *and* what the forward pass wrote (BatchNorm's moving
+      statistics) keep their values (`tfmp.undo_if_skipped`);
+    * its loss and metrics stay out of the epoch's means, and the logs hold
+      `loss_scale` and `skipped_steps`, so Keras's `TensorBoard`,
+      `CSVLogger`, `History` and progress bar show them.
+
+    The model's inputs and targets may be anything Keras takes (arrays,
+    dicts of inputs, integer tokens, regression targets). Its output should
+    be float32 (a float32 softmax or float32 logits with a `from_logits`
+    loss), as for any mixed-precision Keras model.
 
     ```python
-    with tfmp.precision_scope("mixed_float16"):
-        trainer = tfmp.trainers.ClassifierTrainer(build_model())
-        trainer.compile(keras.optimizers.Adam(1e-3),
-                        loss="sparse_categorical_crossentropy",
-                        metrics=["accuracy"], loss_scale="dynamic")
+    tfmp.set_precision("mixed_float16")
+    trainer = tfmp.Trainer(build_model())
+    trainer.compile(keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy",
+                    metrics=["accuracy"])
     trainer.fit(train_ds, validation_data=val_ds, epochs=3)
     ```
 
     Args:
-        network: The classifier to train.
+        network: The model to train.
         **kwargs: Passed to `keras.Model` (e.g. `name`).
     """
 
@@ -39,6 +55,15 @@ class ClassifierTrainer(MixedPrecisionTrainer):
         super().__init__(**kwargs)
         self.network = network
         self.built = network.built
+
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name, "network": keras.saving.serialize_keras_object(self.network)}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: dict[str, Any] | None = None) -> Trainer:
+        config = dict(config)
+        network = keras.saving.deserialize_keras_object(config.pop("network"), custom_objects=custom_objects)
+        return cls(network, **config)
 
     def call(self, inputs: Any, training: bool = False) -> Any:
         return self.network(inputs, training=training)
@@ -102,8 +127,8 @@ class ClassifierTrainer(MixedPrecisionTrainer):
             )
         ]
 
-    def float32_copy(self) -> ClassifierTrainer:
-        copy = ClassifierTrainer(precision_lib.float32_copy(self.network))
+    def float32_copy(self) -> Trainer:
+        copy = Trainer(precision_lib.float32_copy(self.network))
         copy.compile(keras.optimizers.SGD(), loss=self.loss, loss_scale="none")
         return copy
 
@@ -112,9 +137,19 @@ class ClassifierTrainer(MixedPrecisionTrainer):
         loss, y_pred = self.optimize(
             self.optimizer, self.trainable_variables, lambda: self._forward(x, y, sample_weight)
         )
-        for metric in self.metrics:
-            if metric.name == "loss":
-                metric.update_state(self._unscale_for_distribution(loss), sample_weight=tf.shape(y)[0])
-        logs = self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+        loss_tracker = next(metric for metric in self.metrics if metric.name == "loss")  # Keras's, once compiled
+
+        def update_metrics() -> None:
+            batch_size = tf.shape(tf.nest.flatten(x)[0])[0]
+            loss_tracker.update_state(self._unscale_for_distribution(loss), sample_weight=batch_size)
+            self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+        self.unless_skipped(self.optimizer, update_metrics)
+        logs = self.undefined_until_counted(self.optimizer, loss_tracker, self.get_metrics_result())
         logs.update(self.loss_scale_logs(self.optimizer))
         return logs
+
+
+# The name of tfmp 0.2, when the trainer was documented for classifiers only.
+ClassifierTrainer = Trainer

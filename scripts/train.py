@@ -1,0 +1,45 @@
+r"""Trains a model of your own with mixed precision: any `tfmp.run.tasks.Task`.
+
+    tfmp-train --task=my_tasks:TASK --precision=mixed_float16 --epochs=3 --run_name=first
+    tfmp-train --task=my_tasks:TASK --run_name=first --resume
+    tfmp-train --task=path/to/my_tasks.py:TASK --strategy=mirrored
+    tensorboard --logdir logs
+
+--task is MODULE:NAME: a module on the Python path (or a path to a .py file)
+and the name in it of a Task (see the "Your own model" guide), a Task
+subclass, or a function returning a Task. The task's own config gives the
+defaults; the flags below override only what you pass. Everything a run of
+the shipped models has, the task's run has: console and TensorBoard,
+checkpoints and --resume, SIGTERM/SIGINT, several GPUs and hosts.
+"""
+
+from absl import flags
+
+# common first: importing it imports TensorFlow quietly.
+try:  # installed: the tfmp_scripts package; run from a checkout: this folder
+    from tfmp_scripts import common
+except ImportError:  # pragma: no cover
+    import common
+
+from tfmp.run import training
+
+_TASK = flags.DEFINE_string(
+    "task",
+    None,
+    "MODULE:NAME of the task to train (a module on the Python path, or path/to/file.py:NAME).",
+    required=True,
+)
+_FLAGS = common.define_training_flags(training.TrainConfig())
+flags.adopt_module_key_flags(common)  # --help lists common's flags too
+
+
+def main(argv):
+    common.check_no_arguments(argv)
+    common.run(training.train, common.load_task(_TASK.value, _FLAGS))
+
+
+run = common.entry_point(main, __name__)  # the console command `tfmp-train`
+
+
+if __name__ == "__main__":
+    run()

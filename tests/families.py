@@ -1,0 +1,120 @@
+"""Models tfmp does not ship, on real data, for the tests of "your own model".
+
+Three families a user brings, each tiny and fed by the embedded handwritten
+digits (no download):
+
+* `bn_cnn`: a Conv2D + BatchNormalization classifier on the 8x8 images;
+* `transformer`: a Transformer encoder block (token and position embeddings,
+  MultiHeadAttention, residual `+`, LayerNormalization) on the digits read as
+  64 integer tokens (pixel intensities 0-16);
+* `gru`: an Embedding and a GRU over the same tokens.
+
+Each has a `tfmp.run.tasks.SupervisedTask` built from module-level functions
+(so it pickles, and `--task=families:NAME` finds it), with the data in a
+different form each: arrays, a function returning batches, a dataset of
+examples.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfmp.run import config, data, tasks
+
+NUM_CLASSES = 10
+VOCABULARY = 17  # pixel intensities 0..16
+LENGTH = 64
+
+
+def digits(n_train=256, n_val=64):
+    """`(x_train, y_train, x_val, y_val)`: 8x8x1 float32 images in [0, 1] and int32 labels, a fixed split."""
+    split = data.load_digits(image_size=(8, 8), channels=1, validation_fraction=0.2, seed=0)
+    return split.x_train[:n_train], split.y_train[:n_train], split.x_val[:n_val], split.y_val[:n_val]
+
+
+def tokens(images):
+    """The images as sequences of 64 int32 tokens, the pixel intensities 0..16."""
+    return np.rint(images.reshape(len(images), LENGTH) * 16).astype(np.int32)
+
+
+def bn_cnn():
+    init = keras.initializers.GlorotUniform
+    inputs = keras.Input((8, 8, 1), name="image")
+    x = keras.layers.Conv2D(8, 3, padding="same", kernel_initializer=init(1))(inputs)
+    x = keras.layers.BatchNormalization(momentum=0.9)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", kernel_initializer=init(2))(x)
+    x = keras.layers.BatchNormalization(momentum=0.9)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(NUM_CLASSES, kernel_initializer=init(3))(x)
+    return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x), name="bn_cnn")
+
+
+def transformer(dim=16, heads=2):
+    inputs = keras.Input((LENGTH,), dtype="int32", name="tokens")
+    positions = keras.ops.arange(LENGTH)
+    x = keras.layers.Embedding(VOCABULARY, dim)(inputs) + keras.layers.Embedding(LENGTH, dim)(positions)
+    attended = keras.layers.MultiHeadAttention(heads, key_dim=dim // heads)(x, x)
+    x = keras.layers.LayerNormalization()(x + attended)
+    hidden = keras.layers.Dense(2 * dim, activation="relu")(x)
+    x = keras.layers.LayerNormalization()(keras.layers.Add()([x, keras.layers.Dense(dim)(hidden)]))
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    x = keras.layers.Dense(NUM_CLASSES)(x)
+    return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x), name="transformer")
+
+
+def gru():
+    inputs = keras.Input((LENGTH,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(VOCABULARY, 8)(inputs)
+    x = keras.layers.GRU(16)(x)
+    x = keras.layers.Dense(NUM_CLASSES)(x)
+    return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x), name="gru")
+
+
+def token_batches(batch_size, seed):
+    """The training tokens as a function of the batch size and seed: the "function returning batches" form."""
+    x, y, _, _ = digits()
+    examples = tf.data.Dataset.from_tensor_slices((tokens(x), y))
+    return examples.shuffle(len(y), seed=seed, reshuffle_each_iteration=True).batch(batch_size)
+
+
+def _validation_tokens():
+    _, _, x, y = digits()
+    return tokens(x), y
+
+
+# A few steps of each, in float32 unless a run asks for more.
+SMALL = config.TrainConfig(precision="float32", batch_size=32, epochs=2, steps_per_epoch=3, warmup_steps=1)
+
+CNN_TASK = tasks.SupervisedTask(
+    name="bn_cnn",
+    model=bn_cnn,
+    train_data=digits()[:2],  # arrays
+    validation_data=digits()[2:],
+    loss="sparse_categorical_crossentropy",
+    optimizer=keras.optimizers.Adam(1e-2),
+    metrics=["accuracy"],
+    config=SMALL,
+)
+TRANSFORMER_TASK = tasks.SupervisedTask(
+    name="transformer",
+    model=transformer,
+    train_data=token_batches,  # a function returning batches
+    validation_data=_validation_tokens(),
+    loss="sparse_categorical_crossentropy",
+    optimizer=keras.optimizers.Adam(1e-2),
+    metrics=["accuracy"],
+    config=SMALL,
+)
+GRU_TASK = tasks.SupervisedTask(
+    name="gru",
+    model=gru,
+    train_data=token_batches,
+    validation_data=_validation_tokens(),
+    loss="sparse_categorical_crossentropy",
+    optimizer="adam",
+    metrics=["accuracy"],
+    config=SMALL,
+)
+TASKS = {"bn_cnn": CNN_TASK, "transformer": TRANSFORMER_TASK, "gru": GRU_TASK}

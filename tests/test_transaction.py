@@ -1,0 +1,143 @@
+"""Tests for tfmp/transaction.py: a skipped step leaves the forward pass's state as it was, in any loop."""
+
+import contextlib
+
+import families
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfmp
+from tfmp import transaction
+
+FAMILIES = {"bn_cnn": families.bn_cnn, "transformer": families.transformer, "gru": families.gru}
+
+
+def _batch(family, n=16, nan_row=None):
+    x, y, _, _ = families.digits(n_train=n)
+    if family != "bn_cnn":
+        x = families.tokens(x)
+    weights = np.ones(n, np.float32)
+    if nan_row is not None and family == "bn_cnn":
+        x = x.copy()
+        x[nan_row] = np.nan  # reaches BatchNormalization's statistics in the forward pass
+    elif nan_row is not None:
+        weights[nan_row] = np.nan  # tokens cannot be NaN: a NaN weight makes the loss and gradients NaN
+    return x, y, weights
+
+
+def _values(model, optimizer):
+    inner = optimizer.inner_optimizer
+    return [(v.path, v.numpy().copy()) for v in [*model.variables, *inner.variables]]
+
+
+def _custom_step(model, optimizer, guarded, jit_compile=False):
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    def step(x, y, w):
+        with tfmp.undo_if_skipped(model, optimizer) if guarded else contextlib.nullcontext():
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True), sample_weight=w)
+                scaled = optimizer.scale_loss(loss)
+            optimizer.apply(tape.gradient(scaled, model.trainable_variables), model.trainable_variables)
+        return loss
+
+    return tf.function(step, jit_compile=jit_compile)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_nan_batch_in_a_guarded_custom_loop_leaves_every_variable_bit_for_bit(family):
+    with tfmp.precision_scope("mixed_float16"):
+        keras.utils.set_random_seed(0)
+        model = FAMILIES[family]()
+        optimizer = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2))
+        step = _custom_step(model, optimizer, guarded=True)
+        step(*_batch(family))  # a real step first: slots and statistics hold values
+        before = _values(model, optimizer)
+        step(*_batch(family, nan_row=3))
+    assert int(optimizer.skipped_steps) >= 1 and bool(optimizer.last_step_skipped)
+    after = _values(model, optimizer)
+    changed = [path for (path, a), (_, b) in zip(before, after) if not np.array_equal(a, b)]
+    assert changed == [], changed
+
+
+def test_without_the_guard_the_nan_batch_reaches_batch_norm_and_with_it_not_eagerly_either():
+    x, y, w = _batch("bn_cnn", nan_row=0)
+    results = {}
+    for guarded in (False, True):
+        with tfmp.precision_scope("mixed_float16"):
+            keras.utils.set_random_seed(0)
+            model = families.bn_cnn()
+            optimizer = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+            step = _custom_step(model, optimizer, guarded).python_function  # eagerly
+            step(x, y, w)
+        statistics = [v.numpy() for v in transaction.state_variables(model)]
+        results[guarded] = all(np.isfinite(s).all() for s in statistics)
+        assert len(statistics) == 4 and int(optimizer.skipped_steps) == 1
+    assert results == {False: False, True: True}
+
+
+def test_the_guard_restores_under_xla_too():
+    with tfmp.precision_scope("mixed_float16"):
+        keras.utils.set_random_seed(0)
+        model = families.bn_cnn()
+        optimizer = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2))
+        optimizer.build(model.trainable_variables)
+        step = _custom_step(model, optimizer, guarded=True, jit_compile=True)
+        before = [v.numpy().copy() for v in transaction.state_variables(model)]
+        step(*_batch("bn_cnn", nan_row=5))
+    for a, v in zip(before, transaction.state_variables(model)):
+        np.testing.assert_array_equal(a, v.numpy(), err_msg=v.path)
+
+
+def test_state_variables_are_the_statistics_of_trainable_layers_only():
+    model = families.bn_cnn()
+    assert [v.path.rsplit("/", 1)[1] for v in transaction.state_variables(model)] == [
+        "moving_mean",
+        "moving_variance",
+    ] * 2
+    model.layers[2].trainable = False  # a frozen BatchNormalization: its forward pass writes nothing
+    assert len(transaction.state_variables(model)) == 2
+    assert transaction.state_variables([families.gru(), families.transformer()]) == []
+
+
+def test_a_plain_optimizer_is_neither_read_nor_restored():
+    model = families.bn_cnn()
+    optimizer = keras.optimizers.SGD(0.1)
+    with tfmp.undo_if_skipped(model, optimizer):
+        pass
+    assert not transaction.is_guarded(optimizer)
+
+
+def test_every_replica_keeps_its_statistics_when_one_replica_sees_nan():
+    """MirroredStrategy on 2 logical CPUs: NaN only in replica 1's half of the batch; both replicas skip."""
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    x, y, w = _batch("bn_cnn", n=16)
+    w[12] = np.nan  # rows 8..15 are replica 1's
+    with tfmp.precision_scope("mixed_float16"):
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            model = families.bn_cnn()
+            optimizer = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2))
+            optimizer.build(model.trainable_variables)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="sum")
+
+        @tf.function
+        def step(batch):
+            def replica_step(x, y, w):
+                with tfmp.undo_if_skipped(model, optimizer):
+                    with tf.GradientTape() as tape:
+                        loss = loss_fn(y, model(x, training=True), sample_weight=w) / 16.0
+                        scaled = optimizer.scale_loss(loss)
+                    optimizer.apply(tape.gradient(scaled, model.trainable_variables), model.trainable_variables)
+
+            strategy.run(replica_step, args=batch)
+
+        dataset = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors((x, y, w)))
+        before = {v.path: [r.numpy().copy() for r in strategy.experimental_local_results(v)] for v in model.variables}
+        step(next(iter(dataset)))
+    assert int(optimizer.skipped_steps) == 1
+    for v in model.variables:
+        for replica, (a, b) in enumerate(zip(before[v.path], strategy.experimental_local_results(v))):
+            np.testing.assert_array_equal(a, b.numpy(), err_msg=f"{v.path} on replica {replica}")

@@ -1,0 +1,135 @@
+"""The hand-written step: the baseline the benchmark measures a trainer against.
+
+A minimal `tf.function` update of a trainer's networks, of the kind a user
+would write by hand, that deliberately shares no code with `tfmp.trainers`:
+the benchmark's `ratio_to_hand_written` is the trainer's cost over it. A
+`tfmp.run.tasks.Task` returns one from `hand_written_step`; `supervised`
+serves any model with one loss, `gan` the original tutorial's GAN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from tfmp import loss_scale as loss_scale_lib
+from tfmp import trainers
+
+__all__ = ["HandWritten", "gan", "supervised"]
+
+
+@dataclasses.dataclass
+class HandWritten:
+    """A hand-written step and its optimizers.
+
+    Attributes:
+        step: `tf.function(jit_compile=...)` taking one batch and running one
+            update.
+        optimizers: Its optimizers, fresh copies of the trainer's.
+    """
+
+    step: Callable[[Any], Any]
+    optimizers: tuple[keras.optimizers.Optimizer, ...]
+
+
+def _optimizer(
+    optimizer: keras.optimizers.Optimizer, precision: str, variables: Sequence[keras.Variable]
+) -> keras.optimizers.Optimizer:
+    """The bare optimizer, or a dynamic `tfmp.LossScaleOptimizer` under float16; built."""
+    if precision == "mixed_float16":
+        optimizer = loss_scale_lib.LossScaleOptimizer(optimizer)
+    # Built eagerly: slot variables must exist before an XLA trace.
+    optimizer.build(variables)
+    return optimizer
+
+
+def _update(
+    optimizer: keras.optimizers.Optimizer, variables: Sequence[keras.Variable], loss_fn: Callable[[], tf.Tensor]
+) -> tf.Tensor:
+    # Written out rather than shared with tfmp.trainers: this is the baseline
+    # the trainer is measured against, so it must not run the trainer's code.
+    scaled = isinstance(optimizer, loss_scale_lib.LossScaleOptimizer)
+    with tf.GradientTape() as tape:
+        loss = loss_fn()
+        target = optimizer.get_scaled_loss(loss) if scaled else loss
+    grads = tape.gradient(target, variables)
+    if scaled:
+        grads = optimizer.get_unscaled_gradients(grads)
+    optimizer.apply_gradients(zip(grads, variables))
+    return loss
+
+
+def supervised(
+    network: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    loss: Any,
+    precision: str,
+    jit_compile: bool,
+) -> HandWritten:
+    """The hand-written step of a supervised model: `loss(y, network(x))`, weighted if the batch says so.
+
+    Args:
+        network: The trainer's network (the step updates its variables).
+        optimizer: A fresh copy of the trainer's inner optimizer.
+        loss: A Keras loss (name or object) taking `(y_true, y_pred)`.
+        precision: The row's precision (float16 gets dynamic loss scaling).
+        jit_compile: Compile the step with XLA.
+    """
+    variables = network.trainable_variables
+    optimizer = _optimizer(optimizer, precision, variables)
+    loss_fn = keras.losses.get(loss)
+
+    @tf.function(jit_compile=jit_compile)
+    def step(batch):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(batch)
+        return _update(optimizer, variables, lambda: loss_fn(y, network(x, training=True), sample_weight=sample_weight))
+
+    return HandWritten(step, (optimizer,))
+
+
+def gan(
+    trainer: trainers.GANTrainer,
+    optimizers: Sequence[keras.optimizers.Optimizer],
+    precision: str,
+    jit_compile: bool,
+    seed: int,
+) -> HandWritten:
+    """The hand-written step of the original tutorial's GAN: generator update, then discriminator update.
+
+    Args:
+        trainer: The GAN trainer whose networks the step updates (its label
+            settings are read, not its code).
+        optimizers: Fresh copies of the generator's and the discriminator's optimizers.
+        precision: The row's precision (float16 gets dynamic loss scaling).
+        jit_compile: Compile the step with XLA.
+        seed: Seed of the step's noise.
+    """
+    generator, discriminator = trainer.generator, trainer.discriminator
+    g_vars, d_vars = generator.trainable_variables, discriminator.trainable_variables
+    g_opt, d_opt = (_optimizer(o, precision, v) for o, v in zip(optimizers, (g_vars, d_vars)))
+    bce = keras.losses.BinaryCrossentropy(from_logits=True)
+    noise_seed = keras.random.SeedGenerator(seed)
+    latent_dim = int(generator.input_shape[-1])
+    softening, swap = trainer.label_softening, trainer.label_swap_fraction
+
+    def noise(batch_size):
+        return keras.random.uniform((batch_size, latent_dim), minval=-1.0, maxval=1.0, seed=noise_seed)
+
+    def logits(images):
+        return tf.cast(discriminator(images, training=True), tf.float32)
+
+    @tf.function(jit_compile=jit_compile)
+    def step(real):
+        batch_size = tf.shape(real)[0]
+        real_target = tf.fill((batch_size, 1), tf.constant(softening, tf.float32))
+        g_loss = _update(g_opt, g_vars, lambda: bce(real_target, logits(generator(noise(batch_size), training=True))))
+        fake = generator(noise(batch_size), training=True)
+        real_labels, fake_labels = trainers.discriminator_labels(batch_size, softening, swap)
+        d_loss = _update(d_opt, d_vars, lambda: 0.5 * (bce(real_labels, logits(real)) + bce(fake_labels, logits(fake))))
+        return g_loss, d_loss
+
+    return HandWritten(step, (g_opt, d_opt))
