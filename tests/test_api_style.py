@@ -242,10 +242,9 @@ def test_apply_without_a_scaling_call_divides_and_says_so():
     assert [str(w.message) for w in runtime] == [
         "LossScaleOptimizer 'opt': apply() saw no scale_loss() (Keras 3), get_scaled_loss() or "
         "get_unscaled_gradients() (tf.keras 2) call in this step, so nothing says whether the gradients are "
-        "scaled. tfmp divides them by the loss scale, as Keras 3's apply() does (apply_gradients() would apply "
-        "them as given, as tf.keras 2's did). If they are gradients of a scale_loss() result, call scale_loss() "
-        "in the same tf.function (or eagerly) as apply(); if of an unscaled loss, this update came out the loss "
-        "scale times too small: scale the loss with scale_loss()."
+        "scaled. tfmp divides them by the loss scale, as Keras 3's apply() does. If they are gradients of a "
+        "scale_loss() result, call scale_loss() in the same tf.function (or eagerly) as apply(); if of an unscaled "
+        "loss, scale the loss, or the update is the loss scale times too small."
     ]
 
 

@@ -655,9 +655,8 @@ def test_a_keras_file_of_the_previous_release_still_loads(tmp_path, speculative_
     said = [str(w.message) for w in caught if "speculative_update" in str(w.message)]
     assert said == (
         [
-            "LossScaleOptimizer 'lso': this config asks for speculative_update=True, which tfmp "
-            "no longer has; the update waits for the finite check instead (the same results). Received: "
-            "speculative_update=True"
+            "LossScaleOptimizer 'lso': speculative_update no longer exists; the gated update (waiting for the "
+            "finite check, with the same results) is used. Received: speculative_update=True"
         ]
         if speculative_update
         else []

@@ -2,17 +2,15 @@
 
 tf.keras 2's `apply_gradients` applies gradients as given (the caller unscales
 them with `get_unscaled_gradients`); Keras 3's `apply` divides them by the
-scale itself. The same gradients must not get both treatments, so each apply
-looks at the scaling calls made since the previous apply *in the same
-context*: eagerly, or while tracing the same outermost `tf.function`. Those
-are Python calls, so the decision is made once per trace and baked into the
-graph. A step with no scaling call keeps the contract of the method it came
-through: `apply()` divides, as Keras 3's does; `apply_gradients()` applies the
-gradients as given, as tf.keras 2's did.
+scale itself. The same gradients must not get both treatments, so each update
+looks at the scaling calls made since the previous one *in the same context*:
+eagerly, or while tracing the same outermost `tf.function` (Python calls, so
+the decision is made once per trace). With no scaling call, the method decides:
+`apply()` divides, as Keras 3's does; `apply_gradients()` does not, as tf.keras 2's.
 
-The optimizer asks an `ApiStyle` two things: `note` each scaling call, and at
-each apply `end_step`, which names the step's flow (a key of `FLOWS`), warns
-where needed and says whether to divide the gradients.
+The optimizer `note`s each scaling call on an `ApiStyle`, and at each update
+asks `end_step`, which names the step's flow (a key of `FLOWS`), warns where
+needed and says whether to divide the gradients.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ import tensorflow as tf
 SCALE_LOSS = "scale_loss"  # Keras 3
 GET_SCALED_LOSS = "get_scaled_loss"  # tf.keras 2
 GET_UNSCALED_GRADIENTS = "get_unscaled_gradients"  # tf.keras 2
-APPLY = "apply"  # Keras 3's way into an update
-APPLY_GRADIENTS = "apply_gradients"  # tf.keras 2's (Keras 3 has it too)
+APPLY, APPLY_GRADIENTS = "apply", "apply_gradients"  # the two ways into an update
 
 
 class Flow(NamedTuple):
@@ -57,7 +54,7 @@ CLEAN_FLOWS = ("keras3", "tf_keras2")
 
 
 class StepCalls:
-    """The scaling calls one context made since its last apply."""
+    """The scaling calls one context made since its last update."""
 
     def __init__(self) -> None:
         self.seen: set[str] = set()
@@ -66,8 +63,7 @@ class StepCalls:
         self.unscaled: list[Any] = []
 
     def handed_back(self, grads: Sequence[Any], keep: Sequence[bool]) -> list[Any]:
-        """`grads`, with each `keep` entry that get_unscaled_gradients returned
-        replaced by the gradient it was given.
+        """`grads`, with each `keep` entry that get_unscaled_gradients returned replaced by its input.
 
         get_unscaled_gradients divides every gradient, but a variable with
         `overwrite_with_gradient` gets the value it was handed, as in Keras 3.
@@ -77,10 +73,10 @@ class StepCalls:
 
 
 class Step(NamedTuple):
-    """What `ApiStyle.end_step` decided about one apply."""
+    """What `ApiStyle.end_step` decided about one update."""
 
     flow: str  # a key of FLOWS
-    unscale: bool  # whether the apply divides the gradients by the scale
+    unscale: bool  # whether the update divides the gradients by the scale
     calls: StepCalls
 
 
@@ -100,11 +96,8 @@ def flow_of(calls: StepCalls, grads: Sequence[Any]) -> str:
 
 
 def _outermost_graph() -> Any:
-    """None when eager; else the outermost graph being traced.
-
-    Nested tf.functions and control-flow branches trace into graphs of their
-    own; a scale call inside one and the apply outside it belong to one step.
-    """
+    """None when eager; else the outermost graph being traced (nested tf.functions and
+    control-flow branches trace into graphs of their own, but belong to the same step)."""
     if tf.executing_eagerly():
         return None
     graph = tf.compat.v1.get_default_graph()
@@ -135,19 +128,20 @@ def tf_keras2_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: 
     """
     if loss_has_been_scaled and gradients_have_been_unscaled:
         return None
-    forgot, did = (
-        (GET_UNSCALED_GRADIENTS, GET_SCALED_LOSS) if loss_has_been_scaled else (GET_SCALED_LOSS, GET_UNSCALED_GRADIENTS)
-    )
+    if loss_has_been_scaled:
+        forgot, did = GET_UNSCALED_GRADIENTS, GET_SCALED_LOSS
+    else:
+        forgot, did = GET_SCALED_LOSS, GET_UNSCALED_GRADIENTS
     return (
-        f"You forgot to call LossScaleOptimizer.{forgot}() before calling "
-        f"LossScaleOptimizer.apply_gradients() (you did call {did}() however). "
-        f"This will likely result in worse model quality, so please call {forgot}() "
-        f"in the correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, see {_TF_KERAS2_DOCS}"
+        f"You forgot to call LossScaleOptimizer.{forgot}() before calling LossScaleOptimizer.apply_gradients() "
+        f"(you did call {did}() however). This will likely result in worse model quality, so please call "
+        f"{forgot}() in the correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, see "
+        f"{_TF_KERAS2_DOCS}"
     )
 
 
 # The loss-scaling modules' own frames are skipped along with Keras's and
-# TensorFlow's, so that a warning points at the user's apply line.
+# TensorFlow's, so that a warning points at the user's line.
 _LOSS_SCALING_FILES = (__file__, os.path.join(os.path.dirname(__file__), "loss_scale.py"))
 _INTERNAL_PREFIXES = tuple(
     os.path.dirname(module.__file__) + os.sep for module in (keras, tf) if getattr(module, "__file__", None)
@@ -155,19 +149,13 @@ _INTERNAL_PREFIXES = tuple(
 
 
 def _warn(message: str) -> None:
-    """Issues a `RuntimeWarning` attributed to the first frame outside tfmp's
-    loss scaling, Keras and TensorFlow."""
+    """Issues a `RuntimeWarning` attributed to the first frame outside tfmp's loss scaling, Keras and TensorFlow."""
     frame, level = sys._getframe(0), 1
     while frame is not None and (
         frame.f_code.co_filename in _LOSS_SCALING_FILES or frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES)
     ):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, RuntimeWarning, stacklevel=level)
-
-
-def _treatment(flow: str, unscale: bool) -> str:
-    did = "divided them by the loss scale" if unscale else "applied them as given"
-    return f"saw {FLOWS[flow].seen} and {did}"
 
 
 class ApiStyle:
@@ -183,43 +171,32 @@ class ApiStyle:
         # were ever called. Only its warnings depend on them.
         self.loss_has_been_scaled = False
         self.gradients_have_been_unscaled = False
-        self._last: tuple[str, bool, str] | None = None  # the previous apply's flow, unscale, entry
+        self._last: tuple[str, bool, str] | None = None  # the previous update's flow, unscale and entry
 
     def note(self, call: str, scaled: Sequence[Any] = (), unscaled: Sequence[Any] = ()) -> None:
-        """Records a scaling call (`SCALE_LOSS`, `GET_SCALED_LOSS` or `GET_UNSCALED_GRADIENTS`).
+        """Records a scaling call: `SCALE_LOSS`, `GET_SCALED_LOSS` or `GET_UNSCALED_GRADIENTS`.
 
-        Args:
-            call: Which method was called.
-            scaled: For get_unscaled_gradients, the gradients it was given.
-            unscaled: For get_unscaled_gradients, the gradients it returned.
+        For get_unscaled_gradients, `scaled` are the gradients it was given and
+        `unscaled` those it returned: the update tells them apart, and gives
+        overwrite_with_gradient variables their inputs.
         """
         self.loss_has_been_scaled |= call == GET_SCALED_LOSS
         self.gradients_have_been_unscaled |= call == GET_UNSCALED_GRADIENTS
         calls = self._calls()
         calls.seen.add(call)
-        # Kept so that the apply can tell the scaled inputs from the unscaled
-        # outputs, and give overwrite_with_gradient variables their inputs.
         calls.scaled.extend(scaled)
         calls.unscaled.extend(unscaled)
 
     def end_step(self, grads: Sequence[Any], optimizer_name: str, entry: str = APPLY_GRADIENTS) -> Step:
-        """Takes the calls noted since the last apply in this context and decides.
+        """Takes the calls noted since the last update in this context and returns the `Step`.
 
-        Warns as tf.keras 2 did, or with a `RuntimeWarning` where the flow is
-        unclear, mixed, or treats gradients differently from the last step.
-
-        Args:
-            grads: The gradients the apply received.
-            optimizer_name: Named in the warnings.
-            entry: The method the update came through, `APPLY` or `APPLY_GRADIENTS`.
-
-        Returns:
-            The `Step`: its flow, whether to divide, and the calls it made.
+        `entry` is the method the update came through (`APPLY` or `APPLY_GRADIENTS`). Warns as
+        tf.keras 2 did, or with a `RuntimeWarning` where the flow is unclear, mixed, or treats
+        gradients differently from the last step.
         """
         calls = self._calls(pop=True)
         flow = flow_of(calls, grads)
-        # Keras 3's apply() takes scaled gradients: only the output of
-        # get_unscaled_gradients() is known to be unscaled already.
+        # Keras 3's apply() takes scaled gradients: only get_unscaled_gradients()' output is known not to be.
         unscale = FLOWS[flow].unscale or (entry == APPLY and GET_UNSCALED_GRADIENTS not in calls.seen)
         self._report(flow, unscale, entry, optimizer_name)
         return Step(flow, unscale, calls)
@@ -228,19 +205,16 @@ class ApiStyle:
         """This thread's calls in the current context; `pop` takes them away."""
         local = self._local
         if not hasattr(local, "graphs"):
-            local.eager = StepCalls()
             # Weak keys: a trace that scales a loss but never applies does not
             # keep its graph alive (unless it holds its gradients).
-            local.graphs = weakref.WeakKeyDictionary()
+            local.eager, local.graphs = StepCalls(), weakref.WeakKeyDictionary()
         graph = _outermost_graph()
-        if graph is not None:
-            return (
-                (local.graphs.pop(graph, None) or StepCalls()) if pop else local.graphs.setdefault(graph, StepCalls())
-            )
-        calls = local.eager
-        if pop:
-            local.eager = StepCalls()
-        return calls
+        if graph is None:
+            calls = local.eager
+            if pop:
+                local.eager = StepCalls()
+            return calls
+        return (local.graphs.pop(graph, None) or StepCalls()) if pop else local.graphs.setdefault(graph, StepCalls())
 
     def _report(self, flow: str, unscale: bool, entry: str, name: str) -> None:
         if flow.startswith("tf_keras2") and not unscale:
@@ -249,19 +223,16 @@ class ApiStyle:
                 tf.get_logger().warning(message)
         elif flow == "none":
             if unscale:
-                did = (
-                    "divides them by the loss scale, as Keras 3's apply() does (apply_gradients() would "
-                    "apply them as given, as tf.keras 2's did)"
-                )
-                unscaled_loss = "this update came out the loss scale times too small: scale the loss with scale_loss()"
+                did = "divides them by the loss scale, as Keras 3's apply() does"
+                or_else = "the update is the loss scale times too small"
             else:
                 did = "applies them as given, not divided by the loss scale (tf.keras 2's behaviour; Keras 3 divides)"
-                unscaled_loss = "scale the loss, or float16 gradients may underflow"
+                or_else = "float16 gradients may underflow"
             _warn(
                 f"LossScaleOptimizer '{name}': {entry}() saw no scale_loss() (Keras 3), get_scaled_loss() or "
-                "get_unscaled_gradients() (tf.keras 2) call in this step, so nothing says whether the gradients "
-                f"are scaled. tfmp {did}. If they are gradients of a scale_loss() result, call scale_loss() in the "
-                f"same tf.function (or eagerly) as {entry}(); if of an unscaled loss, {unscaled_loss}."
+                "get_unscaled_gradients() (tf.keras 2) call in this step, so nothing says whether the gradients are "
+                f"scaled. tfmp {did}. If they are gradients of a scale_loss() result, call scale_loss() in the same "
+                f"tf.function (or eagerly) as {entry}(); if of an unscaled loss, scale the loss, or {or_else}."
             )
         elif flow == "scaled_inputs":
             _warn(
@@ -278,16 +249,21 @@ class ApiStyle:
             )
             _warn(
                 f"LossScaleOptimizer '{name}': this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: "
-                f"{entry}() saw {FLOWS[flow].seen}. tfmp {did}. Use one API: Keras 3 (scale_loss(), then "
-                "apply() or apply_gradients() divides) or tf.keras 2 (get_scaled_loss(), "
-                "get_unscaled_gradients(), then apply_gradients())."
+                f"{entry}() saw {FLOWS[flow].seen}. tfmp {did}. Use one API: Keras 3 (scale_loss(), then apply() "
+                "or apply_gradients() divides) or tf.keras 2 (get_scaled_loss(), get_unscaled_gradients(), then "
+                "apply_gradients())."
             )
         last, self._last = self._last, (flow, unscale, entry)
         if last is not None and last[1] != unscale and not (last[0] in CLEAN_FLOWS and flow in CLEAN_FLOWS):
+
+            def treatment(flow: str, unscale: bool) -> str:
+                did = "divided them by the loss scale" if unscale else "applied them as given"
+                return f"saw {FLOWS[flow].seen} and {did}"
+
             this = "this one" if last[2] == entry else f"this {entry}()"
             _warn(
                 f"LossScaleOptimizer '{name}' changed how it treats gradients: the previous {last[2]}() "
-                f"{_treatment(*last[:2])}; {this} {_treatment(flow, unscale)}. Scaling calls are only seen in the "
-                "context of the apply (eagerly, or in the same tf.function trace): keep them in the same function "
+                f"{treatment(*last[:2])}; {this} {treatment(flow, unscale)}. Scaling calls are only seen in the "
+                "context of the update (eagerly, or in the same tf.function trace): keep them in the same function "
                 f"as {entry}()."
             )

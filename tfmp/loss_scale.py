@@ -16,14 +16,10 @@ import keras
 import tensorflow as tf
 
 from tfmp import _api_style, _arguments, _compat
-from tfmp._arguments import DEFAULT_GROWTH_STEPS, DEFAULT_INITIAL_SCALE  # noqa: F401 (public here)
+from tfmp._arguments import DEFAULT_MAX_SCALE
 
 __all__ = ["LossScaleOptimizer", "LossScaleState", "next_loss_scale"]
 
-# The highest scale dynamic scaling reaches by default, and the highest fixed
-# scale accepted: at 2**24, any float16 gradient above 65504 / 2**24 (about
-# 0.004) already overflows, so a larger scale skips nearly every step.
-DEFAULT_MAX_SCALE = 2.0**24
 # tfmp's settings beyond Keras 3's `initial_scale` and `dynamic_growth_steps`.
 _OWN_SETTINGS = ("dynamic", "growth_factor", "backoff_factor", "hysteresis", "min_scale", "max_scale")
 
@@ -111,12 +107,10 @@ def all_finite(grads: Iterable[Any]) -> tf.Tensor:
 def restore_if(condition: tf.Tensor, variables: Sequence[keras.Variable], values: Sequence[tf.Tensor]) -> None:
     """Assigns `values` back to `variables` when `condition` (a bool scalar tensor).
 
-    A cond, so a step that keeps its writes only pays for holding `values`
-    (reads of the variables taken before the writes: TensorFlow's
-    copy-on-write makes them keep the old contents) until `condition` is
-    known. In a replica context each replica writes its own copy of a
-    variable with Keras's default aggregation (`"none"`, as BatchNorm's
-    statistics have), so every replica puts back its own values.
+    `values` are reads taken before the step's writes (TensorFlow's
+    copy-on-write keeps their contents). In a replica context each replica
+    puts back its own copy of a variable with Keras's default aggregation
+    (`"none"`, as BatchNorm's statistics have).
     """
 
     def restore() -> tf.Tensor:
@@ -153,9 +147,10 @@ def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], k
     ]
 
 
-def _scale(loss: tf.Tensor, scale: tf.Tensor | None) -> tf.Tensor:
+def _scale(loss: Any, scale: tf.Tensor | None) -> tf.Tensor:
     # A 16-bit loss is scaled in float32: a float16 loss of 2.0 times 2**15
     # would overflow the forward value itself and force a needless skip.
+    loss = tf.convert_to_tensor(loss)
     if loss.dtype in (tf.float16, tf.bfloat16):
         loss = tf.cast(loss, tf.float32)
     return loss if scale is None else loss * tf.cast(scale, loss.dtype)
@@ -165,16 +160,13 @@ def _scale(loss: tf.Tensor, scale: tf.Tensor | None) -> tf.Tensor:
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """A Keras 3 loss-scale optimizer that also speaks tf.keras 2.
 
-    Wraps `inner_optimizer`. The loss is multiplied by the loss scale before
-    differentiation, so that small float16 gradients do not flush to zero,
-    and the gradients are divided by it again before the inner optimizer
-    sees them. A step with any non-finite gradient, on any replica, is
-    skipped whole (variables and slots keep their values), counted, and may
-    lower the scale. Keras 3's `scale_loss` with `apply` or `apply_gradients`
-    works, and so does tf.keras 2's `get_scaled_loss` and
-    `get_unscaled_gradients` with `apply_gradients`, each with its own
-    semantics: see [Loss scaling](../guides/loss-scaling.md) for which
-    gradients are divided, and when tfmp warns.
+    Wraps `inner_optimizer`: the loss is multiplied by the loss scale so that
+    small float16 gradients do not flush to zero, and the gradients are divided
+    by it before the inner optimizer sees them. A step with a non-finite
+    gradient on any replica is skipped whole, counted, and may lower the scale.
+    Keras 3's `scale_loss` and tf.keras 2's `get_scaled_loss` /
+    `get_unscaled_gradients` both work, each with its own semantics: see
+    [Loss scaling](../guides/loss-scaling.md).
 
     Args:
         inner_optimizer: The `keras.optimizers.Optimizer` to wrap.
@@ -234,13 +226,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             min_scale,
             max_scale,
         )
-        super().__init__(
-            inner_optimizer,
-            initial_scale=checked.initial_scale,
-            dynamic_growth_steps=checked.dynamic_growth_steps,
-            name=name,
-            **kwargs,
-        )
+        super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
         for setting in _OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
         self._api_style = _api_style.ApiStyle()
@@ -252,13 +238,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         # traced into a tf.function) before the first apply() builds the
         # optimizer, and must read the variable rather than bake in a constant.
         def state(name, dtype, value):
-            return self.add_variable(
-                shape=(),
-                dtype=dtype,
-                initializer=keras.initializers.Constant(value),
-                aggregation="only_first_replica",
-                name=name,
-            )
+            initializer = keras.initializers.Constant(value)
+            return self.add_variable((), initializer, dtype, aggregation="only_first_replica", name=name)
 
         self.dynamic_scale = state("dynamic_scale", "float32", self.initial_scale)
         self.step_counter = state("step_counter", "int64", 0)
@@ -275,10 +256,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def _scale_or_none(self) -> keras.Variable | None:
         """The loss-scale variable, or None for the fixed scale 1.
 
-        Multiplying or dividing by 1 is exact, so a skip-only optimizer (fixed
-        scale 1, `tfmp.trainers.prepare_optimizer`'s `skip_nonfinite`) leaves
-        the loss and the gradients as they are instead of adding one
-        multiplication per gradient to every step.
+        Multiplying by 1 is exact: a skip-only optimizer (`skip_nonfinite`) pays nothing per gradient.
         """
         return None if not self.dynamic and self.initial_scale == 1 else self.dynamic_scale
 
@@ -308,7 +286,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         A float16 or bfloat16 loss is scaled in float32, so the scaled value cannot overflow.
         """
         self._api_style.note(_api_style.SCALE_LOSS)
-        return _scale(tf.convert_to_tensor(loss), self._scale_or_none)
+        return _scale(loss, self._scale_or_none)
 
     def get_scaled_loss(self, loss: Any) -> Any:
         """Scales `loss` by the loss scale (tf.keras 2 API).
@@ -325,14 +303,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         """
         self._api_style.note(_api_style.GET_SCALED_LOSS)
         if callable(loss):
-
-            def scaled_loss() -> tf.Tensor:
-                # Called later, maybe in another context: noted there too.
-                self._api_style.note(_api_style.GET_SCALED_LOSS)
-                return _scale(tf.convert_to_tensor(loss()), self._scale_or_none)
-
-            return scaled_loss
-        return _scale(tf.convert_to_tensor(loss), self._scale_or_none)
+            return lambda: self.get_scaled_loss(loss())  # called later, maybe in another context: noted there too
+        return _scale(loss, self._scale_or_none)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
         """Multiplies gradients by 1 / loss scale, as tf.keras 2 did (tf.keras 2 API).
@@ -370,14 +342,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> keras.Variable:
         """Applies `(gradient, variable)` pairs, unless a gradient is non-finite; updates the scale.
 
-        After `scale_loss` the gradients are divided by the loss scale, as in
-        Keras 3; after `get_unscaled_gradients`, or with no scaling call in
-        the step, they are applied as given, as tf.keras 2's `apply_gradients`
-        did (with a warning when the step's calls are incomplete or mixed).
+        After `scale_loss` the gradients are divided by the loss scale, as in Keras 3; after
+        `get_unscaled_gradients`, or with no scaling call in the step, applied as given, as in tf.keras 2.
         """
-        # Not through apply(), as Keras's apply_gradients() is: the two differ
-        # for a step with no scaling call, and the entry is an argument rather
-        # than state (nothing to keep per tf.function trace or replica thread).
+        # Not through apply(), as Keras's is: the two differ for a step with no scaling call, and an
+        # argument needs no state kept per tf.function trace or replica thread.
         grads, trainable_variables = zip(*grads_and_vars)
         self._apply(grads, trainable_variables, _api_style.APPLY_GRADIENTS)
         return self._iterations  # what Keras's apply_gradients() returns
@@ -445,14 +414,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         return tf.constant(True)
 
     def _update_state(self, finite: tf.Tensor) -> None:
-        state = LossScaleState(
-            *map(tf.convert_to_tensor, (self.dynamic_scale, self.step_counter, self.hysteresis_counter))
-        )
+        variables = (self.dynamic_scale, self.step_counter, self.hysteresis_counter)  # a LossScaleState
+        state = LossScaleState(*map(tf.convert_to_tensor, variables))
         new = next_loss_scale(state, finite, growth_steps=self.dynamic_growth_steps, **self._own_settings())
+        for variable, value in zip(variables, new):
+            variable.assign(value)
         skipped = tf.cast(tf.logical_not(finite), tf.int64)
-        self.dynamic_scale.assign(new.scale)
-        self.step_counter.assign(new.growth_count)
-        self.hysteresis_counter.assign(new.hysteresis_left)
         self.skipped_counter.assign_add(skipped)
         self.last_skipped_flag.assign(skipped)
 
@@ -464,10 +431,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         return all_finite(grads)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
-        raise NotImplementedError(
-            "tfmp.LossScaleOptimizer runs on the TensorFlow backend, which has "
-            "no stateless_apply. Received a stateless_apply call."
-        )
+        raise NotImplementedError("tfmp.LossScaleOptimizer runs on the TensorFlow backend only: no stateless_apply.")
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), **self._own_settings()}
@@ -476,14 +440,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> LossScaleOptimizer:
         """Rebuilds the optimizer from `get_config()`, also from a config of an earlier tfmp."""
         config = dict(config)
-        # Earlier releases had an opt-in speculative update; the gated update
-        # gives the same results, so such a config still loads.
+        # Earlier releases had an opt-in speculative update, with the same results as the gated one.
         if config.pop("speculative_update", False):
             warnings.warn(
-                f"LossScaleOptimizer {config.get('name')!r}: this config asks for speculative_update=True, which "
-                "tfmp no longer has; the update waits for the finite check instead (the same results). Received: "
-                "speculative_update=True",
-                UserWarning,
+                f"LossScaleOptimizer {config.get('name')!r}: speculative_update no longer exists; the gated update "
+                "(waiting for the finite check, with the same results) is used. Received: speculative_update=True",
                 stacklevel=2,
             )
         return super().from_config(config, custom_objects=custom_objects)
