@@ -214,7 +214,9 @@ class ApiStyle:
             if pop:
                 local.eager = StepCalls()
             return calls
-        return (local.graphs.pop(graph, None) or StepCalls()) if pop else local.graphs.setdefault(graph, StepCalls())
+        if pop:
+            return local.graphs.pop(graph, None) or StepCalls()
+        return local.graphs.setdefault(graph, StepCalls())
 
     def _report(self, flow: str, unscale: bool, entry: str, name: str) -> None:
         if flow.startswith("tf_keras2") and not unscale:
