@@ -22,11 +22,11 @@ def _tf_log():
         yield messages
 
 
-def _end_step(api, grads=(), name="opt"):
+def _end_step(api, grads=(), name="opt", entry=style.APPLY_GRADIENTS):
     """Runs `api.end_step`; returns the step, the TF log lines and the RuntimeWarnings."""
     with _tf_log() as log, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        step = api.end_step(list(grads), name)
+        step = api.end_step(list(grads), name, entry)
     return step, log, [w for w in caught if issubclass(w.category, RuntimeWarning)]
 
 
@@ -218,6 +218,52 @@ def test_a_change_of_treatment_between_steps_warns():
     )
     # The same treatment again: only the step's own warning.
     assert ["nothing says" in str(w.message) for w in _end_step(api)[2]] == [True]
+
+
+# -- the entry: apply() divides unless the gradients come out of get_unscaled_gradients -------
+
+
+@pytest.mark.parametrize("seen, applies_inputs, flow, unscale", _CASES)
+def test_through_apply_only_get_unscaled_gradients_output_is_applied_as_given(seen, applies_inputs, flow, unscale):
+    api = style.ApiStyle()
+    scaled_grad, unscaled_grad = object(), object()
+    for call in seen:
+        api.note(
+            call, **({"scaled": [scaled_grad], "unscaled": [unscaled_grad]} if call == GET_UNSCALED_GRADIENTS else {})
+        )
+    step, _, _ = _end_step(api, [scaled_grad if applies_inputs else unscaled_grad], entry=style.APPLY)
+    assert step.flow == flow
+    assert step.unscale is (unscale or GET_UNSCALED_GRADIENTS not in seen)
+
+
+def test_apply_without_a_scaling_call_divides_and_says_so():
+    step, log, runtime = _end_step(_api(), entry=style.APPLY)
+    assert (step.flow, step.unscale, log) == ("none", True, [])
+    assert [str(w.message) for w in runtime] == [
+        "LossScaleOptimizer 'opt': apply() saw no scale_loss() (Keras 3), get_scaled_loss() or "
+        "get_unscaled_gradients() (tf.keras 2) call in this step, so nothing says whether the gradients are "
+        "scaled. tfmp divides them by the loss scale, as Keras 3's apply() does. If they are gradients of a "
+        "scale_loss() result, call scale_loss() in the same tf.function (or eagerly) as apply(); if of an unscaled "
+        "loss, scale the loss, or the update is the loss scale times too small."
+    ]
+
+
+def test_a_change_of_entry_that_changes_the_treatment_warns():
+    api = style.ApiStyle()
+    _end_step(api, entry=style.APPLY)  # no call, divided
+    _, _, runtime = _end_step(api)  # no call, applied as given
+    texts = [str(w.message) for w in runtime]
+    assert len(texts) == 2 and "tfmp applies them as given" in texts[0]
+    assert texts[1].startswith(
+        "LossScaleOptimizer 'opt' changed how it treats gradients: the previous apply() saw no scale_loss(), "
+        "get_scaled_loss() or get_unscaled_gradients() call and divided them by the loss scale; this "
+        "apply_gradients() saw no scale_loss(), get_scaled_loss() or get_unscaled_gradients() call and applied "
+        "them as given."
+    )
+    # apply() after scale_loss() treats gradients as apply() without a call does: only the step's own warning.
+    api.note(SCALE_LOSS)
+    _end_step(api, entry=style.APPLY)
+    assert ["nothing says" in str(w.message) for w in _end_step(api, entry=style.APPLY)[2]] == [True]
 
 
 # -- contexts: eager, each outermost trace, each thread ---------------------------------------

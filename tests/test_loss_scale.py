@@ -1,6 +1,9 @@
 """Tests for tfmp/loss_scale.py: arithmetic, skipping, both loop flows, state."""
 
+import json
 import math
+import warnings
+import zipfile
 
 import keras
 import numpy as np
@@ -623,6 +626,59 @@ def test_keras_file_round_trip_restores_loss_scale_state(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def _keras_file_of_the_previous_release(path, speculative_update):
+    """A `.keras` file as the previous release wrote it: its optimizer config holds `speculative_update`."""
+    model = _tiny_model()
+    optimizer = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2), initial_scale=64.0, name="lso")
+    model.compile(optimizer=optimizer, loss="mse")
+    model.fit(np.ones((4, 4), np.float32), np.ones((4, 1), np.float32), verbose=0)
+    model.save(str(path / "current.keras"))
+    with zipfile.ZipFile(path / "current.keras") as current, zipfile.ZipFile(path / "previous.keras", "w") as previous:
+        for item in current.infolist():
+            data = current.read(item)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                config["compile_config"]["optimizer"]["config"]["speculative_update"] = speculative_update
+                data = json.dumps(config)
+            previous.writestr(item, data)
+    return model, str(path / "previous.keras")
+
+
+@pytest.mark.parametrize("speculative_update", [False, True])
+def test_a_keras_file_of_the_previous_release_still_loads(tmp_path, speculative_update):
+    # The speculative update is gone; a file that asks for it loads with the gated update, which gave the
+    # same results, and says so once.
+    model, path = _keras_file_of_the_previous_release(tmp_path, speculative_update)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = keras.saving.load_model(path)
+    said = [str(w.message) for w in caught if "speculative_update" in str(w.message)]
+    assert said == (
+        [
+            "LossScaleOptimizer 'lso': speculative_update no longer exists; the gated update (waiting for the "
+            "finite check, with the same results) is used. Received: speculative_update=True"
+        ]
+        if speculative_update
+        else []
+    )
+    assert loaded.optimizer.get_config() == model.optimizer.get_config()
+    assert "speculative_update" not in loaded.optimizer.get_config()
+    assert float(loaded.optimizer.loss_scale) == 64.0 and int(loaded.optimizer.iterations) == 1
+    for a, b in zip(loaded.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_config_of_the_previous_release_still_deserializes():
+    config = keras.optimizers.serialize(tfmp.LossScaleOptimizer(keras.optimizers.SGD(), initial_scale=8.0))
+    config["config"]["speculative_update"] = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        restored = keras.optimizers.deserialize(config)
+    assert isinstance(restored, tfmp.LossScaleOptimizer) and float(restored.loss_scale) == 8.0
+    with pytest.raises(ValueError, match="speculative_update"):
+        tfmp.LossScaleOptimizer(keras.optimizers.SGD(), speculative_update=False)  # only old configs keep it
+
+
 def test_fit_drives_the_scale_and_counts_skips():
     with tfmp.precision_scope("mixed_float16"):
         model = _tiny_model()
@@ -753,99 +809,3 @@ def test_the_fixed_scale_1_adds_no_multiplication_and_keeps_the_values(dtype):
     unit.build([var])
     unit.apply(unit.get_unscaled_gradients([tf.constant([1.0, np.nan, 1.0])]), [var])
     assert int(unit.skipped_steps) == 1 and var.numpy().tolist() == [1.0, 2.0, 3.0]
-
-
-# -- the speculative update: applied before the check, undone when it fails -----------------------
-
-
-class _SubclassedAdam(keras.optimizers.Adam):
-    """Not one of Keras's own classes: its writes are unknown, so its update waits for the check."""
-
-
-_SPECULATIVE_CASES = {
-    "adam": lambda: keras.optimizers.Adam(1e-2),
-    "adamw": lambda: keras.optimizers.AdamW(1e-2, weight_decay=0.1),
-    "sgd_nesterov": lambda: keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True),
-    "rmsprop_centered": lambda: keras.optimizers.RMSprop(1e-2, momentum=0.5, centered=True),
-    "adam_ema": lambda: keras.optimizers.Adam(1e-2, use_ema=True, ema_overwrite_frequency=3),
-    "adam_accumulating": lambda: keras.optimizers.Adam(1e-2, gradient_accumulation_steps=2),
-    "subclassed": lambda: _SubclassedAdam(1e-2),
-}
-
-
-def _train_speculative(make_inner, speculative_update, pattern):
-    """Trains `_tiny_model` one step per character (F finite, N inf, n nan); the full state after each step."""
-    model = _tiny_model()
-    opt = tfmp.LossScaleOptimizer(make_inner(), initial_scale=2.0**8, speculative_update=speculative_update)
-    opt.build(model.trainable_variables)
-    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4)
-
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            loss = opt.scale_loss(tf.reduce_mean(tf.square(model(x) - 0.5)))
-        opt.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
-
-    states = []
-    for ch in pattern:
-        batch = x.copy()
-        batch[1, 2] = {"F": 0.25, "N": INF, "n": NAN}[ch]
-        step(batch)
-        states.append(_bits([v.numpy() for v in model.variables + opt.inner_optimizer.variables + opt.variables]))
-    return states, len(model.variables + opt.inner_optimizer.variables)
-
-
-@pytest.mark.parametrize("case", sorted(_SPECULATIVE_CASES))
-def test_speculative_update_is_bit_identical_to_the_gated_one(case):
-    # Every step's weights, slots, iteration count, accumulators, moving averages and loss-scale state,
-    # finite steps and skipped ones alike.
-    pattern = "FFnFNFFn"
-    speculative, trained = _train_speculative(_SPECULATIVE_CASES[case], True, pattern)
-    gated, _ = _train_speculative(_SPECULATIVE_CASES[case], False, pattern)
-    for i, (a, b) in enumerate(zip(speculative, gated)):
-        assert all(np.array_equal(u, v) for u, v in zip(a, b)), f"step {i} ({pattern[i]}) differs"
-    for i, ch in enumerate(pattern):
-        if ch != "F":  # a skipped step leaves the model and the inner optimizer as the step before left them
-            before, after = speculative[i - 1][:trained], speculative[i][:trained]
-            assert all(np.array_equal(u, v) for u, v in zip(before, after)), f"skipped step {i} changed the state"
-        elif i > 0:  # and a finite one changes it
-            assert not all(np.array_equal(u, v) for u, v in zip(speculative[i - 1], speculative[i]))
-
-
-def _update_ops(speculative_update, make_inner=lambda: keras.optimizers.Adam(1e-2)):
-    """Op types of a traced step's top-level graph (cond branches are functions of their own)."""
-    var = keras.Variable(np.ones((3, 2), np.float32))
-    opt = tfmp.LossScaleOptimizer(make_inner(), initial_scale=4.0, speculative_update=speculative_update)
-    opt.build([var])
-
-    def step(c):
-        with tf.GradientTape() as tape:
-            loss = opt.scale_loss(tf.reduce_sum(var * c))
-        opt.apply(tape.gradient(loss, [var]), [var])
-
-    return _op_types(step, tf.constant(1.0))
-
-
-def test_speculative_update_does_not_wait_for_the_check():
-    # The update's writes sit in the step itself, free to run as soon as their gradient exists; only the
-    # undo waits in a cond. Out of place (AssignVariableOp takes the new buffer), so holding the values
-    # from before the step costs no copy; the gated update writes in place, inside the cond.
-    speculative = _update_ops(True)
-    assert speculative.count("AssignVariableOp") >= 3  # the variable and Adam's two slots, at least
-    assert "AssignAddVariableOp" not in speculative and "AssignSubVariableOp" not in speculative
-    gated = _update_ops(False)
-    assert "AssignSubVariableOp" not in gated  # the variable's update is inside the cond's branch
-    assert "AssignVariableOp" in gated  # the loss-scale state's
-    assert gated.count("AssignVariableOp") < speculative.count("AssignVariableOp")
-    # An optimizer that is not one of Keras's own classes keeps the gated update.
-    assert _update_ops(True, lambda: _SubclassedAdam(1e-2)) == gated
-
-
-def test_speculative_update_is_configurable_and_serialised():
-    opt = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), speculative_update=True)
-    config = opt.get_config()
-    assert config["speculative_update"] is True
-    assert tfmp.LossScaleOptimizer.from_config(dict(config)).speculative_update is True
-    assert tfmp.LossScaleOptimizer(keras.optimizers.SGD()).speculative_update is False  # tf.keras 2's gated update
-    with pytest.raises(ValueError, match="speculative_update='no'"):
-        tfmp.LossScaleOptimizer(keras.optimizers.SGD(), speculative_update="no")

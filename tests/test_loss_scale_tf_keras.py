@@ -371,6 +371,128 @@ def test_keras3_flow_updates_exactly_as_keras3(dtype, mode):
     assert np.abs(got[0][0] - weights[0]).max() > 1e-5
 
 
+# -- apply() keeps Keras 3's contract, apply_gradients() tf.keras 2's ------------------------------
+
+# Keras's own test_finite_step: SGD(0.5), the default scale 2**15, gradients [1, 6, 7, 2] scaled.
+_SCALED_GRADIENT = [1.0 * 2**15, 6.0 * 2**15, 7.0 * 2**15, 2.0 * 2**15]
+
+
+def _apply_scaled_gradients(make, entry, mode):
+    """Applies `_SCALED_GRADIENT` to [1, 2, 3, 4] with no scaling call in the step, through `entry`."""
+    optimizer = make(keras.optimizers.SGD(0.5))
+    var = keras.Variable([1.0, 2.0, 3.0, 4.0])
+
+    def step():
+        grads = [tf.constant(_SCALED_GRADIENT)]
+        if entry == "apply":
+            optimizer.apply(grads, [var])
+        else:
+            optimizer.apply_gradients(zip(grads, [var]))
+
+    (tf.function(step) if mode == "function" else step)()
+    return var.numpy().tolist()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_apply_without_a_scaling_call_divides_as_keras3s_apply_does(mode):
+    keras3 = _apply_scaled_gradients(keras.optimizers.LossScaleOptimizer, "apply", mode)
+    with pytest.warns(RuntimeWarning) as record:
+        ours = _apply_scaled_gradients(tfmp.LossScaleOptimizer, "apply", mode)
+    assert ours == keras3 == [0.5, -1.0, -0.5, 3.0]
+    (warning,) = record
+    assert str(warning.message).startswith("LossScaleOptimizer 'loss_scale_optimizer")
+    assert "apply() saw no scale_loss() (Keras 3), get_scaled_loss() or get_unscaled_gradients()" in str(
+        warning.message
+    )
+    assert "tfmp divides them by the loss scale, as Keras 3's apply() does" in str(warning.message)
+    assert "call scale_loss() in the same tf.function (or eagerly) as apply()" in str(warning.message)
+    if mode == "eager":  # a traced step's line is autograph's copy of it
+        assert warning.filename == __file__
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_apply_gradients_without_a_scaling_call_still_applies_as_given(mode):
+    with pytest.warns(RuntimeWarning, match=r"apply_gradients\(\) saw no scale_loss\(\).*tfmp applies them as given"):
+        ours = _apply_scaled_gradients(tfmp.LossScaleOptimizer, "apply_gradients", mode)
+    assert ours == [-16383.0, -98302.0, -114685.0, -32764.0]  # [1, 2, 3, 4] - 0.5 * 2**15 * [1, 6, 7, 2]
+
+
+@pytest.mark.parametrize("entry", ["apply", "apply_gradients"])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_scale_loss_then_either_entry_divides_once(entry, mode):
+    optimizer = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.5))
+    var = keras.Variable([1.0, 2.0, 3.0, 4.0])
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = optimizer.scale_loss(tf.reduce_sum(var * [1.0, 6.0, 7.0, 2.0]))
+        grads = tape.gradient(loss, [var])
+        if entry == "apply":
+            optimizer.apply(grads, [var])
+        else:
+            optimizer.apply_gradients(zip(grads, [var]))
+
+    with _no_scaling_warnings():
+        (tf.function(step) if mode == "function" else step)()
+    assert var.numpy().tolist() == [0.5, -1.0, -0.5, 3.0]
+
+
+@pytest.mark.parametrize("entry", ["apply", "apply_gradients"])
+def test_each_replica_thread_keeps_its_entrys_contract(mirrored, entry):
+    # Two replicas, each applying the scaled gradient with no scaling call: the inner SGD sums them.
+    with mirrored.scope(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        optimizer = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.5), initial_scale=4.0)
+        var = keras.Variable([1.0, 2.0, 3.0, 4.0])
+        optimizer.build([var])
+
+        @tf.function
+        def step():
+            def replica_fn():
+                grads = [tf.constant([4.0, 24.0, 28.0, 8.0])]  # [1, 6, 7, 2] at scale 4
+                if entry == "apply":
+                    optimizer.apply(grads, [var])
+                else:
+                    optimizer.apply_gradients(zip(grads, [var]))
+
+            mirrored.run(replica_fn)
+
+        step()
+    expected = [0.0, -4.0, -4.0, 2.0] if entry == "apply" else [-3.0, -22.0, -25.0, -4.0]
+    assert [t.numpy().tolist() for t in var.value.values] == [expected, expected]
+
+
+@pytest.mark.parametrize(
+    "calls, change, message",
+    [
+        # tf.keras 2's scaled loss with Keras 3's apply(): the gradients are scaled, so apply() divides.
+        (("get_scaled_loss",), -3.0, "apply() saw get_scaled_loss() without get_unscaled_gradients(). tfmp divides"),
+        # The output of get_unscaled_gradients is not divided again.
+        (("get_scaled_loss", "get_unscaled_gradients"), -3.0, None),
+        (("scale_loss", "get_unscaled_gradients"), -3.0, "apply() saw scale_loss() (Keras 3) and get_unscaled"),
+    ],
+)
+def test_apply_after_tf_keras2_calls_never_divides_twice(calls, change, message):
+    optimizer = tfmp.LossScaleOptimizer(keras.optimizers.SGD(1.0), initial_scale=1024)
+    var = keras.Variable(np.zeros(1, np.float32))
+    with warnings.catch_warnings(record=True) as record, _tf_log() as log:
+        warnings.simplefilter("always")
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(var * 3.0)
+            loss = optimizer.get_scaled_loss(loss) if "get_scaled_loss" in calls else optimizer.scale_loss(loss)
+        grads = tape.gradient(loss, [var])
+        if "get_unscaled_gradients" in calls:
+            grads = optimizer.get_unscaled_gradients(grads)
+        optimizer.apply(grads, [var])
+    assert var.numpy().tolist() == [change]
+    texts = [str(w.message) for w in record if issubclass(w.category, RuntimeWarning)]
+    if message is None:
+        assert texts == []
+    else:
+        assert len(texts) == 1 and message in texts[0], texts
+    assert _scaling_warnings(log) == []
+
+
 # -- mixed and unclear flows: what tfmp does, loudly --------------------------------------------
 
 

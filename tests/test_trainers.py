@@ -348,24 +348,6 @@ def test_a_skipped_step_leaves_batch_norm_statistics_and_weights_bit_for_bit(pre
     _assert_unchanged_but_seeds(before, trainer, draws=[1])  # the Dropout drew its mask
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
-def test_a_speculative_update_skipped_by_the_trainer_changes_nothing_either(jit_compile):
-    # tfmp.LossScaleOptimizer(speculative_update=True) applies the update before the finite check and undoes
-    # it; through the trainer (fit, the BatchNorm transaction, XLA) a NaN batch still leaves every variable.
-    x, y = _images(4, 8)
-    x[2, 5, 5, 1] = np.nan
-    trainer = trainers.ClassifierTrainer(_bn_classifier())
-    optimizer = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.1), initial_scale=2.0**10, speculative_update=True)
-    trainer.compile(optimizer, loss="sparse_categorical_crossentropy", jit_compile=jit_compile)
-    finite = x.copy()
-    finite[2, 5, 5, 1] = 0.5
-    trainer.fit(finite, y, batch_size=4, epochs=1, verbose=0, shuffle=False)  # a step taken: slots non-zero
-    before = _all_values(trainer)
-    trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
-    assert int(trainer.optimizer.skipped_steps) == 1
-    _assert_unchanged_but_seeds(before, trainer, draws=[1])
-
-
 def test_a_finite_step_updates_batch_norm_statistics_as_without_skipping():
     """The restore is conditional: a finite step trains exactly as a plain optimizer does."""
     x, y = _images(4, 8)

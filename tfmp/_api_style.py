@@ -2,15 +2,15 @@
 
 tf.keras 2's `apply_gradients` applies gradients as given (the caller unscales
 them with `get_unscaled_gradients`); Keras 3's `apply` divides them by the
-scale itself. The same gradients must not get both treatments, so each apply
-looks at the scaling calls made since the previous apply *in the same
-context*: eagerly, or while tracing the same outermost `tf.function`. Those
-are Python calls, so the decision is made once per trace and baked into the
-graph.
+scale itself. The same gradients must not get both treatments, so each update
+looks at the scaling calls made since the previous one *in the same context*:
+eagerly, or while tracing the same outermost `tf.function` (Python calls, so
+the decision is made once per trace). With no scaling call, the method decides:
+`apply()` divides, as Keras 3's does; `apply_gradients()` does not, as tf.keras 2's.
 
-The optimizer asks an `ApiStyle` two things: `note` each scaling call, and at
-each apply `end_step`, which names the step's flow (a key of `FLOWS`), warns
-where needed and says whether to divide the gradients.
+The optimizer `note`s each scaling call on an `ApiStyle`, and at each update
+asks `end_step`, which names the step's flow (a key of `FLOWS`), warns where
+needed and says whether to divide the gradients.
 """
 
 from __future__ import annotations
@@ -26,28 +26,15 @@ from typing import Any, NamedTuple
 import keras
 import tensorflow as tf
 
-__all__ = [
-    "ApiStyle",
-    "CLEAN_FLOWS",
-    "FLOWS",
-    "Flow",
-    "GET_SCALED_LOSS",
-    "GET_UNSCALED_GRADIENTS",
-    "SCALE_LOSS",
-    "Step",
-    "StepCalls",
-    "flow_of",
-    "tf_keras2_warning",
-]
-
 SCALE_LOSS = "scale_loss"  # Keras 3
 GET_SCALED_LOSS = "get_scaled_loss"  # tf.keras 2
 GET_UNSCALED_GRADIENTS = "get_unscaled_gradients"  # tf.keras 2
+APPLY, APPLY_GRADIENTS = "apply", "apply_gradients"  # the two ways into an update
 
 
 class Flow(NamedTuple):
     seen: str  # what the step called, for messages
-    unscale: bool  # whether apply divides the gradients by the scale
+    unscale: bool  # whether apply_gradients() divides the gradients by the scale
 
 
 FLOWS = {
@@ -67,7 +54,7 @@ CLEAN_FLOWS = ("keras3", "tf_keras2")
 
 
 class StepCalls:
-    """The scaling calls one context made since its last apply."""
+    """The scaling calls one context made since its last update."""
 
     def __init__(self) -> None:
         self.seen: set[str] = set()
@@ -76,8 +63,7 @@ class StepCalls:
         self.unscaled: list[Any] = []
 
     def handed_back(self, grads: Sequence[Any], keep: Sequence[bool]) -> list[Any]:
-        """`grads`, with each `keep` entry that get_unscaled_gradients returned
-        replaced by the gradient it was given.
+        """`grads`, with each `keep` entry that get_unscaled_gradients returned replaced by its input.
 
         get_unscaled_gradients divides every gradient, but a variable with
         `overwrite_with_gradient` gets the value it was handed, as in Keras 3.
@@ -87,10 +73,10 @@ class StepCalls:
 
 
 class Step(NamedTuple):
-    """What `ApiStyle.end_step` decided about one apply."""
+    """What `ApiStyle.end_step` decided about one update."""
 
     flow: str  # a key of FLOWS
-    unscale: bool  # whether apply divides the gradients by the scale
+    unscale: bool  # whether the update divides the gradients by the scale
     calls: StepCalls
 
 
@@ -103,30 +89,21 @@ def flow_of(calls: StepCalls, grads: Sequence[Any]) -> str:
             return "scaled_inputs"
         if SCALE_LOSS in seen:
             return "mixed_unscaled"
-        if GET_SCALED_LOSS in seen:
-            return "tf_keras2"
-        return "tf_keras2_unscaled_only"
+        return "tf_keras2" if GET_SCALED_LOSS in seen else "tf_keras2_unscaled_only"
     if SCALE_LOSS in seen:
         return "mixed_scaled" if GET_SCALED_LOSS in seen else "keras3"
-    if GET_SCALED_LOSS in seen:
-        return "tf_keras2_scaled_only"
-    return "none"
+    return "tf_keras2_scaled_only" if GET_SCALED_LOSS in seen else "none"
 
 
 def _outermost_graph() -> Any:
-    """None when eager; else the outermost graph being traced.
-
-    Nested tf.functions and control-flow branches trace into graphs of their
-    own; a scale call inside one and the apply outside it belong to one step.
-    """
+    """None when eager; else the outermost graph being traced (nested tf.functions and
+    control-flow branches trace into graphs of their own, but belong to the same step)."""
     if tf.executing_eagerly():
         return None
     graph = tf.compat.v1.get_default_graph()
-    while True:
-        outer = getattr(graph, "outer_graph", None)
-        if outer is None or not getattr(outer, "building_function", False):
-            return graph
-        graph = outer
+    while getattr(getattr(graph, "outer_graph", None), "building_function", False):
+        graph = graph.outer_graph
+    return graph
 
 
 _TF_KERAS2_EXAMPLE = """
@@ -151,27 +128,20 @@ def tf_keras2_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: 
     """
     if loss_has_been_scaled and gradients_have_been_unscaled:
         return None
-    if not loss_has_been_scaled:
-        return (
-            "You forgot to call LossScaleOptimizer.get_scaled_loss() before "
-            "calling LossScaleOptimizer.apply_gradients() (you did call "
-            "get_unscaled_gradients() however). This will likely result in "
-            "worse model quality, so please call get_scaled_loss() in the "
-            f"correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, "
-            f"see {_TF_KERAS2_DOCS}"
-        )
+    if loss_has_been_scaled:
+        forgot, did = GET_UNSCALED_GRADIENTS, GET_SCALED_LOSS
+    else:
+        forgot, did = GET_SCALED_LOSS, GET_UNSCALED_GRADIENTS
     return (
-        "You forgot to call LossScaleOptimizer.get_unscaled_gradients() "
-        "before calling LossScaleOptimizer.apply_gradients() (you did call "
-        "get_scaled_loss() however). This will likely result in worse "
-        "model quality, so please call get_unscaled_gradients() in the "
-        f"correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, "
-        f"see {_TF_KERAS2_DOCS}"
+        f"You forgot to call LossScaleOptimizer.{forgot}() before calling LossScaleOptimizer.apply_gradients() "
+        f"(you did call {did}() however). This will likely result in worse model quality, so please call "
+        f"{forgot}() in the correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, see "
+        f"{_TF_KERAS2_DOCS}"
     )
 
 
 # The loss-scaling modules' own frames are skipped along with Keras's and
-# TensorFlow's, so that a warning points at the user's apply_gradients line.
+# TensorFlow's, so that a warning points at the user's line.
 _LOSS_SCALING_FILES = (__file__, os.path.join(os.path.dirname(__file__), "loss_scale.py"))
 _INTERNAL_PREFIXES = tuple(
     os.path.dirname(module.__file__) + os.sep for module in (keras, tf) if getattr(module, "__file__", None)
@@ -179,8 +149,7 @@ _INTERNAL_PREFIXES = tuple(
 
 
 def _warn(message: str) -> None:
-    """Issues a `RuntimeWarning` attributed to the first frame outside tfmp's
-    loss scaling, Keras and TensorFlow."""
+    """Issues a `RuntimeWarning` attributed to the first frame outside tfmp's loss scaling, Keras and TensorFlow."""
     frame, level = sys._getframe(0), 1
     while frame is not None and (
         frame.f_code.co_filename in _LOSS_SCALING_FILES or frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES)
@@ -202,53 +171,43 @@ class ApiStyle:
         # were ever called. Only its warnings depend on them.
         self.loss_has_been_scaled = False
         self.gradients_have_been_unscaled = False
-        self.last_flow: str | None = None
+        self._last: tuple[str, bool, str] | None = None  # the previous update's flow, unscale and entry
 
     def note(self, call: str, scaled: Sequence[Any] = (), unscaled: Sequence[Any] = ()) -> None:
-        """Records a scaling call (`SCALE_LOSS`, `GET_SCALED_LOSS` or `GET_UNSCALED_GRADIENTS`).
+        """Records a scaling call: `SCALE_LOSS`, `GET_SCALED_LOSS` or `GET_UNSCALED_GRADIENTS`.
 
-        Args:
-            call: Which method was called.
-            scaled: For get_unscaled_gradients, the gradients it was given.
-            unscaled: For get_unscaled_gradients, the gradients it returned.
+        For get_unscaled_gradients, `scaled` are the gradients it was given and
+        `unscaled` those it returned: the update tells them apart, and gives
+        overwrite_with_gradient variables their inputs.
         """
-        if call == GET_SCALED_LOSS:
-            self.loss_has_been_scaled = True
-        elif call == GET_UNSCALED_GRADIENTS:
-            self.gradients_have_been_unscaled = True
+        self.loss_has_been_scaled |= call == GET_SCALED_LOSS
+        self.gradients_have_been_unscaled |= call == GET_UNSCALED_GRADIENTS
         calls = self._calls()
         calls.seen.add(call)
-        # Kept so that the apply can tell the scaled inputs from the unscaled
-        # outputs, and give overwrite_with_gradient variables their inputs.
         calls.scaled.extend(scaled)
         calls.unscaled.extend(unscaled)
 
-    def end_step(self, grads: Sequence[Any], optimizer_name: str) -> Step:
-        """Takes the calls noted since the last apply in this context and decides.
+    def end_step(self, grads: Sequence[Any], optimizer_name: str, entry: str = APPLY_GRADIENTS) -> Step:
+        """Takes the calls noted since the last update in this context and returns the `Step`.
 
-        Warns as tf.keras 2 did, or with a `RuntimeWarning` where the flow is
-        unclear, mixed, or treats gradients differently from the last step.
-
-        Args:
-            grads: The gradients the apply received.
-            optimizer_name: Named in the warnings.
-
-        Returns:
-            The `Step`: its flow, whether to divide, and the calls it made.
+        `entry` is the method the update came through (`APPLY` or `APPLY_GRADIENTS`). Warns as
+        tf.keras 2 did, or with a `RuntimeWarning` where the flow is unclear, mixed, or treats
+        gradients differently from the last step.
         """
         calls = self._calls(pop=True)
         flow = flow_of(calls, grads)
-        self._report(flow, optimizer_name)
-        return Step(flow, FLOWS[flow].unscale, calls)
+        # Keras 3's apply() takes scaled gradients: only get_unscaled_gradients()' output is known not to be.
+        unscale = FLOWS[flow].unscale or (entry == APPLY and GET_UNSCALED_GRADIENTS not in calls.seen)
+        self._report(flow, unscale, entry, optimizer_name)
+        return Step(flow, unscale, calls)
 
     def _calls(self, pop: bool = False) -> StepCalls:
         """This thread's calls in the current context; `pop` takes them away."""
         local = self._local
         if not hasattr(local, "graphs"):
-            local.eager = StepCalls()
             # Weak keys: a trace that scales a loss but never applies does not
             # keep its graph alive (unless it holds its gradients).
-            local.graphs = weakref.WeakKeyDictionary()
+            local.eager, local.graphs = StepCalls(), weakref.WeakKeyDictionary()
         graph = _outermost_graph()
         if graph is None:
             calls = local.eager
@@ -259,57 +218,54 @@ class ApiStyle:
             return local.graphs.pop(graph, None) or StepCalls()
         return local.graphs.setdefault(graph, StepCalls())
 
-    def _report(self, flow: str, name: str) -> None:
-        if flow.startswith("tf_keras2"):
+    def _report(self, flow: str, unscale: bool, entry: str, name: str) -> None:
+        if flow.startswith("tf_keras2") and not unscale:
             message = tf_keras2_warning(self.loss_has_been_scaled, self.gradients_have_been_unscaled)
             if message:
                 tf.get_logger().warning(message)
         elif flow == "none":
+            if unscale:
+                did = "divides them by the loss scale, as Keras 3's apply() does"
+                or_else = "the update is the loss scale times too small"
+            else:
+                did = "applies them as given, not divided by the loss scale (tf.keras 2's behaviour; Keras 3 divides)"
+                or_else = "float16 gradients may underflow"
             _warn(
-                f"LossScaleOptimizer '{name}': apply_gradients() saw no "
-                "scale_loss() (Keras 3), get_scaled_loss() or get_unscaled_gradients() "
-                "(tf.keras 2) call in this step, so nothing says whether the gradients "
-                "are scaled. tfmp applies them as given, not divided by the loss scale "
-                "(tf.keras 2's behaviour; Keras 3 would divide). If they are gradients of "
-                "a scale_loss() result, call scale_loss() in the same tf.function (or "
-                "eagerly) as apply_gradients(); if of an unscaled loss, scale the loss, or "
-                "float16 gradients may underflow."
+                f"LossScaleOptimizer '{name}': {entry}() saw no scale_loss() (Keras 3), get_scaled_loss() or "
+                "get_unscaled_gradients() (tf.keras 2) call in this step, so nothing says whether the gradients are "
+                f"scaled. tfmp {did}. If they are gradients of a scale_loss() result, call scale_loss() in the same "
+                f"tf.function (or eagerly) as {entry}(); if of an unscaled loss, scale the loss, or {or_else}."
             )
         elif flow == "scaled_inputs":
             _warn(
-                f"LossScaleOptimizer '{name}': apply_gradients() received the very "
-                "gradients that went into get_unscaled_gradients() (still scaled), not "
-                "its output. tfmp divides them by the loss scale once, as Keras 3 does "
-                "(tf.keras 2 would have applied them scaled). Apply the output of "
+                f"LossScaleOptimizer '{name}': {entry}() received the very gradients that went into "
+                "get_unscaled_gradients() (still scaled), not its output. tfmp divides them by the loss scale "
+                "once, as Keras 3 does (tf.keras 2 would have applied them scaled). Apply the output of "
                 "get_unscaled_gradients(), or use scale_loss() without it."
             )
         elif flow != "keras3":
             did = (
                 "divides the gradients by the loss scale"
-                if FLOWS[flow].unscale
+                if unscale
                 else "applies the gradients as given, without dividing them by the loss scale"
             )
             _warn(
-                f"LossScaleOptimizer '{name}': this step mixed the Keras 3 and "
-                f"tf.keras 2 loss-scaling APIs: apply_gradients() saw {FLOWS[flow].seen}. "
-                f"tfmp {did}. Use one API: Keras 3 (scale_loss(), then apply_gradients() "
-                "unscales) or tf.keras 2 (get_scaled_loss(), get_unscaled_gradients(), "
-                "then apply_gradients())."
+                f"LossScaleOptimizer '{name}': this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: "
+                f"{entry}() saw {FLOWS[flow].seen}. tfmp {did}. Use one API: Keras 3 (scale_loss(), then apply() "
+                "or apply_gradients() divides) or tf.keras 2 (get_scaled_loss(), get_unscaled_gradients(), then "
+                "apply_gradients())."
             )
-        last, self.last_flow = self.last_flow, flow
-        if (
-            last is not None
-            and FLOWS[last].unscale != FLOWS[flow].unscale
-            and not (last in CLEAN_FLOWS and flow in CLEAN_FLOWS)
-        ):
+        last, self._last = self._last, (flow, unscale, entry)
+        if last is not None and last[1] != unscale and not (last[0] in CLEAN_FLOWS and flow in CLEAN_FLOWS):
 
-            def what(flow_name: str) -> str:
-                did = "divided them by the loss scale" if FLOWS[flow_name].unscale else "applied them as given"
-                return f"saw {FLOWS[flow_name].seen} and {did}"
+            def treatment(flow: str, unscale: bool) -> str:
+                did = "divided them by the loss scale" if unscale else "applied them as given"
+                return f"saw {FLOWS[flow].seen} and {did}"
 
+            this = "this one" if last[2] == entry else f"this {entry}()"
             _warn(
-                f"LossScaleOptimizer '{name}' changed how it treats gradients: the "
-                f"previous apply_gradients() {what(last)}; this one {what(flow)}. Scaling "
-                "calls are only seen in the context of the apply (eagerly, or in the same "
-                "tf.function trace): keep them in the same function as apply_gradients()."
+                f"LossScaleOptimizer '{name}' changed how it treats gradients: the previous {last[2]}() "
+                f"{treatment(*last[:2])}; {this} {treatment(flow, unscale)}. Scaling calls are only seen in the "
+                "context of the update (eagerly, or in the same tf.function trace): keep them in the same function "
+                f"as {entry}()."
             )

@@ -19,6 +19,10 @@ __all__ = ["Arguments", "check_count", "check_positive_number", "checked"]
 # LossScaleOptimizer's defaults, which tf.keras 2 and Keras 3 share.
 DEFAULT_INITIAL_SCALE = 2.0**15
 DEFAULT_GROWTH_STEPS = 2000
+# The highest scale dynamic scaling reaches by default, and the highest fixed
+# scale accepted: at 2**24, any float16 gradient above 65504 / 2**24 (about
+# 0.004) already overflows, so a larger scale skips nearly every step.
+DEFAULT_MAX_SCALE = 2.0**24
 _FLOAT32_MAX = float(tf.float32.max)
 
 

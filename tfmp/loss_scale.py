@@ -8,22 +8,20 @@ Whether a precision needs loss scaling at all is `tfmp.optimizers`'s business.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import keras
 import tensorflow as tf
 
 from tfmp import _api_style, _arguments, _compat
-from tfmp._arguments import DEFAULT_GROWTH_STEPS, DEFAULT_INITIAL_SCALE  # noqa: F401 (public here)
+from tfmp._arguments import DEFAULT_MAX_SCALE
 
 __all__ = ["LossScaleOptimizer", "LossScaleState", "next_loss_scale"]
 
-# The highest scale dynamic scaling reaches by default, and the highest fixed
-# scale accepted: at 2**24, any float16 gradient above 65504 / 2**24 (about
-# 0.004) already overflows, so a larger scale skips nearly every step.
-DEFAULT_MAX_SCALE = 2.0**24
+# tfmp's settings beyond Keras 3's `initial_scale` and `dynamic_growth_steps`.
+_OWN_SETTINGS = ("dynamic", "growth_factor", "backoff_factor", "hysteresis", "min_scale", "max_scale")
 
 
 class LossScaleState(NamedTuple):
@@ -109,12 +107,10 @@ def all_finite(grads: Iterable[Any]) -> tf.Tensor:
 def restore_if(condition: tf.Tensor, variables: Sequence[keras.Variable], values: Sequence[tf.Tensor]) -> None:
     """Assigns `values` back to `variables` when `condition` (a bool scalar tensor).
 
-    A cond, so a step that keeps its writes only pays for holding `values`
-    (reads of the variables taken before the writes: TensorFlow's
-    copy-on-write makes them keep the old contents) until `condition` is
-    known. In a replica context each replica writes its own copy of a
-    variable with Keras's default aggregation (`"none"`, as BatchNorm's
-    statistics have), so every replica puts back its own values.
+    `values` are reads taken before the step's writes (TensorFlow's
+    copy-on-write keeps their contents). In a replica context each replica
+    puts back its own copy of a variable with Keras's default aggregation
+    (`"none"`, as BatchNorm's statistics have).
     """
 
     def restore() -> tf.Tensor:
@@ -123,45 +119,6 @@ def restore_if(condition: tf.Tensor, variables: Sequence[keras.Variable], values
         return tf.constant(True)
 
     tf.cond(condition, restore, lambda: tf.constant(False))
-
-
-@contextlib.contextmanager
-def _out_of_place_updates(optimizer: keras.optimizers.Optimizer) -> Iterator[None]:
-    """Makes a Keras optimizer's dense `assign_add` / `assign_sub` write a new buffer.
-
-    Keras's TensorFlow optimizer updates a variable in place
-    (`AssignAddVariableOp`). While an earlier read of the variable is alive
-    (the snapshot of a speculative update), TensorFlow's copy-on-write makes
-    such an update copy the whole variable first. Computed as `variable +
-    value` and assigned (`AssignVariableOp` takes the new buffer without
-    copying), the update costs no copy and rounds the same: one IEEE
-    addition or subtraction per element either way. Sparse updates
-    (`tf.IndexedSlices`) keep Keras's scatter ops.
-    """
-    originals = {"assign_add": optimizer.assign_add, "assign_sub": optimizer.assign_sub}
-
-    def out_of_place(name: str, combine: Callable[[Any, Any], tf.Tensor]) -> Callable[[Any, Any], None]:
-        def update(variable: Any, value: Any) -> None:
-            if isinstance(value, tf.IndexedSlices):
-                originals[name](variable, value)
-                return
-            if isinstance(variable, keras.Variable):
-                variable = variable.value
-            variable.assign(combine(variable, tf.cast(value, variable.dtype)))
-
-        return update
-
-    optimizer.assign_add = out_of_place("assign_add", tf.add)
-    optimizer.assign_sub = out_of_place("assign_sub", tf.subtract)
-    try:
-        yield
-    finally:
-        del optimizer.assign_add, optimizer.assign_sub
-
-
-def _is_keras_builtin(optimizer: keras.optimizers.Optimizer) -> bool:
-    """Whether `optimizer` is exactly one of Keras's own optimizer classes (`keras.optimizers.Adam`, ...)."""
-    return type(optimizer).__module__.startswith("keras.src.optimizers.")
 
 
 def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], keep: Sequence[bool] = ()) -> list[Any]:
@@ -190,9 +147,10 @@ def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], k
     ]
 
 
-def _scale(loss: tf.Tensor, scale: tf.Tensor | None) -> tf.Tensor:
+def _scale(loss: Any, scale: tf.Tensor | None) -> tf.Tensor:
     # A 16-bit loss is scaled in float32: a float16 loss of 2.0 times 2**15
     # would overflow the forward value itself and force a needless skip.
+    loss = tf.convert_to_tensor(loss)
     if loss.dtype in (tf.float16, tf.bfloat16):
         loss = tf.cast(loss, tf.float32)
     return loss if scale is None else loss * tf.cast(scale, loss.dtype)
@@ -202,29 +160,13 @@ def _scale(loss: tf.Tensor, scale: tf.Tensor | None) -> tf.Tensor:
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """A Keras 3 loss-scale optimizer that also speaks tf.keras 2.
 
-    Wraps `inner_optimizer`. The loss is multiplied by the loss scale before
-    differentiation so that small float16 gradients do not flush to zero; the
-    gradients are divided by it again before the inner optimizer sees them.
-    A step with any non-finite gradient is skipped whole (variables and slots
-    keep their values), counted, and may back the scale off.
-
-    How a step is skipped: by default the update waits for the finite check
-    inside a cond, as in tf.keras 2. With `speculative_update=True` (on one
-    device, with one of Keras's own optimizers) it is applied as the
-    gradients arrive and undone when the check fails, so it can overlap the
-    backward pass, and on a GPU its kernels need not wait for the flag to
-    reach the host. The price is memory: the values before the step of the
-    variables and of the optimizer's slots are held until the check, up to
-    one extra copy of them at the step's peak. Either way the result is
-    bit-identical. On a 2-core CPU the two measured within noise of each
-    other (docs/PERFORMANCE.md); on a GPU it is not measured yet.
-
-    Both custom-loop APIs work, each with its own semantics: Keras 3's
-    `scale_loss` (then `apply_gradients` unscales) and tf.keras 2's
-    `get_scaled_loss` / `get_unscaled_gradients` (then `apply_gradients`
-    applies the gradients as given). Each apply follows the calls made since
-    the previous one in the same context, and warns when they are missing or
-    mixed: see "Which API style a step used" in docs/guides/loss-scaling.md.
+    Wraps `inner_optimizer`: the loss is multiplied by the loss scale so that
+    small float16 gradients do not flush to zero, and the gradients are divided
+    by it before the inner optimizer sees them. A step with a non-finite
+    gradient on any replica is skipped whole, counted, and may lower the scale.
+    Keras 3's `scale_loss` and tf.keras 2's `get_scaled_loss` /
+    `get_unscaled_gradients` both work, each with its own semantics: see
+    [Loss scaling](../guides/loss-scaling.md).
 
     Args:
         inner_optimizer: The `keras.optimizers.Optimizer` to wrap.
@@ -244,21 +186,17 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         min_scale: float, the lowest scale backoff may reach.
         max_scale: float, the highest scale growth may reach, and the
             highest fixed scale accepted.
-        speculative_update: bool. Apply the update before the finite check
-            is known and undo a skipped one (see above). It takes effect on
-            one device (no multi-replica strategy) with an optimizer of
-            Keras's own classes, whose writes are known to stay within the
-            variables and the optimizer's own state; otherwise the update
-            waits for the check. Defaults to False (no extra copy held).
         name: Optional name of the optimizer.
         **kwargs: Passed to `keras.optimizers.LossScaleOptimizer`.
 
     Example:
-
-    >>> opt = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1),
-    ...                               initial_scale=1024, hysteresis=2)
-    >>> float(opt.loss_scale)
-    1024.0
+        ```python
+        opt = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), hysteresis=2)
+        with tf.GradientTape() as tape:
+            scaled_loss = opt.scale_loss(loss_fn(y, model(x, training=True)))
+        grads = tape.gradient(scaled_loss, model.trainable_variables)
+        opt.apply(grads, model.trainable_variables)  # divided by the scale
+        ```
     """
 
     def __init__(
@@ -273,14 +211,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         hysteresis: int = 1,
         min_scale: float = 1.0,
         max_scale: float = DEFAULT_MAX_SCALE,
-        speculative_update: bool = False,
         name: str | None = None,
         **kwargs: Any,
     ):
-        if not isinstance(speculative_update, bool):
-            raise ValueError(
-                f"`speculative_update` must be True or False. Received: speculative_update={speculative_update!r}"
-            )
         checked = _arguments.checked(
             inner_optimizer,
             args,
@@ -293,20 +226,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             min_scale,
             max_scale,
         )
-        super().__init__(
-            inner_optimizer,
-            initial_scale=checked.initial_scale,
-            dynamic_growth_steps=checked.dynamic_growth_steps,
-            name=name,
-            **kwargs,
-        )
-        self.dynamic = checked.dynamic
-        self.growth_factor = checked.growth_factor
-        self.backoff_factor = checked.backoff_factor
-        self.hysteresis = checked.hysteresis
-        self.min_scale = checked.min_scale
-        self.max_scale = checked.max_scale
-        self.speculative_update = speculative_update
+        super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
+        for setting in _OWN_SETTINGS:
+            setattr(self, setting, getattr(checked, setting))
         self._api_style = _api_style.ApiStyle()
         self._create_state_variables()
 
@@ -316,13 +238,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         # traced into a tf.function) before the first apply() builds the
         # optimizer, and must read the variable rather than bake in a constant.
         def state(name, dtype, value):
-            return self.add_variable(
-                shape=(),
-                dtype=dtype,
-                initializer=keras.initializers.Constant(value),
-                aggregation="only_first_replica",
-                name=name,
-            )
+            initializer = keras.initializers.Constant(value)
+            return self.add_variable((), initializer, dtype, aggregation="only_first_replica", name=name)
 
         self.dynamic_scale = state("dynamic_scale", "float32", self.initial_scale)
         self.step_counter = state("step_counter", "int64", 0)
@@ -339,10 +256,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def _scale_or_none(self) -> keras.Variable | None:
         """The loss-scale variable, or None for the fixed scale 1.
 
-        Multiplying or dividing by 1 is exact, so a skip-only optimizer (fixed
-        scale 1, `tfmp.trainers.prepare_optimizer`'s `skip_nonfinite`) leaves
-        the loss and the gradients as they are instead of adding one
-        multiplication per gradient to every step.
+        Multiplying by 1 is exact: a skip-only optimizer (`skip_nonfinite`) pays nothing per gradient.
         """
         return None if not self.dynamic and self.initial_scale == 1 else self.dynamic_scale
 
@@ -372,7 +286,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         A float16 or bfloat16 loss is scaled in float32, so the scaled value cannot overflow.
         """
         self._api_style.note(_api_style.SCALE_LOSS)
-        return _scale(tf.convert_to_tensor(loss), self._scale_or_none)
+        return _scale(loss, self._scale_or_none)
 
     def get_scaled_loss(self, loss: Any) -> Any:
         """Scales `loss` by the loss scale (tf.keras 2 API).
@@ -389,14 +303,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         """
         self._api_style.note(_api_style.GET_SCALED_LOSS)
         if callable(loss):
-
-            def scaled_loss() -> tf.Tensor:
-                # Called later, maybe in another context: noted there too.
-                self._api_style.note(_api_style.GET_SCALED_LOSS)
-                return _scale(tf.convert_to_tensor(loss()), self._scale_or_none)
-
-            return scaled_loss
-        return _scale(tf.convert_to_tensor(loss), self._scale_or_none)
+            return lambda: self.get_scaled_loss(loss())  # called later, maybe in another context: noted there too
+        return _scale(loss, self._scale_or_none)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
         """Multiplies gradients by 1 / loss scale, as tf.keras 2 did (tf.keras 2 API).
@@ -421,13 +329,29 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         return unscaled
 
     def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None) -> None:
-        """Applies the gradients unless one is non-finite, then updates the scale.
+        """Divides the gradients by the loss scale and applies them, unless one is non-finite; updates the scale.
 
-        Whether the gradients are divided by the loss scale first depends on
-        the scaling calls of the step. Gradients of variables with
-        `overwrite_with_gradient` (Keras's float8 scaling factors) are never
-        divided: they carry the variable's new value.
+        Keras 3's contract: the gradients are those of a `scale_loss` result.
+        With no scaling call in the step they are divided all the same, with a
+        `RuntimeWarning`. Gradients returned by `get_unscaled_gradients` are not
+        divided again, nor are those of variables with `overwrite_with_gradient`
+        (Keras's float8 scaling factors): they carry the variable's new value.
         """
+        self._apply(grads, trainable_variables, _api_style.APPLY)
+
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> keras.Variable:
+        """Applies `(gradient, variable)` pairs, unless a gradient is non-finite; updates the scale.
+
+        After `scale_loss` the gradients are divided by the loss scale, as in Keras 3; after
+        `get_unscaled_gradients`, or with no scaling call in the step, applied as given, as in tf.keras 2.
+        """
+        # Not through apply(), as Keras's is: the two differ for a step with no scaling call, and an
+        # argument needs no state kept per tf.function trace or replica thread.
+        grads, trainable_variables = zip(*grads_and_vars)
+        self._apply(grads, trainable_variables, _api_style.APPLY_GRADIENTS)
+        return self._iterations  # what Keras's apply_gradients() returns
+
+    def _apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None, entry: str) -> None:
         grads = list(grads)
         if trainable_variables is not None:
             trainable_variables = list(trainable_variables)
@@ -437,7 +361,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             self.built = True
         variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
         overwrite = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
-        step = self._api_style.end_step(grads, self.name)
+        step = self._api_style.end_step(grads, self.name, entry)
         if any(overwrite) and step.calls.unscaled:
             grads = step.calls.handed_back(grads, overwrite)
         self._apply_if_finite(grads, trainable_variables, unscale=step.unscale, keep=overwrite)
@@ -446,9 +370,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         if tf.distribute.in_cross_replica_context():
             raise ValueError("apply() must be called in a replica context.")
         finite = all_finite(grads)
-        strategy = tf.distribute.get_strategy()
         replica_context = tf.distribute.get_replica_context()
-        if strategy.num_replicas_in_sync > 1:
+        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
             # Keras 3 decides from replica 0's flag alone, so a non-finite
             # gradient on another replica is applied (weights become inf/nan
             # everywhere). Every replica must see the same decision.
@@ -456,14 +379,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             finite = tf.equal(bad, 0.0)
 
         if _compat.strategy_supports_no_merge_call():
-            if self.speculative_update and _is_keras_builtin(self.inner_optimizer):
-                self._apply_then_undo_if_skipped(finite, grads, trainable_variables, unscale, keep)
-            else:
-                tf.cond(
-                    finite,
-                    lambda: self._apply_inner(grads, trainable_variables, unscale, keep),
-                    lambda: tf.constant(False),
-                )
+            tf.cond(
+                finite,
+                lambda: self._apply_inner(grads, trainable_variables, unscale, keep),
+                lambda: tf.constant(False),
+            )
             self._update_state(finite)
             return
 
@@ -483,18 +403,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             tf.cond(finite, apply_fn, lambda: tf.constant(False))
             self._update_state(finite)
 
+        # Through merge_call's arguments, each replica's gradients reach its own update.
         replica_context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
-
-    def _apply_then_undo_if_skipped(self, finite, grads, trainable_variables, unscale, keep):
-        # Everything a Keras optimizer's apply writes: the variables it
-        # updates (weight decay and constraints included) and its own state
-        # (iterations, slots, accumulators, moving averages).
-        written = list(trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self))
-        written += self.inner_optimizer.variables
-        before = [tf.identity(variable) for variable in written]
-        with _out_of_place_updates(self.inner_optimizer):
-            self._apply_inner(grads, trainable_variables, unscale, keep)
-        restore_if(tf.logical_not(finite), written, before)
 
     def _apply_inner(self, grads, trainable_variables, unscale, keep):
         if unscale and self._scale_or_none is not None:
@@ -504,46 +414,37 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         return tf.constant(True)
 
     def _update_state(self, finite: tf.Tensor) -> None:
-        state = LossScaleState(
-            *map(tf.convert_to_tensor, (self.dynamic_scale, self.step_counter, self.hysteresis_counter))
-        )
-        new = next_loss_scale(
-            state,
-            finite,
-            dynamic=self.dynamic,
-            growth_steps=self.dynamic_growth_steps,
-            growth_factor=self.growth_factor,
-            backoff_factor=self.backoff_factor,
-            hysteresis=self.hysteresis,
-            min_scale=self.min_scale,
-            max_scale=self.max_scale,
-        )
+        variables = (self.dynamic_scale, self.step_counter, self.hysteresis_counter)  # a LossScaleState
+        state = LossScaleState(*map(tf.convert_to_tensor, variables))
+        new = next_loss_scale(state, finite, growth_steps=self.dynamic_growth_steps, **self._own_settings())
+        for variable, value in zip(variables, new):
+            variable.assign(value)
         skipped = tf.cast(tf.logical_not(finite), tf.int64)
-        self.dynamic_scale.assign(new.scale)
-        self.step_counter.assign(new.growth_count)
-        self.hysteresis_counter.assign(new.hysteresis_left)
         self.skipped_counter.assign_add(skipped)
         self.last_skipped_flag.assign(skipped)
+
+    def _own_settings(self) -> dict[str, Any]:
+        return {setting: getattr(self, setting) for setting in _OWN_SETTINGS}
 
     def check_finite(self, grads: Sequence[Any]) -> tf.Tensor:
         """Returns a bool scalar: whether every gradient is finite."""
         return all_finite(grads)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
-        raise NotImplementedError(
-            "tfmp.LossScaleOptimizer runs on the TensorFlow backend, which has "
-            "no stateless_apply. Received a stateless_apply call."
-        )
+        raise NotImplementedError("tfmp.LossScaleOptimizer runs on the TensorFlow backend only: no stateless_apply.")
 
     def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(
-            dynamic=self.dynamic,
-            growth_factor=self.growth_factor,
-            backoff_factor=self.backoff_factor,
-            hysteresis=self.hysteresis,
-            min_scale=self.min_scale,
-            max_scale=self.max_scale,
-            speculative_update=self.speculative_update,
-        )
-        return config
+        return {**super().get_config(), **self._own_settings()}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> LossScaleOptimizer:
+        """Rebuilds the optimizer from `get_config()`, also from a config of an earlier tfmp."""
+        config = dict(config)
+        # Earlier releases had an opt-in speculative update, with the same results as the gated one.
+        if config.pop("speculative_update", False):
+            warnings.warn(
+                f"LossScaleOptimizer {config.get('name')!r}: speculative_update no longer exists; the gated update "
+                "(waiting for the finite check, with the same results) is used. Received: speculative_update=True",
+                stacklevel=2,
+            )
+        return super().from_config(config, custom_objects=custom_objects)
