@@ -222,13 +222,13 @@ def _float32_gradients(
             loss = objective.loss_fn()
         grads = tape.gradient(loss, objective.variables)
         names = [v.path for v in objective.variables]
-        results.append(
-            (
-                objective.name,
-                names,
-                [np.zeros(v.shape) if g is None else np.asarray(g) for v, g in zip(objective.variables, grads)],
-            )
-        )
+        # An Embedding's gradient is IndexedSlices (the rows the batch looked up); as a dense
+        # array, the rows it did not look up are zeros, which the fractions do not count as lost.
+        dense = [
+            np.zeros(v.shape) if g is None else np.asarray(tf.convert_to_tensor(g))
+            for v, g in zip(objective.variables, grads)
+        ]
+        results.append((objective.name, names, dense))
     return results
 
 
