@@ -45,6 +45,8 @@ def test_seed_bad_sizes_generator_is_flagged_layer_by_layer(precision):
     # What misalignment costs today, not the seed's 2021 slowdown.
     assert printed.endswith(f"\n  {diagnostics.MISALIGNMENT_COST}") and "about 2% slower" in printed
     assert "H100 with current cuDNN" in printed
+    # Said in words a user who never read the tutorials' numbering follows.
+    assert "the original tutorial's GAN" in printed and "seed" not in printed
 
 
 def test_seed_original_gan_has_no_warnings():

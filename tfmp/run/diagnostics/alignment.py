@@ -2,9 +2,10 @@
 
 `tensor_core_report(model, batch_size)` lists every dimension that feeds
 Tensor Core math (Dense units and input features, convolution filters and
-input channels, RNN units and inputs, the batch size) and is not a multiple
-of 8 (seed 000's pitfall: the generator widths 63/31/7 and batch 4090;
-about 2% on an H100 with current cuDNN, see `MISALIGNMENT_COST`).
+input channels, RNN units and inputs, attention heads x key_dim, the batch
+size) and is not a multiple of 8 (the GAN tutorial's pitfall: the generator
+widths 63/31/7 and batch 4090; about 2% on an H100 with current cuDNN, see
+`MISALIGNMENT_COST`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ ALIGNMENT = 8
 """Tensor Cores want float16/bfloat16 GEMM dimensions in multiples of 8."""
 
 MISALIGNMENT_COST = (
-    "What it costs on current hardware: seed 000's GAN with generator widths 63/31/7 at batch 4090 trained "
-    "about 2% slower than the aligned one in float16 on an H100 with current cuDNN (PyTorch AMP, one run), "
-    "not the large slowdown the seed showed on an A100 in 2021."
+    "What it costs on current hardware: the original tutorial's GAN with generator widths 63/31/7 at batch 4090 "
+    "trained about 2% slower than the aligned one in float16 on an H100 with current cuDNN (PyTorch AMP, one "
+    "run), not the large slowdown the tutorial showed on an A100 in 2021."
 )
 """The measured cost of misaligned sizes, printed under the alignment warnings."""
 
@@ -234,11 +235,11 @@ def tensor_core_report(
     """Finds the dimensions of `source` that keep its math off Tensor Cores.
 
     float16 and bfloat16 matrix math runs on Tensor Cores when the GEMM's
-    dimensions are multiples of 8 (NVIDIA's guidance). Seed 000 showed its
-    generator slowed by widths 63/31/7 and batch 4090 on an A100 in 2021;
-    on current hardware the cost is small (`MISALIGNMENT_COST`, printed
-    with the warnings), so aligning is cheap insurance rather than a big
-    speed-up. For every Dense, EinsumDense, convolution (not depthwise) and
+    dimensions are multiples of 8 (NVIDIA's guidance). The GAN tutorial
+    showed its generator slowed by widths 63/31/7 and batch 4090 on an A100
+    in 2021; on current hardware the cost is small (`MISALIGNMENT_COST`,
+    printed with the warnings), so aligning is cheap insurance rather than a
+    big speed-up. For every Dense, EinsumDense, convolution (not depthwise) and
     RNN layer this checks the output size (units, filters) and the input
     size (features, channels), and checks the batch size. An EinsumDense is
     checked on the sizes its equation multiplies (all contracted axes

@@ -3,8 +3,8 @@
 `gradient_report(trainer, batch)` gives, per trainable variable, the
 fractions that would flush to zero (|g| < 2^-24), become subnormal
 (|g| < 2^-14) or overflow (|g| > 65504), without scaling and at a loss
-scale, plus a suggested static loss scale (seeds 001 and 003);
-`write_gradient_summaries` writes a report to TensorBoard.
+scale, plus a suggested static loss scale; `write_gradient_summaries`
+writes a report to TensorBoard.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Float32 outputs: model outputs, softmax/sigmoid layers and losses computed in 16 bits.
 
-`float32_output_report(model)` finds what seed 002 says must stay float32
-but is computed in float16 or bfloat16.
+`float32_output_report(model)` finds what must stay float32 (model outputs,
+softmax/sigmoid and the loss's inputs) but is computed in float16 or
+bfloat16, and says how to keep it in float32.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class OutputReport:
     findings: list[OutputFinding]
 
     def __str__(self) -> str:
-        title = "Float32 outputs (seed 002: outputs, softmax/sigmoid and the loss stay float32):"
+        title = "Float32 outputs (outputs, softmax/sigmoid and the loss should stay float32):"
         if not self.findings:
             return f"{title}\n  every output, softmax/sigmoid and loss input is float32."
         rows = [(f.where, f.what, f.dtype, f.fix) for f in self.findings]
