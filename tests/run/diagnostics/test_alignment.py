@@ -177,3 +177,13 @@ def test_einsum_dense_is_checked_on_its_contracted_and_produced_sizes():
         x = keras.layers.Reshape((4, 24))(x)
         model = keras.Model(tokens, keras.layers.Dense(8, name="head")(x), name="e")
     assert diagnostics.tensor_core_report(model, print_fn=None).findings == []
+
+
+def test_a_frozen_layer_does_not_pass_on_the_input_width():
+    with tfmp.precision_scope("mixed_float16"):
+        inputs = keras.Input((3,))
+        frozen = keras.layers.Dense(12, name="frozen", trainable=False)
+        x = keras.layers.Dense(63, name="wide")(frozen(inputs))
+        model = keras.Model(inputs, keras.layers.Dense(3, name="head")(x), name="f")
+    found = {(f.severity, f.layer, f.dimension) for f in diagnostics.tensor_core_report(model, print_fn=None).findings}
+    assert ("warn", "f/wide", "input features") in found  # 12 is the frozen layer's choice, not the data's

@@ -197,7 +197,7 @@ def _boundary_layers(
     nested_out: dict[int, bool] = {}
     data = {id(t) for t in model.inputs} if inputs_are_data else set()
     for operation in operations:
-        weightless = not getattr(operation, "trainable_weights", None)
+        weightless = not getattr(operation, "weights", None)  # frozen layers still have weights
         for node in _compat.inbound_nodes(operation):
             inputs = node.input_tensors
             if not inputs:
@@ -212,7 +212,7 @@ def _boundary_layers(
                     data.add(id(output))
     targets = {id(t) for t in model.outputs} if outputs_are_outputs else set()
     for operation in reversed(operations):
-        weightless = not getattr(operation, "trainable_weights", None)
+        weightless = not getattr(operation, "weights", None)  # frozen layers still have weights
         for node in _compat.inbound_nodes(operation):
             if any(id(t) in targets for t in node.output_tensors):
                 feeds_output.add(id(operation))
