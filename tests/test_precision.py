@@ -236,6 +236,17 @@ def test_float32_copy_of_nested_models_and_concatenate():
     assert copy(np.ones((2, 4), "float32")).dtype == tf.float32
 
 
+def test_float32_copy_reaches_the_layer_a_wrapper_rebuilds():
+    # TimeDistributed rebuilds its Dense from a config that still says mixed_float16.
+    with precision.precision_scope("mixed_float16"):
+        inputs = keras.Input((3, 4))
+        outputs = keras.layers.TimeDistributed(keras.layers.Dense(8, name="step"), name="each")(inputs)
+        model = keras.Model(inputs, outputs, name="td")
+    copy = precision.float32_copy(model)
+    assert copy.get_layer("each").layer.compute_dtype == "float32"
+    assert copy(np.ones((2, 3, 4), "float32")).dtype == tf.float32
+
+
 def test_float32_copy_of_an_uncloneable_model_names_it():
     class Subclassed(keras.Model):
         def __init__(self):

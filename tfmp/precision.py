@@ -255,7 +255,9 @@ def float32_copy(model: keras.Model) -> keras.Model:
     rebuilt from their config unchanged: they have no dtype policy and
     compute in the dtype of their inputs, which is float32 in the copy.
     Layers nested inside a layer (e.g. `MultiHeadAttention`'s projections)
-    take the float32 policy their enclosing layer passes them.
+    take the float32 policy their enclosing layer passes them; the layers a
+    wrapper such as `Bidirectional` or `TimeDistributed` rebuilds from its
+    own config are set to float32 afterwards.
 
     ```python
     with tfmp.precision_scope("mixed_float16"):
@@ -298,6 +300,11 @@ def float32_copy(model: keras.Model) -> keras.Model:
             f"keras.models.clone_model; it failed: {e}. Use a functional or sequential model whose layers "
             f"have get_config/from_config. Received: model={model.name!r}"
         ) from None
+    # A wrapper (Bidirectional, TimeDistributed) rebuilds the layer it wraps from a config of its own,
+    # which still names the original policy; the copy has not run yet, so a new policy still applies.
+    for _, layer in layer_paths(copy):
+        if layer.compute_dtype in ("float16", "bfloat16"):
+            layer.dtype_policy = "float32"
     return copy
 
 
