@@ -1,5 +1,5 @@
 """The diagnostics on common architectures tfmp does not ship: a BatchNorm CNN, a Transformer encoder
-block, LSTM and GRU text models on integer tokens, a model with a dict of named inputs.
+block, LSTM, GRU and bidirectional LSTM text models on integer tokens, a model with a dict of named inputs.
 
 Each is tiny: a few examples, a few units. Every model is built under `mixed_float16`, wrapped in a
 `ClassifierTrainer` and compiled with a loss, as a user would.
@@ -60,9 +60,13 @@ def _batch(name):
         return rng.normal(size=(4, 8, 8, 3)).astype("float32")
     if name == "transformer_block":
         return rng.normal(size=(4, 6, 16)).astype("float32")
-    if name in ("lstm_text", "gru_text"):
+    if name.endswith("_text"):
         return rng.integers(0, _VOCABULARY, size=(4, 7)).astype("int32")
     return {"numbers": rng.normal(size=(4, 4)).astype("float32"), "flags": rng.normal(size=(4, 3)).astype("float32")}
+
+
+def _bidirectional_lstm(units, name):
+    return keras.layers.Bidirectional(keras.layers.LSTM(units), name=name)
 
 
 _ARCHITECTURES = {
@@ -70,6 +74,7 @@ _ARCHITECTURES = {
     "transformer_block": _transformer_block,
     "lstm_text": _text(keras.layers.LSTM),
     "gru_text": _text(keras.layers.GRU),
+    "bidirectional_lstm_text": _text(_bidirectional_lstm),
     "dict_inputs": _dict_inputs,
 }
 

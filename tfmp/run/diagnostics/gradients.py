@@ -279,15 +279,19 @@ def gradient_report(
             f"loss_scale must be a positive number, 'current' or None. Received: loss_scale={loss_scale!r}"
         )
     trainer = as_trainer(source, loss)
-    if loss_scale == "current":
-        with state_preserved(trainer):
-            scales = {o.name: scale_of(o) for o in trainer.objectives(data)}
-    else:
-        scales = {}
+    with state_preserved(trainer):
+        originals = {o.name: o for o in trainer.objectives(data)}
     batch_size = int(tf.shape(tf.nest.flatten(data)[0])[0])
     objectives = []
     for name, names, grads in _float32_gradients(trainer, data, reference):
-        scale = scales.get(name) if loss_scale == "current" else loss_scale
+        original = originals.get(name)
+        if original is not None and len(original.variables) == len(names):
+            # The user's variable paths: a copy's can differ (a cloned Bidirectional's layers lose its prefix).
+            names = [v.path for v in original.variables]
+        if loss_scale == "current":
+            scale = scale_of(original) if original is not None else None
+        else:
+            scale = loss_scale
         scale = None if scale is None else float(scale)
         stats = [_variable_gradients(n, g, scale) for n, g in zip(names, grads)]
         max_abs = max((s.max_abs for s in stats), default=0.0)
