@@ -120,6 +120,10 @@ def test_gradient_report_and_the_whole_diagnosis_run(name):
         assert title in text
     assert not diagnosis.nonfinite.found
     assert "seed" not in text  # the tutorials' numbering means nothing to a user
+    assert not [f for f in diagnosis.alignment.findings if f.layer.startswith("encoder/attention")]
+    fixes = [f.fix.split(":")[0] for f in diagnosis.outputs.findings]
+    # With dropout, Keras runs the attention's own softmax in float16; the fix names the layer the user made.
+    assert fixes == (["inside 'attention', the layer you created"] if name == "transformer_block" else [])
     # Nothing moved: weights, BatchNorm statistics, dropout seeds.
     for old, new in zip(before, trainer.variables, strict=True):
         np.testing.assert_array_equal(old, new.numpy())
