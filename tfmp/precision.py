@@ -250,26 +250,61 @@ def float32_copy(model: keras.Model) -> keras.Model:
 
     Every layer (nested models included) is rebuilt from its config with
     `dtype="float32"`, and the weights are copied over, so the copy computes
-    what the mixed-precision model approximates.
+    what the mixed-precision model approximates. Operations in a functional
+    graph that are not layers (the `Add` of `x + y`, `keras.ops` calls) are
+    rebuilt from their config unchanged: they have no dtype policy and
+    compute in the dtype of their inputs, which is float32 in the copy.
+    Layers nested inside a layer (e.g. `MultiHeadAttention`'s projections)
+    take the float32 policy their enclosing layer passes them; the layers a
+    wrapper such as `Bidirectional` or `TimeDistributed` rebuilds from its
+    own config are set to float32 afterwards.
+
+    ```python
+    with tfmp.precision_scope("mixed_float16"):
+        model = build_model()
+    reference = tfmp.precision.float32_copy(model)  # float32 math, same weights
+    ```
+
+    Args:
+        model: A functional or sequential `keras.Model`.
+
+    Returns:
+        The float32 copy, with the same weights and layer names.
 
     Raises:
-        ValueError: for a model Keras cannot clone (subclassed models without
-            a config round trip), naming it.
+        ValueError: for a model Keras cannot clone: a subclassed model, or a
+            layer that cannot be rebuilt from its config (a `Lambda` of a
+            Python lambda, a custom layer without `get_config`); the message
+            names the model and, where known, the layer.
     """
 
-    def clone(layer):
-        return layer.__class__.from_config({**layer.get_config(), "dtype": "float32"})
+    def clone(operation: keras.Operation) -> keras.Operation:
+        is_layer = isinstance(operation, keras.layers.Layer)
+        try:
+            config = operation.get_config()
+            # Only layers have a dtype policy; an operation's config rejects the key.
+            return operation.__class__.from_config({**config, "dtype": "float32"} if is_layer else config)
+        except (NotImplementedError, TypeError, ValueError) as e:
+            kind = "layer" if is_layer else "operation"
+            raise ValueError(
+                f"{kind} {operation.name!r} ({type(operation).__name__}) cannot be rebuilt from its config: {e}"
+            ) from None
 
     try:
         with precision_scope("float32"):
             copy = keras.models.clone_model(model, clone_function=clone, recursive=True)
+        copy.set_weights(model.get_weights())
     except (NotImplementedError, TypeError, ValueError) as e:
         raise ValueError(
             "float32 reference gradients need a copy of the model in float32, made with "
-            f"keras.models.clone_model; it failed ({e}). Use a functional or sequential model, "
-            f"or give the layers get_config/from_config. Received: model={model.name!r}"
+            f"keras.models.clone_model; it failed: {e}. Use a functional or sequential model whose layers "
+            f"have get_config/from_config. Received: model={model.name!r}"
         ) from None
-    copy.set_weights(model.get_weights())
+    # A wrapper (Bidirectional, TimeDistributed) rebuilds the layer it wraps from a config of its own,
+    # which still names the original policy; the copy has not run yet, so a new policy still applies.
+    for _, layer in layer_paths(copy):
+        if layer.compute_dtype in ("float16", "bfloat16"):
+            layer.dtype_policy = "float32"
     return copy
 
 

@@ -45,6 +45,8 @@ def test_seed_bad_sizes_generator_is_flagged_layer_by_layer(precision):
     # What misalignment costs today, not the seed's 2021 slowdown.
     assert printed.endswith(f"\n  {diagnostics.MISALIGNMENT_COST}") and "about 2% slower" in printed
     assert "H100 with current cuDNN" in printed
+    # Said in words a user who never read the tutorials' numbering follows.
+    assert "the original tutorial's GAN" in printed and "seed" not in printed
 
 
 def test_seed_original_gan_has_no_warnings():
@@ -117,3 +119,71 @@ def test_alignment_bad_arguments_name_the_value():
         diagnostics.tensor_core_report(keras.Sequential([keras.layers.Dense(3)], name="lazy"), print_fn=None)
     with pytest.raises(TypeError, match="Received: str"):
         diagnostics.tensor_core_report("generator", print_fn=None)
+
+
+def _attention_model(num_heads, key_dim, features, **kwargs):
+    with tfmp.precision_scope("mixed_float16"):
+        tokens = keras.Input((4, features))
+        attended = keras.layers.MultiHeadAttention(num_heads, key_dim, name="mha", **kwargs)(tokens, tokens)
+        hidden = keras.layers.Dense(63, name="hidden")(attended)  # truly misaligned
+        return keras.Model(tokens, keras.layers.Dense(8, name="head")(hidden), name="t")
+
+
+def test_attention_is_checked_on_heads_times_key_dim_not_on_the_head_count():
+    # 2 heads x 16 = 32 values per projection: aligned, although 2 is not a multiple of 8.
+    report = diagnostics.tensor_core_report(_attention_model(2, 16, 32), batch_size=8, print_fn=None)
+    assert _warnings(report) == {("t/hidden", "units", 63, 64), ("t/head", "input features", 63, 64)}
+    assert not [f for f in report.findings if f.layer.startswith("t/mha")]
+
+
+def test_misaligned_attention_names_its_arguments():
+    model = _attention_model(3, 10, 30, value_dim=12, output_shape=20)
+    report = diagnostics.tensor_core_report(model, print_fn=None)
+    found = {(f.severity, f.layer, f.dimension, f.value, f.aligned) for f in report.findings}
+    assert {f for f in found if f[1] == "t/mha"} == {
+        ("info", "t/mha", "query/key/value input features", 30, 32),
+        ("warn", "t/mha", "heads x key_dim", 30, 32),
+        ("warn", "t/mha", "heads x value_dim", 36, 40),
+        ("warn", "t/mha", "key_dim (per head)", 10, 8),
+        ("warn", "t/mha", "value_dim (per head)", 12, 16),
+        ("warn", "t/mha", "output features", 20, 24),
+    }
+    assert ("warn", "t/hidden", "units", 63, 64) in found
+
+
+def test_a_residual_add_passes_on_the_input_width():
+    # `x + inputs` is as wide as the inputs: the next layer's 12 input features are the data's.
+    with tfmp.precision_scope("mixed_float16"):
+        inputs = keras.Input((12,))
+        x = keras.layers.Dense(12, name="block")(inputs) + inputs
+        x = keras.layers.Dense(63, name="wide")(x)
+        model = keras.Model(inputs, keras.layers.Dense(3, name="head")(x), name="res")
+    report = diagnostics.tensor_core_report(model, print_fn=None)
+    assert {(f.severity, f.layer, f.dimension, f.value) for f in report.findings} == {
+        ("info", "res/block", "input features", 12),
+        ("warn", "res/block", "units", 12),
+        ("info", "res/wide", "input features", 12),
+        ("warn", "res/wide", "units", 63),
+        ("warn", "res/head", "input features", 63),
+        ("info", "res/head", "units", 3),
+    }
+
+
+def test_einsum_dense_is_checked_on_its_contracted_and_produced_sizes():
+    with tfmp.precision_scope("mixed_bfloat16"):
+        tokens = keras.Input((4, 16))
+        # kernel (16, 2, 12): contracts 16 features into 2 x 12 = 24 values.
+        x = keras.layers.EinsumDense("abc,cde->abde", output_shape=(None, 2, 12), name="split")(tokens)
+        x = keras.layers.Reshape((4, 24))(x)
+        model = keras.Model(tokens, keras.layers.Dense(8, name="head")(x), name="e")
+    assert diagnostics.tensor_core_report(model, print_fn=None).findings == []
+
+
+def test_a_frozen_layer_does_not_pass_on_the_input_width():
+    with tfmp.precision_scope("mixed_float16"):
+        inputs = keras.Input((3,))
+        frozen = keras.layers.Dense(12, name="frozen", trainable=False)
+        x = keras.layers.Dense(63, name="wide")(frozen(inputs))
+        model = keras.Model(inputs, keras.layers.Dense(3, name="head")(x), name="f")
+    found = {(f.severity, f.layer, f.dimension) for f in diagnostics.tensor_core_report(model, print_fn=None).findings}
+    assert ("warn", "f/wide", "input features") in found  # 12 is the frozen layer's choice, not the data's

@@ -1,6 +1,7 @@
 """Tests for tfmp/run/diagnostics/outputs.py: outputs, softmax/sigmoid and losses in float32."""
 
 import keras
+import numpy as np
 
 import tfmp
 from tfmp import trainers
@@ -58,3 +59,47 @@ def test_trainer_loss_on_low_precision_logits_is_flagged():
         ("discriminator output 0", "model output"),
         ("discriminator output 0", "loss input (logits/probabilities)"),
     ]
+
+
+def _attention_model(**kwargs):
+    with tfmp.precision_scope("mixed_float16"):
+        tokens = keras.Input((4, 16))
+        attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="attention", **kwargs)(tokens, tokens)
+        outputs = keras.layers.Activation("linear", dtype="float32", name="out")(attended)
+        return keras.Model(tokens, outputs, name="t")
+
+
+def _softmax_path(model):
+    """The attention's own softmax layer: Keras names it `softmax`, `softmax_1`... by creation order."""
+    (path,) = [path for path, layer in tfmp.precision.layer_paths(model) if isinstance(layer, keras.layers.Softmax)]
+    return path
+
+
+def test_softmax_nested_in_attention_names_the_layer_the_user_created():
+    model = _attention_model(dropout=0.1)  # with dropout, Keras computes the softmax in its own layer
+    path = _softmax_path(model)
+    softmax = path.rsplit("/", 1)[1]
+    (finding,) = diagnostics.float32_output_report(model, print_fn=None).findings
+    assert (finding.where, finding.what, finding.dtype) == (path, "softmax", "float16")
+    assert finding.fix == (
+        f"inside 'attention', the layer you created: tfmp.precision.keep_float32([model], '/attention/{softmax}$') "
+        "before training, or give 'attention' dtype='float32' (its whole attention then computes in float32)"
+    )
+    # The advised call works: the softmax computes in float32 and nothing is left to report.
+    assert tfmp.precision.keep_float32([model], f"/attention/{softmax}$") == [path]
+    assert diagnostics.float32_output_report(model, print_fn=None).findings == []
+    assert model(np.ones((2, 4, 16), "float32"), training=True).shape == (2, 4, 16)
+
+
+def test_attention_without_dropout_computes_its_softmax_in_float32():
+    # Keras then calls ops.dot_product_attention, which takes the softmax in float32: nothing to fix.
+    assert diagnostics.float32_output_report(_attention_model(), print_fn=None).findings == []
+    # Returning the scores takes the layer's own softmax again.
+    with tfmp.precision_scope("mixed_float16"):
+        tokens = keras.Input((4, 16))
+        attended, scores = keras.layers.MultiHeadAttention(2, 8, name="attention")(
+            tokens, tokens, return_attention_scores=True
+        )
+        model = keras.Model(tokens, keras.layers.Activation("linear", dtype="float32")(attended), name="s")
+    findings = diagnostics.float32_output_report(model, print_fn=None).findings
+    assert [(f.where, f.what) for f in findings] == [(_softmax_path(model), "softmax")]

@@ -3,18 +3,19 @@
 * `tensor_core_report(model, batch_size)` (`alignment.py`): every dimension
   that feeds Tensor Core math (Dense units and input features, convolution
   filters and input channels, RNN units and inputs, the batch size) and is
-  not a multiple of 8 (seed 000's pitfall: the generator widths 63/31/7 and
-  batch 4090; about 2% on an H100 with current cuDNN, see
-  `MISALIGNMENT_COST`).
+  not a multiple of 8 (the GAN tutorial's pitfall: the generator widths
+  63/31/7 and batch 4090; about 2% on an H100 with current cuDNN, see
+  `MISALIGNMENT_COST`); attention layers on heads x key_dim, not the head
+  count.
 * `float32_output_report(model)` (`outputs.py`): model outputs,
-  softmax/sigmoid layers and losses computed in float16 or bfloat16
-  (seed 002: outputs stay float32).
+  softmax/sigmoid layers and losses computed in float16 or bfloat16, where
+  they should stay float32, each with a fix the user can apply (also for a
+  softmax inside another layer).
 * `gradient_report(trainer, batch)` (`gradients.py`): per trainable variable,
   what float16 would do to its gradient: the fractions that would flush to
   zero (|g| < 2^-24), become subnormal (|g| < 2^-14) or overflow
   (|g| > 65504), without scaling and at a loss scale, plus a suggested
-  static loss scale (seeds 001 and 003); `write_gradient_summaries` sends
-  them to TensorBoard.
+  static loss scale; `write_gradient_summaries` sends them to TensorBoard.
 * `first_nonfinite(trainer, batch)` (`nonfinite.py`): when a loss or
   gradient is NaN or Inf, the first layer whose activation or gradient went
   non-finite.

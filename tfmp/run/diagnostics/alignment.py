@@ -2,9 +2,10 @@
 
 `tensor_core_report(model, batch_size)` lists every dimension that feeds
 Tensor Core math (Dense units and input features, convolution filters and
-input channels, RNN units and inputs, the batch size) and is not a multiple
-of 8 (seed 000's pitfall: the generator widths 63/31/7 and batch 4090;
-about 2% on an H100 with current cuDNN, see `MISALIGNMENT_COST`).
+input channels, RNN units and inputs, attention heads x key_dim, the batch
+size) and is not a multiple of 8 (the GAN tutorial's pitfall: the generator
+widths 63/31/7 and batch 4090; about 2% on an H100 with current cuDNN, see
+`MISALIGNMENT_COST`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ ALIGNMENT = 8
 """Tensor Cores want float16/bfloat16 GEMM dimensions in multiples of 8."""
 
 MISALIGNMENT_COST = (
-    "What it costs on current hardware: seed 000's GAN with generator widths 63/31/7 at batch 4090 trained "
-    "about 2% slower than the aligned one in float16 on an H100 with current cuDNN (PyTorch AMP, one run), "
-    "not the large slowdown the seed showed on an A100 in 2021."
+    "What it costs on current hardware: the original tutorial's GAN with generator widths 63/31/7 at batch 4090 "
+    "trained about 2% slower than the aligned one in float16 on an H100 with current cuDNN (PyTorch AMP, one "
+    "run), not the large slowdown the tutorial showed on an A100 in 2021."
 )
 """The measured cost of misaligned sizes, printed under the alignment warnings."""
 
@@ -94,8 +95,55 @@ _CONV_TRANSPOSE = (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose, k
 _SEPARABLE = (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)
 
 
+def _einsum_sizes(layer: keras.layers.EinsumDense) -> tuple[int | None, int | None]:
+    """The GEMM sizes of an `EinsumDense`: (contracted input features, output features).
+
+    Read from the equation, not from the kernel's axes one by one: the kernel
+    of `"abc,cde->abde"` (a `MultiHeadAttention` projection) has shape
+    `(features, heads, key_dim)`, and the matrix product it stands for
+    contracts `c` and produces `d x e` = heads x key_dim values. Kernel axes
+    the input and the output both carry are batched over, not multiplied.
+    None for a side the equation has no axis on.
+    """
+    operands, output = layer.equation.split("->")
+    inputs, kernel = operands.split(",")
+    shape = [int(d) for d in layer.kernel.shape]
+    contracted = [d for axis, d in zip(kernel, shape) if axis in inputs and axis not in output]
+    produced = [d for axis, d in zip(kernel, shape) if axis in output and axis not in inputs]
+    return (math.prod(contracted) if contracted else None, math.prod(produced) if produced else None)
+
+
+def _merged(sizes: list[tuple[str, int]], suffix: str, side: str) -> list[tuple[str, int, str]]:
+    """One dimension per distinct size, naming all that share it (`"query/key/value input features"`)."""
+    names: dict[int, list[str]] = {}
+    for name, size in sizes:
+        names.setdefault(size, []).append(name)
+    return [("/".join(group) + suffix, size, side) for size, group in names.items()]
+
+
+def _attention_dimensions(layer: keras.layers.MultiHeadAttention) -> list[tuple[str, int, str]]:
+    """The GEMM sizes of a `MultiHeadAttention`, named by its arguments.
+
+    Its projections are `EinsumDense` layers whose kernels have a heads axis;
+    the matrix products multiply heads x key_dim (query, key) and heads x
+    value_dim (value, output) values, and the attention itself multiplies
+    key_dim and value_dim per head. The head count alone is not a GEMM size.
+    """
+    query_in, _ = _einsum_sizes(layer.query_dense)
+    key_in, _ = _einsum_sizes(layer.key_dense)
+    value_in, _ = _einsum_sizes(layer.value_dense)
+    _, output = _einsum_sizes(layer.output_dense)
+    heads = layer.num_heads
+    return [
+        *_merged([("query", query_in), ("key", key_in), ("value", value_in)], " input features", "in"),
+        *_merged([("heads x key_dim", heads * layer.key_dim), ("heads x value_dim", heads * layer.value_dim)], "", ""),
+        *_merged([("key_dim", layer.key_dim), ("value_dim", layer.value_dim)], " (per head)", ""),
+        ("output features", output, "out"),
+    ]
+
+
 def _gemm_dimensions(layer: keras.layers.Layer) -> list[tuple[str, int, str]]:
-    """`(dimension, size, side)` of a layer's matrix math; side is "in" or "out"."""
+    """`(dimension, size, side)` of a layer's matrix math; side is "in", "out" or "" (inside the layer)."""
     if isinstance(layer, keras.layers.Dense):
         return [("units", layer.units, "out"), ("input features", int(layer.kernel.shape[0]), "in")]
     if isinstance(layer, _SEPARABLE):  # the pointwise convolution is the GEMM
@@ -107,11 +155,24 @@ def _gemm_dimensions(layer: keras.layers.Layer) -> list[tuple[str, int, str]]:
         return [("filters", layer.filters, "out"), ("input channels", int(layer.kernel.shape[-1]), "in")]
     if isinstance(layer, _CONV):
         return [("filters", layer.filters, "out"), ("input channels", int(layer.kernel.shape[-2]) * layer.groups, "in")]
+    if isinstance(layer, keras.layers.MultiHeadAttention):
+        return _attention_dimensions(layer)
     if isinstance(layer, keras.layers.EinsumDense):
-        return [(f"kernel dim {i}", int(d), "inner") for i, d in enumerate(layer.kernel.shape)]
+        contracted, produced = _einsum_sizes(layer)
+        sizes = [("output features", produced, "out"), ("input features", contracted, "in")]
+        return [size for size in sizes if size[1] is not None]
     if isinstance(layer, keras.layers.RNN) and hasattr(layer.cell, "units"):
         return [("units", layer.cell.units, "out"), ("input features", int(layer.cell.kernel.shape[0]), "in")]
-    return []  # depthwise convolutions, normalisation, pooling...: no Tensor Core GEMM
+    return []  # depthwise convolutions, normalisation, pooling, embeddings...: no Tensor Core GEMM
+
+
+def _reported_whole(layer: keras.layers.Layer) -> bool:
+    """Whether `layer`'s sub-layers are checked through it (by its own arguments) rather than one by one."""
+    return isinstance(layer, keras.layers.MultiHeadAttention)
+
+
+def _last_dimension(tensor: keras.KerasTensor) -> int | None:
+    return tensor.shape[-1] if tensor.shape else None
 
 
 def _boundary_layers(
@@ -123,31 +184,42 @@ def _boundary_layers(
 ) -> None:
     """Marks layers fed by a model input / feeding a model output.
 
-    Walks the functional graph; weightless layers (reshapes, dropout,
-    activations, casts) pass the mark on. Nested functional models are
-    walked with what the outer graph says about their inputs and outputs.
+    Walks the functional graph, operations included (the `Add` of `x + y`).
+    Weightless layers and operations (reshapes, dropout, activations, casts,
+    residual additions) pass the mark on: forwards when all their inputs are
+    the data's, or when their output is as wide as a data input (`x +
+    inputs` is as wide as the inputs, whatever `x` is); backwards to all
+    their inputs. Nested functional models are walked with what the outer
+    graph says about their inputs and outputs.
     """
-    layers = model.layers
+    operations = getattr(model, "operations", None) or model.layers  # a Sequential has no operations
     nested_in: dict[int, bool] = {}
     nested_out: dict[int, bool] = {}
     data = {id(t) for t in model.inputs} if inputs_are_data else set()
-    for layer in layers:
-        for node in _compat.inbound_nodes(layer):
+    for operation in operations:
+        weightless = not getattr(operation, "weights", None)  # frozen layers still have weights
+        for node in _compat.inbound_nodes(operation):
             inputs = node.input_tensors
-            if inputs and all(id(t) in data for t in inputs):
-                fed_by_input.add(id(layer))
-                nested_in[id(layer)] = True
-                if not layer.trainable_weights:
-                    data.update(id(t) for t in node.output_tensors)
+            if not inputs:
+                continue
+            from_data = [t for t in inputs if id(t) in data]
+            if len(from_data) == len(inputs):
+                fed_by_input.add(id(operation))
+                nested_in[id(operation)] = True
+            data_widths = {_last_dimension(t) for t in from_data}
+            for output in node.output_tensors if weightless else ():
+                if len(from_data) == len(inputs) or _last_dimension(output) in data_widths - {None}:
+                    data.add(id(output))
     targets = {id(t) for t in model.outputs} if outputs_are_outputs else set()
-    for layer in reversed(layers):
-        for node in _compat.inbound_nodes(layer):
+    for operation in reversed(operations):
+        weightless = not getattr(operation, "weights", None)  # frozen layers still have weights
+        for node in _compat.inbound_nodes(operation):
             if any(id(t) in targets for t in node.output_tensors):
-                feeds_output.add(id(layer))
-                nested_out[id(layer)] = True
-                if not layer.trainable_weights:
+                feeds_output.add(id(operation))
+                nested_out[id(operation)] = True
+                if weightless:
                     targets.update(id(t) for t in node.input_tensors)
-    for layer in layers:
+    for layer in model.layers:
         if is_graph_model(layer):
             _boundary_layers(
                 layer, nested_in.get(id(layer), False), nested_out.get(id(layer), False), fed_by_input, feeds_output
@@ -163,14 +235,18 @@ def tensor_core_report(
     """Finds the dimensions of `source` that keep its math off Tensor Cores.
 
     float16 and bfloat16 matrix math runs on Tensor Cores when the GEMM's
-    dimensions are multiples of 8 (NVIDIA's guidance). Seed 000 showed its
-    generator slowed by widths 63/31/7 and batch 4090 on an A100 in 2021;
-    on current hardware the cost is small (`MISALIGNMENT_COST`, printed
-    with the warnings), so aligning is cheap insurance rather than a big
-    speed-up. For every Dense,
-    EinsumDense, convolution (not depthwise) and RNN layer this checks the
-    output size (units, filters) and the input size (features, channels),
-    and checks the batch size.
+    dimensions are multiples of 8 (NVIDIA's guidance). The GAN tutorial
+    showed its generator slowed by widths 63/31/7 and batch 4090 on an A100
+    in 2021; on current hardware the cost is small (`MISALIGNMENT_COST`,
+    printed with the warnings), so aligning is cheap insurance rather than a
+    big speed-up. For every Dense, EinsumDense, convolution (not depthwise) and
+    RNN layer this checks the output size (units, filters) and the input
+    size (features, channels), and checks the batch size. An EinsumDense is
+    checked on the sizes its equation multiplies (all contracted axes
+    together, all produced axes together), and a MultiHeadAttention on its
+    arguments: the input features, heads x key_dim, heads x value_dim,
+    key_dim and value_dim per head, and the output features; not on the head
+    count, which is no GEMM size.
 
     A dimension set by the data (the channels or features of a model input,
     e.g. 3 colour channels or 100 noise values) or by the task (the units of
@@ -207,7 +283,10 @@ def tensor_core_report(
             if gemm:
                 fed_by_input.add(id(gemm[0]))
                 feeds_output.add(id(gemm[-1]))
+        covered = [f"{path}/" for path, layer in layers if _reported_whole(layer)]
         for path, layer in layers:
+            if any(path.startswith(prefix) for prefix in covered):
+                continue
             for dimension, value, side in _gemm_dimensions(layer):
                 if value % multiple == 0:
                     continue

@@ -3,8 +3,8 @@
 `gradient_report(trainer, batch)` gives, per trainable variable, the
 fractions that would flush to zero (|g| < 2^-24), become subnormal
 (|g| < 2^-14) or overflow (|g| > 65504), without scaling and at a loss
-scale, plus a suggested static loss scale (seeds 001 and 003);
-`write_gradient_summaries` writes a report to TensorBoard.
+scale, plus a suggested static loss scale; `write_gradient_summaries`
+writes a report to TensorBoard.
 """
 
 from __future__ import annotations
@@ -222,13 +222,13 @@ def _float32_gradients(
             loss = objective.loss_fn()
         grads = tape.gradient(loss, objective.variables)
         names = [v.path for v in objective.variables]
-        results.append(
-            (
-                objective.name,
-                names,
-                [np.zeros(v.shape) if g is None else np.asarray(g) for v, g in zip(objective.variables, grads)],
-            )
-        )
+        # An Embedding's gradient is IndexedSlices (the rows the batch looked up); as a dense
+        # array, the rows it did not look up are zeros, which the fractions do not count as lost.
+        dense = [
+            np.zeros(v.shape) if g is None else np.asarray(tf.convert_to_tensor(g))
+            for v, g in zip(objective.variables, grads)
+        ]
+        results.append((objective.name, names, dense))
     return results
 
 
@@ -279,15 +279,19 @@ def gradient_report(
             f"loss_scale must be a positive number, 'current' or None. Received: loss_scale={loss_scale!r}"
         )
     trainer = as_trainer(source, loss)
-    if loss_scale == "current":
-        with state_preserved(trainer):
-            scales = {o.name: scale_of(o) for o in trainer.objectives(data)}
-    else:
-        scales = {}
+    with state_preserved(trainer):
+        originals = {o.name: o for o in trainer.objectives(data)}
     batch_size = int(tf.shape(tf.nest.flatten(data)[0])[0])
     objectives = []
     for name, names, grads in _float32_gradients(trainer, data, reference):
-        scale = scales.get(name) if loss_scale == "current" else loss_scale
+        original = originals.get(name)
+        if original is not None and len(original.variables) == len(names):
+            # The user's variable paths: a copy's can differ (a cloned Bidirectional's layers lose its prefix).
+            names = [v.path for v in original.variables]
+        if loss_scale == "current":
+            scale = scale_of(original) if original is not None else None
+        else:
+            scale = loss_scale
         scale = None if scale is None else float(scale)
         stats = [_variable_gradients(n, g, scale) for n, g in zip(names, grads)]
         max_abs = max((s.max_abs for s in stats), default=0.0)

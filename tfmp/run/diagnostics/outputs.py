@@ -1,17 +1,20 @@
 """Float32 outputs: model outputs, softmax/sigmoid layers and losses computed in 16 bits.
 
-`float32_output_report(model)` finds what seed 002 says must stay float32
-but is computed in float16 or bfloat16.
+`float32_output_report(model)` finds what must stay float32 (model outputs,
+softmax/sigmoid and the loss's inputs) but is computed in float16 or
+bfloat16, and says how to keep it in float32.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
 import keras
 
+from tfmp import _compat
 from tfmp import trainers as trainers_lib
 from tfmp.precision import layer_paths
 from tfmp.run.diagnostics._common import Source, is_graph_model, networks, table
@@ -45,7 +48,7 @@ class OutputReport:
     findings: list[OutputFinding]
 
     def __str__(self) -> str:
-        title = "Float32 outputs (seed 002: outputs, softmax/sigmoid and the loss stay float32):"
+        title = "Float32 outputs (outputs, softmax/sigmoid and the loss should stay float32):"
         if not self.findings:
             return f"{title}\n  every output, softmax/sigmoid and loss input is float32."
         rows = [(f.where, f.what, f.dtype, f.fix) for f in self.findings]
@@ -62,6 +65,54 @@ def _squashing_activation(layer: keras.layers.Layer) -> str | None:
     return name if name in _SQUASHING else None
 
 
+def _attention_runs_its_softmax(layer: keras.layers.MultiHeadAttention) -> bool:
+    """Whether a `MultiHeadAttention` calls its own softmax layer.
+
+    Keras calls it only with attention dropout, over more than one attention
+    axis, or when the attention scores are returned. Otherwise it calls
+    `keras.ops.dot_product_attention`, whose TensorFlow kernel computes the
+    softmax in float32 whatever the inputs' dtype. Only calls recorded in a
+    functional graph are known; a subclassed model's are assumed to return
+    no scores.
+    """
+    if layer.dropout > 0 or len(layer.query_dense.equation.split("->")[1]) != 4:
+        return True
+    for node in _compat.inbound_nodes(layer):
+        arguments = getattr(node, "arguments", None)
+        if arguments is not None and arguments.kwargs.get("return_attention_scores"):
+            return True
+    return False
+
+
+def _enclosing_layer(path: str, layers: dict[str, keras.layers.Layer]) -> str | None:
+    """The path of the outermost layer (not a model) that `path` is nested in, or None for a model's own layer."""
+    parts = path.split("/")
+    for end in range(2, len(parts)):
+        prefix = "/".join(parts[:end])
+        if prefix in layers and not isinstance(layers[prefix], keras.Model):
+            return prefix
+    return None
+
+
+def _layer_fix(path: str, layers: dict[str, keras.layers.Layer]) -> str:
+    """How to keep the layer at `path` in float32, in words the user can apply.
+
+    A model's own layer takes `dtype="float32"` where it is created. A layer
+    created inside another layer (`MultiHeadAttention`'s softmax) cannot:
+    `keep_float32` changes it in place, by a pattern ending at its name
+    within the enclosing layer the user created.
+    """
+    enclosing = _enclosing_layer(path, layers)
+    if enclosing is None:
+        return "give this layer dtype='float32'"
+    parent, name = enclosing.rsplit("/", 1)
+    pattern = "/" + re.escape(path[len(parent) + 1 :]) + "$"  # e.g. "/attention/softmax$"
+    fix = f"inside {name!r}, the layer you created: tfmp.precision.keep_float32([model], {pattern!r}) before training"
+    if isinstance(layers[enclosing], keras.layers.MultiHeadAttention):  # it passes its dtype to its sub-layers
+        fix += f", or give {name!r} dtype='float32' (its whole attention then computes in float32)"
+    return fix
+
+
 def _output_dtypes(model: keras.Model) -> list[str]:
     if is_graph_model(model):
         return [keras.backend.standardize_dtype(t.dtype) for t in model.outputs]
@@ -74,7 +125,12 @@ def float32_output_report(
     """Finds what should be float32 but is computed in float16 or bfloat16.
 
     * a model output in 16 bits (add a float32 `Activation("linear")`);
-    * a softmax, log-softmax or sigmoid computed in 16 bits, anywhere;
+    * a softmax, log-softmax or sigmoid computed in 16 bits, anywhere. For
+      one inside a layer the user created (the softmax of a
+      `MultiHeadAttention` with dropout), the fix names that layer and the
+      `tfmp.precision.keep_float32` pattern that keeps just the softmax in
+      float32. A `MultiHeadAttention` without dropout is not flagged: Keras
+      then computes its softmax in float32 (`keras.ops.dot_product_attention`);
     * a loss computed on 16-bit outputs: a compiled (or given) loss, or, for
       a trainer, the networks its losses read (`trainer.loss_networks`).
 
@@ -90,10 +146,20 @@ def float32_output_report(
         has_loss = loss is not None or getattr(source, "loss", None) is not None
         loss_networks = set(networks(source)) if has_loss else set()
     for name, model in networks(source).items():
-        for path, layer in layer_paths(model):
+        paths = layer_paths(model)
+        layers = dict(paths)
+        # Softmax layers Keras builds but does not call (`_attention_runs_its_softmax`).
+        unused = {
+            f"{path}/{sub.name}"
+            for path, layer in paths
+            if isinstance(layer, keras.layers.MultiHeadAttention) and not _attention_runs_its_softmax(layer)
+            for sub in _compat.child_layers(layer)
+            if isinstance(sub, keras.layers.Softmax)
+        }
+        for path, layer in paths:
             activation = _squashing_activation(layer)
-            if activation and layer.compute_dtype in _LOW_PRECISION:
-                findings.append(OutputFinding(path, activation, layer.compute_dtype, "give this layer dtype='float32'"))
+            if activation and layer.compute_dtype in _LOW_PRECISION and path not in unused:
+                findings.append(OutputFinding(path, activation, layer.compute_dtype, _layer_fix(path, layers)))
         for i, dtype in enumerate(_output_dtypes(model)):
             if dtype not in _LOW_PRECISION:
                 continue
