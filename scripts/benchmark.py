@@ -3,6 +3,7 @@ r"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written
     python3 scripts/benchmark.py --models=gan,mobilenet_v2,resnet50 \
         --precisions=float32,mixed_bfloat16 --xla=false --steps=10 --repeats=3 \
         --json_out=/tmp/bench.json --plot_out=/tmp/bench.png
+    python3 scripts/benchmark.py --task=my_tasks:TASK --precisions=fp32,bf16 --xla=false
     python3 scripts/benchmark.py --mode=input_pipeline --precisions=bf16 --xla=false
     python3 scripts/benchmark.py --mode=ceiling --models=gan --precisions=fp32,bf16
 
@@ -28,7 +29,7 @@ except ImportError:  # pragma: no cover
     import common
 
 from tfmp import precision as precision_lib
-from tfmp.run import benchmark, reporting
+from tfmp.run import benchmark, reporting, tasks, training
 from tfmp.run import data as data_lib
 from tfmp.run.benchmark import kernel_ceiling
 
@@ -45,8 +46,14 @@ _MODE = flags.DEFINE_enum(
 _MODELS = flags.DEFINE_list(
     "models",
     [],
-    f"Models, from {', '.join(benchmark.MODELS)}. Empty: all three for compare, "
-    f"{', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline and ceiling.",
+    f"Models, from {', '.join(benchmark.MODELS)} and the --task names. Empty: the --task models if any, else "
+    f"all three for compare and {', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline and ceiling.",
+)
+_TASKS = flags.DEFINE_multi_string(
+    "task",
+    [],
+    "A model of your own, MODULE:NAME (a module on the Python path, or path/to/file.py:NAME) of a "
+    "tfmp.run.tasks.Task; measured on the first batch of its own data. Repeat for several.",
 )
 _PRECISIONS = flags.DEFINE_list(
     "precisions",
@@ -181,12 +188,26 @@ def parse_batch_sizes(values: str | Iterable[str | int]) -> tuple[int, ...]:
     return _dedupe(out)
 
 
-def _config() -> benchmark.BenchmarkConfig:
+def _specs() -> dict[str, tasks.Task]:
+    """The benchmark's models by name: the shipped ones and the --task ones (a bad --task is a usage error)."""
+    specs = dict(benchmark.default_specs(_RESNET_INPUT_SIZE.value))
+    for spec in _TASKS.value:
+        try:
+            task = tasks.load(spec)
+        except training.ConfigError as e:
+            raise app.UsageError(common.to_flags(str(e))) from None
+        specs[task.name] = task
+    return specs
+
+
+def _config(specs: dict[str, tasks.Task]) -> benchmark.BenchmarkConfig:
     """The config from the flags; a bad value is a usage error naming it."""
-    models = _MODELS.value or list(benchmark.MODELS if _MODE.value == "compare" else benchmark.PIPELINE_MODELS)
+    shipped = benchmark.MODELS if _MODE.value == "compare" else benchmark.PIPELINE_MODELS
+    given = [name for name in specs if name not in benchmark.MODELS]
+    models = _MODELS.value or given or list(shipped)
     try:
         config = benchmark.BenchmarkConfig(
-            models=parse_models(models),
+            models=parse_models(models, specs),
             precisions=parse_precisions(_PRECISIONS.value),
             xla=parse_xla(_XLA.value),
             batch_sizes=parse_batch_sizes(_BATCH_SIZES.value),
@@ -201,7 +222,7 @@ def _config() -> benchmark.BenchmarkConfig:
             tf32=_TF32.value,
             isolate=_ISOLATE.value,
         )
-        config.validate()
+        config.validate(specs)
         if _MODE.value == "ceiling":
             kernel_ceiling.sixteen_bit_precisions(config.precisions)
     except ValueError as e:
@@ -219,7 +240,8 @@ def _check_output(flag: str, path: str | None) -> None:
 
 def main(argv):
     common.check_no_arguments(argv)
-    config = _config()
+    specs = _specs()
+    config = _config(specs)
     _check_output("json_out", _JSON_OUT.value)
     _check_output("plot_out", _PLOT_OUT.value)
     if _PLOT_OUT.value is not None:
@@ -237,7 +259,7 @@ def main(argv):
         _MODE.value
     ]
     try:
-        records = measure(config, progress=progress)
+        records = measure(config, specs, progress=progress)
     except data_lib.DatasetNotFoundError as e:
         sys.exit(f"error: {common.to_flags(str(e))}")
     print(reporting.markdown_table(records))

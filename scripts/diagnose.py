@@ -4,6 +4,7 @@
     python3 scripts/diagnose.py --model=gan --generator_widths=63,31,7 --batch_size=4090
     python3 scripts/diagnose.py --model=mobilenet_v2 --precision=mixed_bfloat16 --alpha=0.35
     python3 scripts/diagnose.py --seed_variants
+    python3 scripts/diagnose.py --task=my_tasks:TASK --precision=mixed_float16
 
 Builds the model and trainer exactly as the training scripts do and prints,
 for the first batch of the dataset: the Tensor Core alignment report, the
@@ -28,7 +29,13 @@ from tfmp.run import diagnostics, training
 
 _CONFIGS = {"gan": training.GANConfig, "mobilenet_v2": training.ClassifierConfig}
 _DEFAULTS = training.ImageConfig(precision="mixed_float16", batch_size=256, dataset="digits")
-_MODEL = flags.DEFINE_enum("model", "gan", list(_CONFIGS), "The model to diagnose.")
+_MODEL = flags.DEFINE_enum("model", "gan", list(_CONFIGS), "The shipped model to diagnose.")
+_TASK = flags.DEFINE_string(
+    "task",
+    None,
+    "A model of your own instead of --model: MODULE:NAME (a module on the Python path, or path/to/file.py:NAME) "
+    "of a tfmp.run.tasks.Task; diagnosed on the first batch of its training data.",
+)
 _FLAGS = common.define_training_flags(
     _DEFAULTS,
     exclude=(
@@ -84,8 +91,22 @@ def _seed_variants(precision: str) -> None:
         print()
 
 
+def _task():
+    """The --task, with the flags given (and this command's precision) over its own config."""
+    for holder in (_MODEL, _ALPHA, _GENERATOR_WIDTHS, _SEED_VARIANTS):
+        if holder.present:
+            raise app.UsageError(
+                f"--{holder.name} is for the shipped models, not --task. Received: --task={_TASK.value}"
+            )
+    task = common.load_task(_TASK.value, _FLAGS)
+    return task if _FLAGS["precision"].present else task.replace(precision=_FLAGS["precision"].value)
+
+
 def main(argv):
     common.check_no_arguments(argv)
+    if _TASK.value is not None:
+        common.run(training.diagnose, _task())
+        return
     if _SEED_VARIANTS.value:
         _seed_variants(tfmp.canonical_precision(_FLAGS["precision"].value))
         return

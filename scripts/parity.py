@@ -1,15 +1,18 @@
-r"""Does mixed precision keep float32's accuracy? Paired runs of the classifier over seeds.
+r"""Does mixed precision keep float32's accuracy? Paired runs of a model over seeds.
 
     python3 scripts/parity.py --seeds=0,1,2,3,4 --precisions=float32,mixed_float16,mixed_bfloat16 \
         --json_out=parity.json
+    python3 scripts/parity.py --task=my_tasks:TASK --seeds=0,1,2 --precisions=fp32,fp16
 
 For each seed, every precision trains MobileNetV2 (alpha 0.35 by default) on
 the embedded digits from the same initial weights and on the same batches in
 the same order (checked before training), so the differences between the
 precisions are numerical, not luck. Prints one progress line per run, then a
 markdown table of the per-seed validation accuracies and, per precision, the
-mean paired gap to float32 with its spread. The method is in
-`tfmp/run/parity.py`; the measured figures in docs/NUMERICS.md.
+mean paired gap to float32 with its spread. With --task, a model of your own
+runs instead, one split per seed (its pipeline must be ordered by the seed).
+The method is in `tfmp/run/parity.py`; the measured figures in
+docs/NUMERICS.md.
 """
 
 import functools
@@ -70,6 +73,12 @@ _FP16_SCALES = flags.DEFINE_list(
 _PARENT = flags.DEFINE_string(
     "run_name", "", "Directory of the runs under --logdir (each <precision>_seed<seed>); default: parity_<time>."
 )
+_TASK = flags.DEFINE_string(
+    "task",
+    None,
+    "A model of your own instead of the classifier: MODULE:NAME (a module on the Python path, or "
+    "path/to/file.py:NAME) of a tfmp.run.tasks.Task with validation data.",
+)
 _JSON_OUT = flags.DEFINE_string(
     "json_out", None, "Also write the records to this JSON file (rewritten after every run)."
 )
@@ -104,17 +113,29 @@ def main(argv):
         directory = os.path.dirname(os.path.abspath(_JSON_OUT.value))
         if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
             raise app.UsageError(f"--json_out must be in a writable directory. Received: --json_out={_JSON_OUT.value}")
-    config = parity.ParityConfig(
-        classifier=common.config_from_flags(training.ClassifierConfig, _FLAGS),
-        seeds=_seeds(_SEEDS.value),
-        precisions=tuple(_PRECISIONS.value),
-        folds=_FOLDS.value,
-        lr_warmup_steps=_LR_WARMUP.value,
-        average_last=_AVERAGE_LAST.value,
-        control=_CONTROL.value,
-        fp16_initial_scales=_scales(_FP16_SCALES.value),
-        run_name=_PARENT.value,
-    )
+    common_settings = {
+        "seeds": _seeds(_SEEDS.value),
+        "precisions": tuple(_PRECISIONS.value),
+        "average_last": _AVERAGE_LAST.value,
+        "run_name": _PARENT.value,
+    }
+    levers = {
+        "folds": (_FOLDS, _FOLDS.value),
+        "lr_warmup_steps": (_LR_WARMUP, _LR_WARMUP.value),
+        "control": (_CONTROL, _CONTROL.value),
+        "fp16_initial_scales": (_FP16_SCALES, _scales(_FP16_SCALES.value)),
+    }
+    if _TASK.value is not None:
+        # The classifier's levers only when given: the config then names them as not for a task.
+        given = {name: value for name, (holder, value) in levers.items() if holder.present}
+        task = common.load_task(_TASK.value, _FLAGS)
+        config = parity.ParityConfig.for_task(task, **common_settings, **given)
+    else:
+        config = parity.ParityConfig(
+            classifier=common.config_from_flags(training.ClassifierConfig, _FLAGS),
+            **common_settings,
+            **{name: value for name, (_, value) in levers.items()},
+        )
     save = None
     if _JSON_OUT.value:
 

@@ -82,6 +82,14 @@ def supervised(
     variables = network.trainable_variables
     optimizer = _optimizer(optimizer, precision, variables)
     loss_fn = keras.losses.get(loss)
+    if not isinstance(loss_fn, keras.losses.Loss):  # a loss function, by name: the batch's mean, as Keras's Loss
+        per_example = loss_fn
+
+        def loss_fn(y, y_pred, sample_weight=None):
+            values = per_example(y, y_pred)
+            if sample_weight is not None:
+                values = values * tf.cast(sample_weight, values.dtype)
+            return tf.reduce_mean(values)
 
     @tf.function(jit_compile=jit_compile)
     def step(batch):
