@@ -1,5 +1,6 @@
 """Tests for tfmp/trainers/: the loss-scaled step inside fit()."""
 
+import families
 import keras
 import numpy as np
 import pytest
@@ -517,3 +518,141 @@ def test_under_a_strategy_every_fit_reads_the_pipeline_as_one_fit_does():
     distributed = trainer()
     distributed.fit(strategy.experimental_distribute_dataset(stream(0)), epochs=1, steps_per_epoch=2, verbose=0)
     assert distributed.optimizer.iterations.numpy() == 2
+
+
+# --- a skipped step's loss stays out of the epoch's means --------------------------------
+
+
+def test_a_skipped_steps_loss_and_metrics_stay_out_of_the_epoch_means_exactly():
+    """float32, skip only: the NaN batch is skipped, so every other step runs as on the data without it.
+
+    The epoch's loss and accuracy are then the means over the other batches, bit for bit.
+    """
+    x, y = _data(32)
+    poisoned = x.copy()
+    poisoned[9] = np.nan  # batch 2 of 4
+
+    def history(x, y):
+        trainer = trainers.Trainer(_linear_classifier())
+        trainer.compile(
+            keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy", metrics=["accuracy"], skip_nonfinite=True
+        )
+        return trainer.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+
+    with_nan = history(poisoned, y)
+    clean = history(np.concatenate([x[:8], x[16:]]), np.concatenate([y[:8], y[16:]]))
+    assert with_nan["skipped_steps"] == [1, 2]
+    assert with_nan["loss"] == clean["loss"] and with_nan["accuracy"] == clean["accuracy"]
+    assert all(np.isfinite(with_nan["loss"]))
+
+
+def test_an_epoch_whose_steps_were_all_skipped_has_undefined_means_not_zero():
+    x, y = _data(8)
+    x[0] = np.nan
+    with tfmp.precision_scope("mixed_float16"):
+        trainer = trainers.Trainer(_linear_classifier())
+        trainer.compile(keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = trainer.fit(x, y, batch_size=8, epochs=1, verbose=0).history
+    assert history["skipped_steps"] == [1]
+    assert np.isnan(history["loss"][0]) and np.isnan(history["accuracy"][0])
+
+
+def test_a_skipped_gan_update_leaves_its_loss_out_and_the_other_in():
+    gan = _tiny_gan()
+    gan.compile(keras.optimizers.Adam(1e-3), keras.optimizers.RMSprop(1e-4), loss_scale="none", skip_nonfinite=True)
+    real = np.random.default_rng(0).uniform(size=(16, 28, 28, 1)).astype(np.float32)
+    real[12] = np.nan  # the second batch: the discriminator's update is skipped, the generator's is not
+    history = gan.fit(real, batch_size=8, epochs=1, shuffle=False, verbose=0).history
+    assert history["d_skipped_steps"] == [1] and history["g_skipped_steps"] == [0]
+    assert np.isfinite(history["d_loss"][0]) and np.isfinite(history["g_loss"][0])
+
+
+# --- trainers are Keras models: config, .keras files, Keras's checkpoint callbacks -------------
+
+
+def _bn_trainer_after_a_skip(precision="mixed_float16"):
+    with tfmp.precision_scope(precision):
+        trainer = trainers.Trainer(_bn_classifier())
+        trainer.compile(keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    x, y = _images(16, 8)
+    x[12] = np.nan
+    trainer.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    return trainer, x, y
+
+
+def _assert_same_state(a, b):
+    """Every variable but the seed generators' states (Dropout, noise), which Keras does not save in .keras files."""
+    assert type(a) is type(b)
+    for v, w in zip(a.variables, b.variables):
+        if SEED_STATE not in v.path:
+            np.testing.assert_array_equal(v.numpy(), w.numpy(), err_msg=v.path)
+    for (name, opt), other in zip(a.optimizers.items(), b.optimizers.values()):
+        assert len(opt.variables) == len(other.variables), name
+        for v, w in zip(opt.variables, other.variables):
+            np.testing.assert_array_equal(v.numpy(), w.numpy(), err_msg=f"{name}: {v.path}")
+
+
+def test_a_trainer_saved_as_a_keras_file_loads_with_its_loss_scale_state(tmp_path):
+    trainer, x, y = _bn_trainer_after_a_skip()
+    assert int(trainer.optimizer.skipped_steps) == 1 and float(trainer.optimizer.loss_scale) == 2.0**14
+    trainer.save(tmp_path / "t.keras")
+    loaded = keras.saving.load_model(tmp_path / "t.keras")
+    _assert_same_state(trainer, loaded)
+    assert isinstance(loaded.optimizer, tfmp.LossScaleOptimizer)
+    assert float(loaded.optimizer.loss_scale) == 2.0**14 and int(loaded.optimizer.skipped_steps) == 1
+    assert loaded.network.layers[-1].dtype_policy.name == "float32"
+    assert trainers.Trainer.from_config(trainer.get_config()).network.count_params() == trainer.network.count_params()
+
+
+def test_a_gan_trainer_round_trips_through_a_keras_file(tmp_path):
+    gan = _tiny_gan(seed=3)
+    with tfmp.precision_scope("float32"):
+        gan.compile(skip_nonfinite=True)
+    real = np.random.default_rng(0).uniform(size=(8, 28, 28, 1)).astype(np.float32)
+    gan.fit(real, batch_size=8, epochs=1, verbose=0)
+    gan.save(tmp_path / "gan.keras")
+    loaded = keras.saving.load_model(tmp_path / "gan.keras")
+    _assert_same_state(gan, loaded)
+    assert (loaded.label_softening, loaded.label_swap_fraction, loaded.seed) == (0.01, 0.1, 3)
+    assert isinstance(loaded.discriminator_optimizer, tfmp.LossScaleOptimizer)  # skip-only, scale 1
+
+
+def test_model_checkpoint_saves_whole_trainers_each_epoch(tmp_path):
+    trainer, x, y = _bn_trainer_after_a_skip()
+    path = str(tmp_path / "epoch{epoch}.keras")
+    trainer.fit(
+        x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[keras.callbacks.ModelCheckpoint(path)]
+    )
+    loaded = keras.saving.load_model(tmp_path / "epoch2.keras")
+    _assert_same_state(trainer, loaded)
+    assert int(loaded.optimizer.skipped_steps) == int(trainer.optimizer.skipped_steps) == 3
+
+
+def test_backup_and_restore_resumes_a_trainer_with_its_loss_scale(tmp_path):
+    class StopAfterEpoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 0:
+                raise RuntimeError("interrupted")
+
+    x, y, _, _ = families.digits(n_train=16)
+    x = x.copy()
+    x[12] = np.nan
+
+    def trainer():
+        keras.utils.set_random_seed(0)
+        with tfmp.precision_scope("mixed_float16"):
+            t = trainers.Trainer(families.bn_cnn())  # no Dropout: the resumed run can equal the whole one
+            t.compile(keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+        return t
+
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    interrupted = trainer()
+    with pytest.raises(RuntimeError, match="interrupted"):
+        interrupted.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[backup, StopAfterEpoch()])
+    resumed = trainer()
+    resumed.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[backup])
+    whole = trainer()
+    whole.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    assert float(resumed.optimizer.loss_scale) == float(whole.optimizer.loss_scale) == 2.0**13
+    assert int(resumed.optimizer.skipped_steps) == 2
+    _assert_same_state(whole, resumed)

@@ -719,3 +719,33 @@ def test_each_replicas_own_batch_norm_statistics_survive_a_checkpoint(tmp_path):
         f"note: {saved} was written with 2 per-replica copies of state each replica keeps (BatchNorm "
         "statistics); this run has 0, so every replica resumes from the first replica's copy."
     ]
+
+
+@pytest.mark.parametrize(
+    "family, precision",
+    [
+        ("bn_cnn", "mixed_float16"),
+        pytest.param("transformer", "mixed_bfloat16", marks=pytest.mark.slow),
+        pytest.param("gru", "mixed_float16", marks=pytest.mark.slow),
+    ],
+)
+def test_a_model_of_your_own_stops_and_resumes_bit_for_bit(family, precision, tmp_path):
+    """A task tfmp does not ship (tests/families.py), stopped by SIGTERM inside its first epoch and resumed."""
+    import families
+
+    task = families.TASKS[family].replace(precision=precision, logdir=str(tmp_path), deterministic=True)
+    full = training.train(task.replace(run_name="full"), print_fn=lambda line: None)
+    cut = task.replace(run_name="cut")
+    with pytest.raises(preemption.Preempted) as stopped:
+        training.train(cut, print_fn=_stop_at("(0, 1)", []))
+    assert stopped.value.step == 2
+    lines = []
+    resumed = training.train(cut.replace(resume=True), print_fn=lines.append)
+    assert f"resumed from {stopped.value.checkpoint} at step 2" in lines
+    steps = task.config.steps_per_epoch * task.config.epochs
+    final_full = _checkpoint_tensors(os.path.join(str(tmp_path), "full", "checkpoints", f"ckpt-{steps}"))
+    final_cut = _checkpoint_tensors(os.path.join(str(tmp_path), "cut", "checkpoints", f"ckpt-{steps}"))
+    assert final_full.keys() == final_cut.keys() and any("moving_mean" in k for k in final_full) == (family == "bn_cnn")
+    for key in final_full:
+        np.testing.assert_array_equal(final_full[key], final_cut[key], err_msg=key)
+    assert resumed.logs["val_loss"] == full.logs["val_loss"] and resumed.steps == steps - 2

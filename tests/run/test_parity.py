@@ -284,3 +284,30 @@ def test_mixed_precision_keeps_float32_accuracy_in_paired_runs(tmp_path):
         assert gap.accuracy.mean >= -bound, (
             f"{arm}: mean paired gap {gap.accuracy.mean:+.2f} points < -{bound:.2f}\n{table}"
         )
+
+
+def test_a_task_of_your_own_is_compared_pairwise_over_its_seeds(tmp_path):
+    import families
+
+    task = families.CNN_TASK.replace(logdir=str(tmp_path), epochs=1)
+    config = parity.ParityConfig.for_task(task, seeds=(0,), precisions=("float32", "bf16"), run_name="own")
+    lines = []
+    records = parity.run_parity(config, print_fn=lines.append)
+    assert [r.arm for r in records] == ["float32", "mixed_bfloat16"]
+    assert lines[0].startswith("seed 0: every arm starts from the same weights and batch order")
+    assert all(r.val_accuracy is not None and math.isfinite(r.val_loss) for r in records)
+    gap = parity.paired_gaps(records)["mixed_bfloat16"]
+    assert gap.accuracy.differences == (100.0 * (records[1].val_accuracy - records[0].val_accuracy),)
+    assert sorted(os.listdir(tmp_path / "own")) == ["float32_seed0", "mixed_bfloat16_seed0"]
+
+
+@pytest.mark.parametrize(
+    "lever, value",
+    [("folds", 5), ("lr_warmup_steps", 45), ("control", True), ("fp16_initial_scales", (256,))],
+)
+def test_the_classifiers_design_levers_are_refused_for_a_task_naming_them(lever, value):
+    import families
+
+    config = parity.ParityConfig.for_task(families.GRU_TASK, **{lever: value})
+    with pytest.raises(training.ConfigError, match=f"{lever} belongs to the MobileNetV2 classifier's design"):
+        config.validate()

@@ -124,3 +124,137 @@ def test_task_for_names_a_config_it_has_no_model_for():
     assert isinstance(tasks.task_for(TINY_CLASSIFIER), tasks.ClassifierTask)
     with pytest.raises(config_lib.ConfigError, match="Received: TrainConfig"):
         tasks.task_for(config_lib.TrainConfig())
+
+
+# --- a model of your own -----------------------------------------------------------------
+
+
+def _dense_model(inputs=4, outputs=3, activation="softmax"):
+    def build():
+        x = keras.Input((inputs,), name="features")
+        y = keras.layers.Dense(outputs, kernel_initializer=keras.initializers.GlorotUniform(0))(x)
+        return keras.Model(x, keras.layers.Activation(activation, dtype="float32")(y))
+
+    return build
+
+
+def _arrays(n=20, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)
+
+
+def test_a_supervised_task_takes_arrays_a_dataset_of_examples_or_a_batches_function():
+    import tensorflow as tf
+
+    x, y = _arrays()
+    small = config_lib.TrainConfig(batch_size=8, seed=5)
+
+    def batches(batch_size, seed):
+        return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(20, seed=seed).batch(batch_size)
+
+    forms = {"arrays": (x, y), "examples": tf.data.Dataset.from_tensor_slices((x, y)), "function": batches}
+    for form, data in forms.items():
+        task = tasks.SupervisedTask(_dense_model(), data, loss="sparse_categorical_crossentropy", config=small)
+        assert task.steps_per_epoch(None) == 3, form  # 20 examples in batches of 8
+        first = [b[1].numpy().tolist() for b in task.train_data(None)]
+        again = [b[1].numpy().tolist() for b in task.train_data(None)]
+        assert first == again and sorted(sum(first, [])) == sorted(y.tolist()), form  # one epoch, seeded order
+        other_seed = [b[1].numpy().tolist() for b in task.replace(seed=6).train_data(None)]
+        assert other_seed != first, form
+        stream = [b[1].numpy().tolist() for b in task.stream(None).take(4)]
+        assert stream[:3] == first and stream[3] != first[0], form  # the next epoch is reshuffled
+    assert task.replace(steps_per_epoch=2).steps_per_epoch(None) == 2
+
+
+def test_a_supervised_task_builds_dict_inputs_and_regression_targets():
+    rng = np.random.default_rng(0)
+    features = {"a": rng.normal(size=(12, 2)).astype(np.float32), "b": rng.normal(size=(12, 3)).astype(np.float32)}
+    targets = rng.normal(size=(12, 1)).astype(np.float32)
+
+    def model():
+        a, b = keras.Input((2,), name="a"), keras.Input((3,), name="b")
+        joined = keras.layers.Concatenate()([a, b])
+        return keras.Model({"a": a, "b": b}, keras.layers.Dense(1, dtype="float32")(joined))
+
+    task = tasks.SupervisedTask(
+        model,
+        (features, targets),
+        loss="mse",
+        optimizer=keras.optimizers.SGD(0.01),
+        config=config_lib.TrainConfig(batch_size=4),
+    )
+    with tfmp.precision_scope("mixed_bfloat16"):
+        built = task.build("mixed_bfloat16", "none", False, task.steps_per_epoch(None))
+    history = built.trainer.fit(task.train_data(None), epochs=2, verbose=0).history
+    assert len(history["loss"]) == 2 and np.isfinite(history["loss"]).all()
+    assert set(task.probe(None)[0]) == {"a", "b"}
+    # Each build gets a fresh optimizer: the task's is copied from its config, never shared.
+    with tfmp.precision_scope("float32"):
+        again = task.build("float32", "none", False)
+    assert again.trainer.optimizer.inner_optimizer is not built.trainer.optimizer.inner_optimizer
+
+
+def test_a_supervised_task_refuses_a_model_instead_of_a_function_and_an_unknown_length():
+    import tensorflow as tf
+
+    with pytest.raises(TypeError, match="function that builds the model"):
+        tasks.SupervisedTask(_dense_model()(), _arrays(), loss="mse")
+    endless = tasks.SupervisedTask(_dense_model(), tf.data.Dataset.from_tensor_slices(_arrays()).repeat(), loss="mse")
+    with pytest.raises(config_lib.ConfigError, match="steps_per_epoch=None"):
+        endless.steps_per_epoch(None)
+    assert endless.replace(steps_per_epoch=4).steps_per_epoch(None) == 4
+    with pytest.raises(TypeError, match="Received: 'not data'"):
+        tasks.SupervisedTask(_dense_model(), "not data", loss="mse").train_data(None)
+
+
+MODULE = """
+import keras
+from tfmp.run import tasks
+
+def build():
+    x = keras.Input((4,))
+    return keras.Model(x, keras.layers.Dense(3, activation="softmax", dtype="float32")(x))
+
+TASK = tasks.SupervisedTask(build, (None, None), loss="mse", name="listed")
+NOT_A_TASK = 42
+
+def make_task():
+    return TASK
+
+def needs_an_argument(config):
+    return TASK
+
+class MyTask(tasks.SupervisedTask):
+    def __init__(self):
+        super().__init__(build, (None, None), loss="mse", name="subclassed")
+"""
+
+
+@pytest.mark.parametrize(
+    "name, error",
+    [
+        ("no_colon", "task must be MODULE:NAME"),
+        ("no_such_module_xyz:TASK", "no module 'no_such_module_xyz' on the Python path"),
+        ("{file}:MISSING", "has no attribute 'MISSING'. It defines these tasks: TASK"),
+        ("{file}:NOT_A_TASK", "is a int; NAME must be a tfmp.run.tasks.Task"),
+        ("{file}:needs_an_argument", "is a function that takes arguments"),
+        ("/no/such/file.py:TASK", "no such file '/no/such/file.py'"),
+    ],
+)
+def test_load_names_the_value_and_what_name_must_be(name, error, tmp_path):
+    path = tmp_path / "user_tasks_errors.py"
+    path.write_text(MODULE)
+    spec = name.format(file=path)
+    with pytest.raises(config_lib.ConfigError, match=error) as raised:
+        tasks.load(spec)
+    assert f"Received: task={spec!r}" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_load_takes_a_task_a_subclass_or_a_function_from_a_module_or_a_file(tmp_path, monkeypatch):
+    path = tmp_path / "user_tasks_ok.py"
+    path.write_text(MODULE)
+    assert tasks.load(f"{path}:TASK").name == "listed"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert tasks.load("user_tasks_ok:make_task").name == "listed"
+    assert tasks.load("user_tasks_ok:MyTask").name == "subclassed"
+    assert isinstance(tasks.load("tfmp.run.tasks:GANTask"), tasks.GANTask)

@@ -307,3 +307,16 @@ def test_bfloat16_on_cpu_keeps_the_depthwise_convolutions_in_float32_by_default(
     }
     assert result.trainer.network.get_layer("logits").compute_dtype == "bfloat16"
     # float32_layers="none" or a regex of the user's wins: tests/test_precision.py, tests/test_scripts.py.
+
+
+@pytest.mark.parametrize("family", ["bn_cnn", "transformer", "gru"])
+def test_a_model_of_your_own_is_diagnosed_on_its_first_batch(family, tmp_path):
+    import families
+
+    lines = []
+    task = families.TASKS[family].replace(precision="mixed_float16", logdir=str(tmp_path), run_name="diagnosis")
+    diagnosis = training.diagnose(task, print_fn=lines.append)
+    text = "\n".join(lines)
+    assert f"diagnosing {family}_trainer: precision=mixed_float16 loss_scale=dynamic batch_size=32" in text
+    assert diagnosis.gradients is not None and "suggested static loss scale" in text
+    assert os.listdir(tmp_path / "diagnosis")  # the log2|g| histograms

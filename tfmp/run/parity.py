@@ -180,7 +180,7 @@ class ParityConfig:
     @classmethod
     def for_task(cls, task: tasks.Task, **changes: Any) -> ParityConfig:
         """Paired runs of `task` over `seeds` and `precisions`, one split per seed (no folds, warm-up or control)."""
-        return cls(task=task, folds=1, lr_warmup_steps=0, **changes)
+        return cls(task=task, **{"folds": 1, "lr_warmup_steps": 0, **changes})
 
     @property
     def run(self) -> training.TrainConfig:

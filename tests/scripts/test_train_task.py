@@ -1,0 +1,135 @@
+"""`--task=MODULE:NAME` through the scripts, as a user with a model of their own runs them."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FAMILIES = os.path.join(ROOT, "tests", "families.py")
+CNN = f"--task={FAMILIES}:CNN_TASK"
+STEP_LINE = re.compile(r"^\((\d+), (\d+)\), Loss: (\S+), Accuracy: (\S+), loss_scale: ")
+
+
+def _command(script, *flags):
+    return [sys.executable, os.path.join(ROOT, "scripts", script), *flags]
+
+
+def _env():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the scripts' own quiet start-up, as a user gets it
+    return env
+
+
+def _run(script, *flags, timeout=600):
+    return subprocess.run(
+        _command(script, *flags), capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT
+    )
+
+
+def _final(run_dir, step):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(os.path.join(run_dir, "checkpoints", f"ckpt-{step}"))
+    names = reader.get_variable_to_shape_map()
+    return {k: reader.get_tensor(k) for k in names if k != "_CHECKPOINTABLE_OBJECT_GRAPH" and "save_counter" not in k}
+
+
+@pytest.mark.parametrize(
+    "task, expected",
+    [
+        ("families", "task must be MODULE:NAME"),
+        ("no_such_module_xyz:TASK", "no module 'no_such_module_xyz' on the Python path"),
+        (f"{FAMILIES}:NO_SUCH_TASK", "has no attribute 'NO_SUCH_TASK'. It defines these tasks: CNN_TASK, GRU_TASK"),
+        (f"{FAMILIES}:NUM_CLASSES", "is a int; NAME must be a tfmp.run.tasks.Task"),
+    ],
+)
+def test_a_bad_task_is_a_one_line_usage_error_naming_it(task, expected):
+    proc = _run("train.py", f"--task={task}")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (first,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert expected in first and f"task={task!r}" in first, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_flag_the_tasks_config_does_not_have_is_refused():
+    proc = _run("diagnose.py", CNN, "--dataset=mnist")
+    assert proc.returncode == 1 and "--dataset is not a setting of the task's config (TrainConfig)" in proc.stderr
+
+
+def test_train_runs_a_task_of_your_own_and_resume_continues_it(tmp_path):
+    """The fast twin of the SIGTERM test below: one epoch, then --resume with --epochs=2."""
+    flags = [CNN, "--precision=mixed_float16", f"--logdir={tmp_path}", "--run_name=run", "--console=lines"]
+    first = _run("train.py", *flags, "--epochs=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "training bn_cnn_trainer: precision=mixed_float16 loss_scale=dynamic" in first.stdout
+    assert [STEP_LINE.match(line).groups()[:2] for line in first.stdout.splitlines() if STEP_LINE.match(line)] == [
+        ("0", "0"),
+        ("0", "1"),
+        ("0", "2"),
+    ]
+    resumed = _run("train.py", *flags, "--epochs=2", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "at step 3" in resumed.stdout and "(1, 2)" in resumed.stdout
+    assert os.path.exists(tmp_path / "run" / "checkpoints" / "ckpt-6.index")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_task_of_your_own_and_resume_is_bit_exact(tmp_path):
+    flags = [CNN, "--precision=mixed_float16", f"--logdir={tmp_path}", "--console=lines", "--deterministic"]
+    flags += ["--epochs=4", "--checkpoint_every=1"]
+    reference = _run("train.py", *flags, "--run_name=ref")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    proc = subprocess.Popen(
+        _command("train.py", *flags, "--run_name=cut"), env=_env(), cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    seen = 0
+    for line in proc.stdout:
+        seen += STEP_LINE.match(line) is not None
+        if seen == 4:
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    stopped = int(re.search(r"after step (\d+)", err).group(1))
+    assert 4 <= stopped < 12 and "--resume" in err
+    resumed = _run("train.py", *flags, "--run_name=cut", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at step {stopped}" in resumed.stdout
+    ours, theirs = _final(str(tmp_path / "cut"), 12), _final(str(tmp_path / "ref"), 12)
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
+def test_diagnose_takes_the_task(tmp_path):
+    proc = _run("diagnose.py", f"--task={FAMILIES}:TRANSFORMER_TASK", "--batch_size=16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "diagnosing transformer_trainer: precision=mixed_float16" in proc.stdout
+    assert "suggested static loss scale" in proc.stdout
+    refused = _run("diagnose.py", f"--task={FAMILIES}:GRU_TASK", "--model=gan")
+    assert refused.returncode == 1 and "--model is for the shipped models, not --task" in refused.stderr
+
+
+@pytest.mark.slow
+def test_benchmark_and_parity_take_the_task(tmp_path):
+    bench = _run(
+        "benchmark.py", f"--task={FAMILIES}:GRU_TASK", "--precisions=fp32,bf16", "--xla=false", "--batch_sizes=16",
+        "--warmup_steps=1", "--steps=2", "--repeats=2",
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    rows = [line for line in bench.stdout.splitlines() if line.startswith("| gru |")]
+    assert [row.split(" | ")[1] for row in rows] == ["float32", "mixed_bfloat16"]
+    parity = _run(
+        "parity.py", CNN, "--seeds=0", "--precisions=fp32,bf16", f"--logdir={tmp_path}", "--average_last=1",
+    )  # fmt: skip
+    assert parity.returncode == 0, parity.stderr[-3000:]
+    assert "every arm starts from the same weights and batch order" in parity.stdout
+    assert "| mixed_bfloat16 | 1 |" in parity.stdout
+    folds = _run("parity.py", CNN, "--folds=3")
+    assert folds.returncode == 1 and "folds belongs to the MobileNetV2 classifier's design" in folds.stderr
