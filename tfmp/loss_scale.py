@@ -104,23 +104,6 @@ def all_finite(grads: Iterable[Any]) -> tf.Tensor:
     return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
 
 
-def restore_if(condition: tf.Tensor, variables: Sequence[keras.Variable], values: Sequence[tf.Tensor]) -> None:
-    """Assigns `values` back to `variables` when `condition` (a bool scalar tensor).
-
-    `values` are reads taken before the step's writes (TensorFlow's
-    copy-on-write keeps their contents). In a replica context each replica
-    puts back its own copy of a variable with Keras's default aggregation
-    (`"none"`, as BatchNorm's statistics have).
-    """
-
-    def restore() -> tf.Tensor:
-        for variable, value in zip(variables, values):
-            variable.assign(value)
-        return tf.constant(True)
-
-    tf.cond(condition, restore, lambda: tf.constant(False))
-
-
 def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], keep: Sequence[bool] = ()) -> list[Any]:
     """Applies `fn` to each gradient's values.
 

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from tfmp import loss_scale as loss_scale_lib
 
-__all__ = ["all_layers", "is_guarded", "state_variables", "undo_if_skipped"]
+__all__ = ["all_layers", "is_guarded", "restore_if", "state_variables", "undo_if_skipped"]
 
 
 def all_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
@@ -65,6 +65,23 @@ def state_variables(models: keras.layers.Layer | Sequence[keras.layers.Layer]) -
                 seen.add(id(weight))
                 state.append(weight)
     return state
+
+
+def restore_if(condition: tf.Tensor, variables: Sequence[keras.Variable], values: Sequence[tf.Tensor]) -> None:
+    """Assigns `values` back to `variables` when `condition` (a bool scalar tensor).
+
+    `values` are reads taken before the step's writes (TensorFlow's
+    copy-on-write keeps their contents). In a replica context each replica
+    puts back its own copy of a variable with Keras's default aggregation
+    (`"none"`, as BatchNorm's statistics have).
+    """
+
+    def restore() -> tf.Tensor:
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        return tf.constant(True)
+
+    tf.cond(condition, restore, lambda: tf.constant(False))
 
 
 def is_guarded(optimizer: keras.optimizers.Optimizer) -> bool:
@@ -115,4 +132,4 @@ def undo_if_skipped(
     snapshot = [tf.identity(variable) for variable in state]
     yield
     if state:
-        loss_scale_lib.restore_if(optimizer.last_step_skipped, state, snapshot)
+        restore_if(optimizer.last_step_skipped, state, snapshot)
