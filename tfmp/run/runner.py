@@ -359,6 +359,7 @@ class Runner:
                 # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
                 progress=callbacks_lib.console_mode(config.console, sys.stdout if print_fn is print else None)
                 == "progress",
+                unit=task.example_unit,
             )
             # At the global step, so that a resumed run continues its per-step curves.
             summaries = callbacks_lib.Summaries(

@@ -117,10 +117,13 @@ class Task(abc.ABC):
     Attributes:
         name: The model's name (run descriptions, benchmark rows, messages).
         console_fields: `(label, log key)` pairs of each console line.
+        example_unit: What the console's throughput counts: `"ex"`
+            (examples per second), `"img"` for an image model.
     """
 
     name: str = "task"
     console_fields: tuple[tuple[str, str], ...] = (("Loss", "loss"),)
+    example_unit: str = "ex"
 
     def __init__(self, config: TrainConfig | None = None, name: str | None = None):
         self.config = TrainConfig() if config is None else config
@@ -458,6 +461,7 @@ class ImageTask(Task):
 
     config: ImageConfig
     drop_remainder: bool = False
+    example_unit = "img"
 
     @property
     def image_shape(self) -> tuple[int, int, int]:

@@ -59,6 +59,8 @@ class ConsoleLogger(keras.callbacks.Callback):
         logdir: Where the run's logs are, for the summary.
         print_fn: Where lines go.
         progress: Show a progress bar rather than the step lines.
+        unit: What the throughput counts, per second: `"img"` (images), or
+            `"ex"` (examples) for a model that does not take images.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         logdir: str | None = None,
         print_fn: Callable[[str], None] = print,
         progress: bool = False,
+        unit: str = "img",
     ):
         super().__init__()
         if log_every < 1:
@@ -81,6 +84,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         self.logdir = logdir
         self.print_fn = print_fn
         self.progress = bool(progress)
+        self.unit = f"{unit}/s"
         self.final_logs: dict[str, Any] = {}
         self._epoch = 0
         self._steps_in_epoch: int | None = None
@@ -114,7 +118,7 @@ class ConsoleLogger(keras.callbacks.Callback):
             for p in self.loss_scale_prefixes
             if p + "loss_scale" in logs
         ]
-        return values + [("img/s", self.timer.images_per_step / self.timer.last_step_time)]
+        return values + [(self.unit, self.timer.images_per_step / self.timer.last_step_time)]
 
     def on_train_batch_end(self, batch, logs=None):
         if self._bar is not None:
@@ -134,7 +138,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         )
         self.print_fn(
             f"({self._epoch}, {batch}), {values}, loss_scale: {self._loss_scale(logs)}, "
-            f"step_time: {step_time:.3f}, throughput: {self.timer.images_per_step / step_time:.3f} img/s"
+            f"step_time: {step_time:.3f}, throughput: {self.timer.images_per_step / step_time:.3f} {self.unit}"
         )
 
     def on_epoch_end(self, epoch, logs=None):
@@ -155,7 +159,7 @@ class ConsoleLogger(keras.callbacks.Callback):
             throughput = f"n/a (all {len(timer.step_times)} steps were warm-up)"
         else:
             throughput = (
-                f"{mean:.1f} img/s over {timer.measured_steps} steps "
+                f"{mean:.1f} {self.unit} over {timer.measured_steps} steps "
                 f"(first {timer.warmup_steps} steps excluded as warm-up)"
             )
         skipped = self._skipped(self.final_logs)
