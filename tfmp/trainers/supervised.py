@@ -74,7 +74,7 @@ class Trainer(MixedPrecisionTrainer):
         loss: Any = None,
         metrics: Any = None,
         loss_scale: str | float | None = "dynamic",
-        skip_nonfinite: bool = False,
+        skip_nonfinite: bool = True,
         **kwargs: Any,
     ) -> None:
         """Configures training; see `keras.Model.compile`.
@@ -86,7 +86,10 @@ class Trainer(MixedPrecisionTrainer):
             metrics: The metrics, as for `keras.Model.compile`.
             loss_scale: `"dynamic"`, `"none"` or a fixed scale (float16 only).
             skip_nonfinite: Skip (and count) steps with a non-finite gradient
-                even without loss scaling; see `prepare_optimizer`.
+                under every precision, not only where loss scaling does
+                (see `prepare_optimizer`). On by default; False gives float32
+                and bfloat16 the bare optimizer, a little faster, which
+                writes a NaN batch into the weights.
             **kwargs: Other `keras.Model.compile` arguments, e.g. `jit_compile`.
         """
         kwargs["auto_scale_loss"] = False  # prepare_optimizer decided already
