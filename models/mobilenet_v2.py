@@ -55,11 +55,11 @@ def cpu_bfloat16_float32_layers(input_shape: tuple[int, int, int] = (32, 32, 3))
     The depthwise convolutions whose bfloat16 backward pass misses oneDNN:
     those with stride 2 (backward-input) and those whose input is smaller
     than 4x4 (backward-filter, in either dtype). TensorFlow then runs its
-    fallback kernels, 5-10x slower in bfloat16 than in float32, which made
-    MobileNetV2 train at 0.55x of float32 under bfloat16. With these layers in
-    float32 (and fused BatchNorm) bfloat16 beats float32; keeping all 17
-    depthwise convolutions in float32 measured about 4% slower than keeping
-    these (docs/PERFORMANCE.md, docs/investigations/mbv2_bf16/FINDINGS.md).
+    fallback kernels, much slower in bfloat16 than in float32, and bfloat16
+    trains MobileNetV2 slower than float32. With these layers in float32 (and
+    fused BatchNorm) bfloat16 beats float32, and by more than with all 17
+    depthwise convolutions in float32. The figures:
+    [Performance](../PERFORMANCE.md).
 
     Args:
         input_shape: The classifier's `(height, width, channels)`.

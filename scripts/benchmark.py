@@ -6,6 +6,7 @@ r"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written
     python3 scripts/benchmark.py --task=my_tasks:TASK --precisions=fp32,bf16 --xla=false
     python3 scripts/benchmark.py --mode=input_pipeline --precisions=bf16 --xla=false
     python3 scripts/benchmark.py --mode=ceiling --models=gan --precisions=fp32,bf16
+    python3 scripts/benchmark.py --mode=resident --models=mobilenet_v2 --precisions=fp32,bf16 --xla=false --runs=2
 
 Prints a markdown table (one row per model, precision, XLA setting and batch
 size) to stdout and one progress line per row to stderr. The method is in
@@ -41,13 +42,15 @@ _MODE = flags.DEFINE_enum(
     "compare: the trainer per precision, against float32 and a hand-written step; "
     "input_pipeline: the trainer fed by the real tf.data pipeline against in-memory tensors; "
     "ceiling: each model's step profiled in float32 and 16 bits, the speed-up its kernels allow against the "
-    "measured one, and the ops that do not speed up.",
+    "measured one, and the ops that do not speed up; "
+    "resident: the compare rows one after another in this process, each row's peak RSS and the memory it "
+    "leaves behind (what TensorFlow keeps of every model a process trains, the reason for --isolate).",
 )
 _MODELS = flags.DEFINE_list(
     "models",
     [],
     f"Models, from {', '.join(benchmark.MODELS)} and the --task names. Empty: the --task models if any, else "
-    f"all three for compare and {', '.join(benchmark.PIPELINE_MODELS)} for input_pipeline and ceiling.",
+    f"all three for compare and {', '.join(benchmark.PIPELINE_MODELS)} for the other modes.",
 )
 _TASKS = flags.DEFINE_multi_string(
     "task",
@@ -78,7 +81,7 @@ _RUNS = flags.DEFINE_integer(
     "runs",
     _DEFAULTS.runs,
     "Measure the whole comparison this many times, run after run; ratios are the median over the runs with "
-    "their min and max (use >= 3 for a figure you quote).",
+    "their min and max (use >= 3 for a figure you quote). --mode=resident: every row once per run, in one process.",
 )
 _SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of weights, synthetic data and noise.")
 _DATASET = flags.DEFINE_string(
@@ -255,9 +258,12 @@ def main(argv):
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    measure = {"compare": benchmark.compare, "input_pipeline": benchmark.input_pipeline, "ceiling": benchmark.ceiling}[
-        _MODE.value
-    ]
+    measure = {
+        "compare": benchmark.compare,
+        "input_pipeline": benchmark.input_pipeline,
+        "ceiling": benchmark.ceiling,
+        "resident": benchmark.resident,
+    }[_MODE.value]
     try:
         records = measure(config, specs, progress=progress)
     except data_lib.DatasetNotFoundError as e:

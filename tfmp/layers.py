@@ -2,9 +2,9 @@
 
 Keras 3's `keras.layers.BatchNormalization` is unfused: it casts its input to
 float32 and builds the normalisation from `mean`, `squared_difference`, `mul`
-and `add` ops, and autodiff differentiates that whole graph. On a CPU this
-costs about a third of a MobileNetV2 step in float32 and more in bfloat16
-(docs/investigations/mbv2_bf16/FINDINGS.md). tf.keras 2 ran the same layer
+and `add` ops, and autodiff differentiates that whole graph, many small ops
+each way where one would do (what that costs a step:
+[Performance](../PERFORMANCE.md)). tf.keras 2 ran the same layer
 through `FusedBatchNormV3`, one op forward and one backward, with oneDNN
 (CPU) and cuDNN (GPU) kernels that take float16/bfloat16 inputs with float32
 scale, offset and statistics. `FusedBatchNormalization` brings that back
@@ -59,12 +59,11 @@ def _half_in_float32(dtype: str, channels: int | None, on_cpu: bool) -> bool:
 
     Only on a CPU. There, oneDNN's bfloat16 batch norm with a channel count
     that is not a multiple of 16 (the seed GAN's 8, a width of 24) falls back
-    to a generic kernel about 15x slower than the float32 one (93 ms against
-    6 ms for the generator's last BatchNorm at batch 512), so two casts are
-    much cheaper; with a multiple of 16 the bfloat16 kernel beats float32.
+    to a generic kernel many times slower than the float32 one, so two casts
+    are much cheaper; with a multiple of 16 the bfloat16 kernel beats float32.
     float16 has no oneDNN kernel without AVX512-FP16 and the Eigen one is
-    1.3-3.3x slower than casting to float32, at any width (docs/PERFORMANCE.md
-    has the figures). On a GPU cuDNN takes
+    slower than casting to float32, at any width (docs/PERFORMANCE.md has the
+    figures). On a GPU cuDNN takes
     16-bit inputs of any width with float32 statistics, as tf.keras 2 ran it
     under mixed precision; casting there would only add two full-size memory
     passes to a layer that is bound by memory bandwidth.

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/memory.py: peak host and GPU memory over a block."""
+"""Tests for tfmp/run/memory.py: peak host and GPU memory over a block, and the resident set now."""
 
 import numpy as np
 import tensorflow as tf
@@ -14,6 +14,15 @@ def test_host_peak_memory_sees_an_allocation_made_inside_the_block():
         del block
     assert peak.method == "VmHWM"  # Linux: the kernel's high-water mark, reset on entry
     assert peak.peak_mb - before.peak_mb > 200
+
+
+def test_resident_mb_holds_what_is_resident_now_and_lets_go_of_what_is_freed():
+    before = memory.resident_mb()
+    block = np.ones(256 * 2**20, np.uint8)  # touched, so resident
+    held = memory.resident_mb()
+    del block  # malloc maps a block this large on its own, so freeing it unmaps it at once
+    assert held - before > 200
+    assert held - memory.resident_mb() > 200
 
 
 def test_gpu_peak_memory_is_none_without_a_gpu():

@@ -1,6 +1,7 @@
 """Tests for scripts/benchmark.py: its flag parsers in process, the script in a subprocess.
 
-One subprocess runs the real script end to end on the seed GAN at batch 8.
+Subprocesses run the real script end to end on the seed GAN at batch 8, one per mode but input_pipeline
+(tested in process, tests/run/benchmark/test_modes.py).
 """
 
 import importlib.util
@@ -144,3 +145,42 @@ def test_ceiling_mode_without_a_16_bit_precision_is_a_usage_error():
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "The ceiling mode compares a 16-bit precision with float32" in proc.stderr
     assert "Received: --precisions=('float32',)" in proc.stderr or "Received: precisions=('float32',)" in proc.stderr
+
+
+def test_resident_mode_end_to_end_measures_each_row_in_one_process(tmp_path):
+    out = tmp_path / "resident.json"
+    proc = _script(
+        "--mode=resident",
+        "--models=gan",
+        "--precisions=fp32",
+        "--xla=false",
+        "--batch_sizes=8",
+        "--warmup_steps=1",
+        "--steps=2",
+        "--repeats=1",
+        "--runs=2",
+        f"--json_out={out}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [(r["model"], r["precision"], r["xla"], r["batch_size"], r["run"]) for r in rows] == [
+        ("gan", "float32", False, 8, 1),
+        ("gan", "float32", False, 8, 2),
+    ]
+    assert list(rows[0]) == [
+        "model",
+        "precision",
+        "xla",
+        "batch_size",
+        "run",
+        "peak_host_mb",
+        "resident_mb",
+        "retained_mb",
+        "left_behind_mb",
+    ]
+    # The second run's row starts where the first left off, in the same process.
+    assert rows[1]["left_behind_mb"] == pytest.approx(rows[1]["retained_mb"] - rows[0]["retained_mb"])
+    assert rows[1]["peak_host_mb"] > rows[0]["retained_mb"]
+    assert proc.stderr.count("gan float32 xla=false batch=8 (run 1/2): peak RSS") == 1
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert len(table) == 4 and table[2].startswith("| gan | float32 | false | 8 | 1 | ")

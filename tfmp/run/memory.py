@@ -1,12 +1,14 @@
-"""Peak memory over a block of code: the host's resident set and GPU:0.
+"""Peak memory over a block of code (the host's resident set and GPU:0), and the resident set now.
 
 ```python
 with HostPeakMemory() as host, GpuPeakMemory() as gpu:
     run()
 host.peak_mb, gpu.peak_mb    # MiB; gpu.peak_mb is None without a GPU
+resident_mb()                # MiB the process holds now; None without /proc
 ```
 
-`tfmp.run.benchmark` records them per row as `peak_host_mb` and `peak_gpu_mb`.
+`tfmp.run.benchmark` records them per row as `peak_host_mb` and `peak_gpu_mb`;
+its `resident` mode reads `resident_mb` after each row.
 
 Memory
 ------
@@ -35,7 +37,7 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["GpuPeakMemory", "HostPeakMemory"]
+__all__ = ["GpuPeakMemory", "HostPeakMemory", "resident_mb"]
 
 _MB = 2.0**20
 
@@ -50,6 +52,12 @@ def _status_kb(field: str) -> int | None:
     except OSError:
         return None
     return None
+
+
+def resident_mb() -> float | None:
+    """The resident set size of this process now (`VmRSS` of `/proc/self/status`), in MiB; None without `/proc`."""
+    kb = _status_kb("VmRSS")
+    return None if kb is None else kb / 1024
 
 
 class HostPeakMemory:

@@ -4,8 +4,8 @@
 from Student's t, `t_quantile`), as `tfmp.run.parity` reports them.
 
 `markdown_table` and `write_json` take any records with a `to_json()` dict
-(`tfmp.run.benchmark.Record` and `PipelineRecord`; `write_json` also
-`tfmp.run.parity.ParityRecord`); `plot` draws `tfmp.run.benchmark.compare` records
+(`tfmp.run.benchmark.Record`, `PipelineRecord`, `CeilingRecord` and
+`ResidentRecord`; `write_json` also `tfmp.run.parity.ParityRecord`); `plot` draws `tfmp.run.benchmark.compare` records
 and needs the optional matplotlib (`pip install "tfmp[plot]"`).
 
 This module presents records and imports none of the tools that make them:

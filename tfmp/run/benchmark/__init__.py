@@ -1,11 +1,13 @@
 """Throughput benchmarks: tfmp's trainers per precision, against a hand-written step.
 
-Three modes, each returning a list of dataclass records: `compare` (a
+Four modes, each returning a list of dataclass records: `compare` (a
 `Record` per model, precision, XLA and batch size: images per second, the
-ratios to float32 and to a hand-written `tf.function` step, peak memory) and
+ratios to float32 and to a hand-written `tf.function` step, peak memory),
 `input_pipeline` (a `PipelineRecord`: the real `tf.data` pipeline against
-in-memory tensors) and `ceiling` (a `CeilingRecord` per 16-bit precision: the
-whole-step speed-up its kernels allow, against the one measured).
+in-memory tensors), `ceiling` (a `CeilingRecord` per 16-bit precision: the
+whole-step speed-up its kernels allow, against the one measured) and
+`resident` (a `ResidentRecord` per row: the memory each `compare` row leaves
+behind in a process that runs them one after another).
 `tfmp.run.reporting` presents the records.
 
 How a row is measured, and what the hand-written step is:
@@ -15,13 +17,15 @@ Modules, each importing only the ones before it: `settings` (what to
 measure), `records` (the results), `workload` (the trainer and the
 hand-written step of one row), `pipeline` (the real input pipeline),
 `timing` (running and timing each path), `modes` (`compare`,
-`input_pipeline`), `kernel_ceiling` (the `ceiling` mode).
+`input_pipeline`), `kernel_ceiling` (the `ceiling` mode), `resident_memory`
+(the `resident` mode).
 """
 
 from tfmp.run.benchmark.kernel_ceiling import CeilingRecord, ceiling
 from tfmp.run.benchmark.modes import compare, input_pipeline
 from tfmp.run.benchmark.pipeline import Pipeline, epoch_batch_sizes, training_pipeline
-from tfmp.run.benchmark.records import PipelineRecord, Record
+from tfmp.run.benchmark.records import PipelineRecord, Record, ResidentRecord
+from tfmp.run.benchmark.resident_memory import resident
 from tfmp.run.benchmark.settings import (
     DEFAULT_RESNET_INPUT_SIZE,
     MODELS,
@@ -36,13 +40,14 @@ from tfmp.run.benchmark.settings import (
 from tfmp.run.benchmark.workload import Workload, build_workload
 
 # fmt: off
-__all__ = [  # by defining module: settings, records, workload, pipeline, modes, kernel_ceiling
+__all__ = [  # by defining module: settings, records, workload, pipeline, modes, kernel_ceiling, resident_memory
     "BenchmarkConfig", "DEFAULT_RESNET_INPUT_SIZE", "MODELS", "MODES", "PIPELINE_MODELS", "PRECISIONS",
     "canonical_models", "canonical_precisions", "default_specs",
-    "PipelineRecord", "Record",
+    "PipelineRecord", "Record", "ResidentRecord",
     "Workload", "build_workload",
     "Pipeline", "epoch_batch_sizes", "training_pipeline",
     "compare", "input_pipeline",
     "CeilingRecord", "ceiling",
+    "resident",
 ]
 # fmt: on

@@ -1,7 +1,8 @@
 """The benchmark's results: one record per measured row, ready for JSON.
 
 `Record` is a row of the `compare` mode, `PipelineRecord` one of the
-`input_pipeline` mode; `tfmp.run.reporting` presents either.
+`input_pipeline` mode, `ResidentRecord` one of the `resident` mode;
+`tfmp.run.reporting` presents each.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["PipelineRecord", "Record"]
+__all__ = ["PipelineRecord", "Record", "ResidentRecord"]
 
 
 @dataclasses.dataclass
@@ -100,6 +101,48 @@ class PipelineRecord:
     pipeline_images_per_sec: float
     synthetic_images_per_sec: float
     ratio: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict, one key per attribute."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class ResidentRecord:
+    """One row of the `resident` mode: the memory a row takes, and what it leaves behind in its process.
+
+    All figures are the resident set size (RSS) of the one process that
+    measures every row, in MiB (docs/guides/benchmark-methodology.md,
+    "Memory").
+
+    Attributes:
+        model: The model's name.
+        precision: The precision.
+        xla: Whether the step was compiled with XLA.
+        batch_size: Examples per batch.
+        run: Which run the row belongs to, from 1 (`BenchmarkConfig.runs`).
+        peak_host_mb: The peak RSS during the row, measured as the `compare`
+            mode measures it; it includes what earlier rows left.
+        resident_mb: The RSS once the row has returned and Python has
+            collected its objects: what the next row starts from.
+        retained_mb: The RSS after, in addition,
+            `keras.backend.clear_session()` and glibc's `malloc_trim(0)`:
+            what nothing in the process gives back.
+        left_behind_mb: `retained_mb` minus the same figure before the row:
+            the memory this row added for good. Near zero when the rows
+            leave nothing; the first row's includes what TensorFlow sets up
+            once per process.
+    """
+
+    model: str
+    precision: str
+    xla: bool
+    batch_size: int
+    run: int
+    peak_host_mb: float
+    resident_mb: float
+    retained_mb: float
+    left_behind_mb: float
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict, one key per attribute."""

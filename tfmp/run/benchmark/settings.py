@@ -34,7 +34,7 @@ __all__ = [
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 MODELS = ("gan", "mobilenet_v2", "resnet50")
 PIPELINE_MODELS = ("gan", "mobilenet_v2")
-MODES = ("compare", "input_pipeline", "ceiling")
+MODES = ("compare", "input_pipeline", "ceiling", "resident")
 DEFAULT_RESNET_INPUT_SIZE = 64
 
 
@@ -130,7 +130,8 @@ class BenchmarkConfig:
             run: every row is built and timed again in each run, so one
             noisy stretch of the machine cannot decide a figure. The ratios
             are reported as the median over the runs with their min and
-            max (`compare` mode only).
+            max (`compare` mode; the `resident` mode measures every row
+            once per run, all in one process).
         seed: Seed of the weights, the synthetic data and the noise.
         dataset: The real dataset of the `input_pipeline` mode (one of
             `tfmp.run.data.DATASETS`; `digits` needs no download).

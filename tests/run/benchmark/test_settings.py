@@ -20,7 +20,7 @@ from tfmp.run import benchmark
     ],
 )
 def test_config_tuples_are_checked_as_given_not_parsed(changes, message):
-    # The config holds tuples; comma-separated text is the script's to parse (tests/test_benchmark_script.py).
+    # The config holds tuples; comma-separated text is the script's to parse (tests/scripts/test_benchmark_script.py).
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         tiny_config(**changes).validate(valid_models=("tiny", "tiny_gan"))
 

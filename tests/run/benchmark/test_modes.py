@@ -1,9 +1,9 @@
 """Tests for tfmp/run/benchmark/modes.py (compare, input_pipeline) and the records they return.
 
 The record, ratio and JSON logic runs on tiny models (a small CNN on 8x8
-images and a GAN with widths of 2 to 8, tests/run/benchmark_tiny.py), so
+images and a GAN with widths of 2 to 8, benchmark_tiny.py beside this file), so
 nothing big is traced. The settings, the pipeline and the hand-written step
-have their own files (tests/run/test_benchmark_*.py). The
+have their own files (tests/run/benchmark/test_*.py). The
 script's flags and its end-to-end run are tested in
 tests/scripts/test_benchmark_script.py, the table, JSON and plot in
 tests/run/test_reporting.py, the memory figures in tests/run/test_memory.py.

@@ -1,4 +1,4 @@
-"""Tiny benchmark models and settings shared by the benchmark's tests (tests/run/test_benchmark*.py).
+"""Tiny benchmark models and settings shared by the benchmark's tests (tests/run/benchmark/test_*.py).
 
 A small CNN on 8x8 images and a GAN with widths of 2 to 8, so nothing big is
 traced; `tiny_config` times them as briefly as the benchmark allows.

@@ -1,7 +1,7 @@
 """Tests for tfmp/run/benchmark/kernel_ceiling.py: the ceiling mode's op times, ratios and slow-op list.
 
 The parsing runs on a hand-built profile with exact durations; the mode runs
-end to end on the tiny classifier (tests/run/benchmark_tiny.py) under the real
+end to end on the tiny classifier (tests/run/benchmark/benchmark_tiny.py) under the real
 TensorFlow profiler. No test asserts a speed.
 """
 
