@@ -5,9 +5,9 @@ weights, at a configurable input size, followed by global average pooling,
 a Dense head, and an output computed in float32 whatever the dtype policy:
 a softmax or, for a `from_logits=True` loss, the logits themselves passed
 through a float32 linear activation. ResNet-50 is the network of the
-published mixed-precision speed-ups (NVIDIA's 2.6x on A100, seed 004's 2.12x
-on V100), at 224x224; on a CPU a smaller input (64x64 by default) keeps a
-step within a second. Its BatchNorm layers run TensorFlow's fused kernel
+published mixed-precision speed-ups (NVIDIA's DeepLearningExamples and the
+PyTorch AMP tutorial, quoted in the Performance report), at 224x224; on a
+CPU a smaller input (64x64 by default) keeps a step within a second. Its BatchNorm layers run TensorFlow's fused kernel
 (`tfmp.layers.FusedBatchNormalization`).
 """
 

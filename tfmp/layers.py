@@ -111,8 +111,8 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
         if self.synchronized or self.renorm or self.epsilon < _MIN_FUSED_EPSILON:
             return False
         if _in_xla():
-            # XLA fuses Keras's own ops; its lowering of FusedBatchNormV3
-            # measured 2.5x slower (seed GAN step on CPU, 150 vs 378 img/s).
+            # XLA fuses Keras's own ops, and its lowering of FusedBatchNormV3
+            # measured slower than them (the Performance report).
             return False
         rank = len(inputs.shape)
         if rank != 4 or self.axis not in (-1, rank - 1):

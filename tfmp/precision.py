@@ -87,9 +87,9 @@ def choose_precision(compute_capabilities: Sequence[tuple[int, int]]) -> tuple[s
     `mixed_float16`; older GPUs have no Tensor Cores and keep `float32`.
 
     This is the fallback. What is fastest depends on the model, not only on
-    the GPU: on an H100 mixed precision made MobileNetV2 on 32x32 images
-    slower (0.82x in bfloat16 at batch 128, PyTorch AMP), so the training
-    runs measure instead (`tfmp.run.autotune`).
+    the GPU: small, launch-bound steps (MobileNetV2 on 32x32 images) get
+    slower in 16 bits even on an H100 (see the Performance report), so the
+    training runs measure instead (`tfmp.run.autotune`).
 
     Args:
         compute_capabilities: One `(major, minor)` pair per visible GPU.

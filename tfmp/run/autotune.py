@@ -1,11 +1,10 @@
 """Precision `"auto"`: choose by measuring, once per device and model.
 
 No rule from the hardware alone picks well. On CPUs with AVX512-BF16 or AMX,
-bfloat16 matmuls run about 2x float32, yet MobileNetV2 measured 0.45x in
-bfloat16 before its depthwise convolutions were kept in float32. On an H100
-(compute capability 9.0) the seed GAN at batch 4096 ran 1.47x in bfloat16
-and 1.57x in float16, while MobileNetV2 on 32x32 images at batch 128 ran
-0.82x and 0.69x (PyTorch AMP, quoted in docs/PERFORMANCE.md): the
+bfloat16 matmuls run faster than float32, yet a model dominated by
+depthwise convolutions or BatchNorm can run slower in bfloat16; on a recent
+GPU a large GAN step gains from 16 bits while a small, launch-bound
+MobileNetV2 step loses (the Performance report has the figures). The
 compute-capability rule (`tfmp.precision.choose_precision`) would pick
 bfloat16 for both. So `choose` times a few training steps of the actual
 model in each candidate precision, picks the fastest, prints every figure,

@@ -4,9 +4,9 @@
   that feeds Tensor Core math (Dense units and input features, convolution
   filters and input channels, RNN units and inputs, the batch size) and is
   not a multiple of 8 (the GAN tutorial's pitfall: the generator widths
-  63/31/7 and batch 4090; about 2% on an H100 with current cuDNN, see
-  `MISALIGNMENT_COST`); attention layers on heads x key_dim, not the head
-  count.
+  63/31/7 and batch 4090; what it measured to cost is printed with the
+  report, `MISALIGNMENT_COST`); attention layers on heads x key_dim, not the
+  head count.
 * `float32_output_report(model)` (`outputs.py`): model outputs,
   softmax/sigmoid layers and losses computed in float16 or bfloat16, where
   they should stay float32, each with a fix the user can apply (also for a

@@ -4,8 +4,8 @@
 Tensor Core math (Dense units and input features, convolution filters and
 input channels, RNN units and inputs, attention heads x key_dim, the batch
 size) and is not a multiple of 8 (the GAN tutorial's pitfall: the generator
-widths 63/31/7 and batch 4090; about 2% on an H100 with current cuDNN, see
-`MISALIGNMENT_COST`).
+widths 63/31/7 and batch 4090; what it measured to cost is printed with the
+report, `MISALIGNMENT_COST`).
 """
 
 from __future__ import annotations
