@@ -1,7 +1,8 @@
 """A tf.keras 2-style custom training loop under `mixed_float16`, on Keras 3.
 
-The loop of TensorFlow's tf.keras 2 mixed-precision guide, unchanged except
-for one import: `from tfmp import mixed_precision` instead of
+The loop of TensorFlow's tf.keras 2 mixed precision guide
+(https://www.tensorflow.org/guide/mixed_precision), unchanged except for one
+import: `from tfmp import mixed_precision` instead of
 `from tensorflow.keras import mixed_precision`. It shows
 
 * the global `mixed_float16` policy, with the softmax kept in float32;
