@@ -1,7 +1,8 @@
 """A tf.keras 2-style custom training loop under `mixed_float16`, on Keras 3.
 
-The loop of TensorFlow's tf.keras 2 mixed-precision guide, unchanged except
-for one import: `from tfmp import mixed_precision` instead of
+The loop of TensorFlow's tf.keras 2 mixed precision guide
+(https://www.tensorflow.org/guide/mixed_precision), unchanged except for one
+import: `from tfmp import mixed_precision` instead of
 `from tensorflow.keras import mixed_precision`. It shows
 
 * the global `mixed_float16` policy, with the softmax kept in float32;
@@ -67,10 +68,14 @@ try:
     for step, (x, y) in enumerate(dataset.take(STEPS), start=1):
         loss = float(train_step(x, y))
         if step % 100 == 0:
-            print(f"step {step}: loss {loss:.4f}, loss scale {float(optimizer.loss_scale):.0f}")
+            scale = float(optimizer.loss_scale)
+            print(f"step {step}: loss {loss:.4f}, loss scale {scale:.0f}")
 
     predictions = model.predict(digits.x_val, verbose=0)
     accuracy = float((predictions.argmax(axis=1) == digits.y_val).mean())
-    print(f"final loss: {loss:.4f} (finite: {math.isfinite(loss)}), validation accuracy: {accuracy:.3f}")
+    print(
+        f"final loss: {loss:.4f} (finite: {math.isfinite(loss)}), "
+        f"validation accuracy: {accuracy:.3f}"
+    )
 finally:
     mixed_precision.set_global_policy(previous_policy)

@@ -5,7 +5,7 @@ the policy to use on CPUs with bfloat16 support and on Ampere+ GPUs. It shows
 
 * `tfmp.precision_scope("mixed_bfloat16")`: the policy while the model is
   built, restored afterwards;
-* `tfmp.ClassifierTrainer`: a `keras.Model` whose `train_step` is tfmp's
+* `tfmp.Trainer`: a `keras.Model` whose `train_step` is tfmp's
   mixed-precision step (under bfloat16 its optimizer stays unwrapped);
 * tfmp's callbacks: `StepTimer` (throughput), `ConsoleLogger` (one line per
   few steps and a summary) and `Summaries` (TensorBoard curves).
@@ -44,17 +44,26 @@ train = (
 validation = tf.data.Dataset.from_tensor_slices((digits.x_val, digits.y_val)).batch(256)
 
 with tfmp.precision_scope("mixed_bfloat16"):
-    trainer = tfmp.ClassifierTrainer(build_small_cnn(input_shape=(28, 28, 1)))
-    trainer.compile(keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    trainer = tfmp.Trainer(build_small_cnn(input_shape=(28, 28, 1)))
+    trainer.compile(
+        keras.optimizers.Adam(1e-3),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
 
 timer = callbacks.StepTimer(images_per_step=BATCH_SIZE, warmup_steps=1)
-logger = callbacks.ConsoleLogger(
-    timer, fields=(("Loss", "loss"), ("Accuracy", "accuracy")), log_every=25, logdir=LOGDIR
-)
-# Keras's TensorBoard layout: val_x under validation/, the rest under train/.
+fields = (("Loss", "loss"), ("Accuracy", "accuracy"))
+logger = callbacks.ConsoleLogger(timer, fields=fields, log_every=25, logdir=LOGDIR)
+
+
+def route(key):
+    """Keras's TensorBoard layout: val_x under validation/, the rest under train/."""
+    return ("validation", key[4:]) if key.startswith("val_") else ("train", key)
+
+
 summaries = callbacks.Summaries(
     LOGDIR,
-    route=lambda key: ("validation", key[4:]) if key.startswith("val_") else ("train", key),
+    route=route,
     hparams={"precision": "mixed_bfloat16", "batch_size": BATCH_SIZE},
     log_every=10,
     timer=timer,
@@ -72,4 +81,7 @@ history = trainer.fit(
 
 loss = history.history["loss"][-1]
 accuracy = history.history["val_accuracy"][-1]
-print(f"final loss: {loss:.4f} (finite: {math.isfinite(loss)}), validation accuracy: {accuracy:.3f}")
+print(
+    f"final loss: {loss:.4f} (finite: {math.isfinite(loss)}), "
+    f"validation accuracy: {accuracy:.3f}"
+)

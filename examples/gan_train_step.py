@@ -1,4 +1,4 @@
-"""The seed tutorial's GAN step as a `keras.Model.train_step`, loss-scaled with Keras 3's API.
+"""The original tutorial's GAN step as a `keras.Model.train_step`, with loss scaling.
 
 Two networks, two optimizers (generator Adam 1e-3, discriminator RMSprop
 1e-4), one step: the generator learns to make the discriminator call its
@@ -36,7 +36,10 @@ SOFTENING, SWAP_FRACTION = 0.01, 0.1
 
 
 class GAN(keras.Model):
-    """The seed's GAN: a generator step, then a discriminator step, each with its own loss-scaled optimizer."""
+    """The tutorial's GAN: a generator step, then a discriminator step.
+
+    Each has its own loss-scaled optimizer.
+    """
 
     def __init__(self, generator, discriminator, seed=0):
         super().__init__()
@@ -61,19 +64,23 @@ class GAN(keras.Model):
     def _step(self, optimizer, variables, loss_fn):
         with tf.GradientTape() as tape:
             loss = loss_fn()
-            scaled_loss = optimizer.scale_loss(loss)  # keeps small float16 gradients from flushing to zero
-        optimizer.apply(tape.gradient(scaled_loss, variables), variables)  # unscales, skips NaN/Inf steps
+            # Keeps small float16 gradients from flushing to zero.
+            scaled_loss = optimizer.scale_loss(loss)
+        # Unscales the gradients, and skips the update if one is NaN/Inf.
+        optimizer.apply(tape.gradient(scaled_loss, variables), variables)
         return loss
 
     def _noise(self, batch):
-        return keras.random.uniform((batch, self.generator.input_shape[-1]), -1.0, 1.0, seed=self.noise_seed)
+        shape = (batch, self.generator.input_shape[-1])
+        return keras.random.uniform(shape, -1.0, 1.0, seed=self.noise_seed)
 
     def train_step(self, real):
         batch = tf.shape(real)[0]
         real_labels, fake_labels = discriminator_labels(batch, SOFTENING, SWAP_FRACTION)
 
         def generator_loss():  # the target is "real" (label 0, softened)
-            logits = self.discriminator(self.generator(self._noise(batch), training=True), training=True)
+            fake = self.generator(self._noise(batch), training=True)
+            logits = self.discriminator(fake, training=True)
             return self.bce(tf.fill((batch, 1), SOFTENING), logits)
 
         def discriminator_loss():
@@ -83,20 +90,33 @@ class GAN(keras.Model):
                 + self.bce(fake_labels, self.discriminator(fake, training=True))
             )
 
-        self.g_loss.update_state(self._step(self.g_optimizer, self.generator.trainable_variables, generator_loss))
+        g_variables = self.generator.trainable_variables
+        d_variables = self.discriminator.trainable_variables
+        self.g_loss.update_state(
+            self._step(self.g_optimizer, g_variables, generator_loss)
+        )
         self.d_loss.update_state(
-            self._step(self.d_optimizer, self.discriminator.trainable_variables, discriminator_loss)
+            self._step(self.d_optimizer, d_variables, discriminator_loss)
         )
         return {"g_loss": self.g_loss.result(), "d_loss": self.d_loss.result()}
 
 
 images = load_digits(image_size=(28, 28)).x_train
-dataset = tf.data.Dataset.from_tensor_slices(images).shuffle(len(images), seed=0).repeat().batch(BATCH_SIZE)
+dataset = (
+    tf.data.Dataset.from_tensor_slices(images)
+    .shuffle(len(images), seed=0)
+    .repeat()
+    .batch(BATCH_SIZE)
+)
 with tfmp.precision_scope("mixed_float16"):
     gan = GAN(build_generator(), build_discriminator())
     gan.compile(keras.optimizers.Adam(1e-3), keras.optimizers.RMSprop(1e-4))
 history = gan.fit(dataset, epochs=1, steps_per_epoch=STEPS, shuffle=False, verbose=1)
 
 g_loss, d_loss = history.history["g_loss"][-1], history.history["d_loss"][-1]
-scales = f"{float(gan.g_optimizer.loss_scale):.0f}/{float(gan.d_optimizer.loss_scale):.0f}"
-print(f"final loss: G {g_loss:.4f}, D {d_loss:.4f} (finite: {math.isfinite(g_loss + d_loss)}), loss scales {scales}")
+g_scale, d_scale = float(gan.g_optimizer.loss_scale), float(gan.d_optimizer.loss_scale)
+print(
+    f"final loss: G {g_loss:.4f}, D {d_loss:.4f} "
+    f"(finite: {math.isfinite(g_loss + d_loss)}), "
+    f"loss scales {g_scale:.0f}/{d_scale:.0f}"
+)

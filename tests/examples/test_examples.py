@@ -1,7 +1,9 @@
 """The scripts in examples/, run as a user runs them (a subprocess), shortened to two steps."""
 
+import glob
 import math
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -17,6 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
         ("custom_loop_tf_keras2.py", ()),
         ("fit_bfloat16.py", ("logs/fit_bfloat16/train", "logs/fit_bfloat16/validation")),
         ("gan_train_step.py", ()),
+        # A run of the run framework: its directory is named by the time it started.
+        ("text_classifier.py", ("logs/*/train", "logs/*/validation")),
     ],
 )
 def test_example_runs_and_ends_with_a_finite_loss(name, event_dirs, tmp_path):
@@ -35,5 +39,14 @@ def test_example_runs_and_ends_with_a_finite_loss(name, event_dirs, tmp_path):
     assert last.startswith("final loss: ") and "(finite: True)" in last, proc.stdout[-3000:]
     losses = [float(v) for v in re.findall(r"(?<![\w.])(?:-?\d+\.\d+|nan|inf)", last.split("(finite:")[0])]
     assert losses and all(math.isfinite(loss) for loss in losses), last
-    for directory in event_dirs:
-        assert [f for f in os.listdir(tmp_path / directory) if f.startswith("events")], directory
+    for pattern in event_dirs:
+        assert glob.glob(str(tmp_path / pattern / "events*")), pattern
+
+
+def test_the_text_classifier_is_a_task_module_for_the_command_line():
+    from tfmp.run import tasks
+
+    task = tasks.load(os.path.join(ROOT, "examples", "text_classifier.py") + ":TASK")
+    assert isinstance(task, tasks.SupervisedTask) and task.name == "text_classifier"
+    assert task.steps_per_epoch(task.load_data()) == 63  # 4,000 reviews in batches of 64
+    pickle.loads(pickle.dumps(task))  # the benchmark measures each row in a process of its own
