@@ -30,7 +30,8 @@ class LogLossScale(keras.callbacks.Callback):
 
     ```python
     model.compile(optimizer=tfmp.LossScaleOptimizer(keras.optimizers.Adam()), loss=...)
-    model.fit(x, y, callbacks=[tfmp.LogLossScale(), keras.callbacks.TensorBoard("logs", update_freq=1)])
+    board = keras.callbacks.TensorBoard("logs", update_freq=1)
+    model.fit(x, y, callbacks=[tfmp.LogLossScale(), board])
     ```
 
     `skipped_steps` counts the steps whose gradients were not all finite

@@ -19,7 +19,7 @@ Two ways to make one:
   ```python
   TASK = tasks.SupervisedTask(
       name="my_model",
-      model=build_model,                # () -> keras.Model, built under the run's precision
+      model=build_model,                # () -> keras.Model, built per run
       train_data=(x_train, y_train),
       validation_data=(x_val, y_val),
       loss="sparse_categorical_crossentropy",

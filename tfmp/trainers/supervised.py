@@ -154,5 +154,5 @@ class Trainer(MixedPrecisionTrainer):
         return logs
 
 
-# The name of tfmp 0.2, when the trainer was documented for classifiers only.
 ClassifierTrainer = Trainer
+"""tfmp 0.1's name of `Trainer`, from when it was documented for classifiers only; kept as an alias."""
