@@ -134,3 +134,22 @@ def test_no_warning_when_nothing_leaks():
         history = model.fit(x, y, sample_weight=w, batch_size=16, verbose=0, callbacks=[tfmp.LogLossScale()])
     assert history.history["skipped_steps"] == [1]
     assert not [w for w in caught if "skipped a step" in str(w.message)]
+
+
+def test_no_warning_for_a_custom_train_step_that_runs_inside_the_guard():
+    class Guarded(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            with tfmp.undo_if_skipped(self, self.optimizer):
+                with tf.GradientTape() as tape:
+                    loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+                    scaled = self.optimizer.scale_loss(loss)
+                self.optimizer.apply(tape.gradient(scaled, self.trainable_variables), self.trainable_variables)
+            return {"loss": loss}
+
+    with tfmp.precision_scope("mixed_float16"):
+        inner = families.bn_cnn()
+        model = Guarded(inner.inputs, inner.outputs)
+    messages = _fit_with_a_nan_batch(model)
+    assert messages == []
+    assert np.isfinite(model.layers[2].moving_mean.numpy()).all()  # put back by the guard

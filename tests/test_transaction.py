@@ -112,7 +112,10 @@ def test_a_plain_optimizer_is_neither_read_nor_restored():
 
 def test_every_replica_keeps_its_statistics_when_one_replica_sees_nan():
     """MirroredStrategy on 2 logical CPUs: NaN only in replica 1's half of the batch; both replicas skip."""
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    from tfmp.run import distribute
+
+    # The process's one MirroredStrategy over its two logical CPUs: two strategies over the same devices clash.
+    strategy = distribute.make_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
     x, y, w = _batch("bn_cnn", n=16)
     w[12] = np.nan  # rows 8..15 are replica 1's
     with tfmp.precision_scope("mixed_float16"):

@@ -17,6 +17,7 @@ returns `nan` although every weight is fine. `undo_if_skipped` puts them back.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator, Sequence
 
 import keras
@@ -84,9 +85,13 @@ def restore_if(condition: tf.Tensor, variables: Sequence[keras.Variable], values
     tf.cond(condition, restore, lambda: tf.constant(False))
 
 
+# The optimizers whose steps ran inside `undo_if_skipped`, for `tfmp.LogLossScale`'s warning.
+_GUARDED: weakref.WeakSet[keras.optimizers.Optimizer] = weakref.WeakSet()
+
+
 def is_guarded(optimizer: keras.optimizers.Optimizer) -> bool:
     """Whether a step of `optimizer` ran inside `undo_if_skipped` (so a skip undoes the forward pass's writes)."""
-    return bool(getattr(optimizer, "_tfmp_guarded", False))
+    return optimizer in _GUARDED
 
 
 @contextlib.contextmanager
@@ -127,7 +132,7 @@ def undo_if_skipped(
     if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
         yield
         return
-    optimizer._tfmp_guarded = True  # a Python flag: read by tfmp.LogLossScale's warning
+    _GUARDED.add(optimizer)
     state = state_variables(models)
     snapshot = [tf.identity(variable) for variable in state]
     yield
