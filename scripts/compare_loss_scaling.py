@@ -10,6 +10,7 @@ TensorBoard overlays their generator and discriminator loss curves:
 Precision and loss-scale flags are set by the comparison itself.
 """
 
+import dataclasses
 import os
 
 from absl import flags
@@ -23,7 +24,12 @@ except ImportError:  # pragma: no cover
 from tfmp.run import training
 
 _DEFAULTS = training.GANConfig(logdir=os.path.join("logs", "compare_loss_scaling"))
-_FLAGS = common.define_training_flags(_DEFAULTS, exclude=("precision", "loss_scale", "run_name"))
+# The flags of the run, not of the GAN's model (the seed's); precision, loss scale and run name are the comparison's.
+_FLAGS = common.define_flags(
+    _DEFAULTS,
+    exclude=("precision", "loss_scale", "run_name"),
+    only=[field.name for field in dataclasses.fields(training.ImageConfig)],
+)
 flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 

@@ -11,6 +11,7 @@ for the first batch of the dataset: the Tensor Core alignment report, the
 float32-output check, the gradient numerics in float16 (with a suggested
 static loss scale), and the first non-finite layer, if any. With
 --run_name, log2|g| histograms go to <logdir>/<run_name> for TensorBoard.
+--generator_widths is for --model=gan, --alpha for --model=mobilenet_v2.
 --seed_variants prints the alignment report of seed 000's generator and of
 its "bad sizes" variant (widths 63/31/7, batch 4090) side by side.
 """
@@ -36,7 +37,7 @@ _TASK = flags.DEFINE_string(
     "A model of your own instead of --model: MODULE:NAME (a module on the Python path, or path/to/file.py:NAME) "
     "of a tfmp.run.tasks.Task; diagnosed on the first batch of its training data.",
 )
-_FLAGS = common.define_training_flags(
+_FLAGS = common.define_flags(
     _DEFAULTS,
     exclude=(
         "xla",
@@ -50,32 +51,24 @@ _FLAGS = common.define_training_flags(
         "strategy",
     ),
 )
-_GENERATOR_WIDTHS = flags.DEFINE_list(
-    "generator_widths",
-    ",".join(map(str, training.GANConfig.generator_widths)),
-    "gan: the generator's three conv widths (the GAN tutorial's bad sizes: 63,31,7).",
-)
-_ALPHA = flags.DEFINE_float("alpha", training.ClassifierConfig.alpha, "mobilenet_v2: the width multiplier.")
+# Each model's own: the flag of the other model is refused.
+_MODEL_FLAGS = {
+    "gan": common.define_flags(training.GANConfig(), only=("generator_widths",)),
+    "mobilenet_v2": common.define_flags(training.ClassifierConfig(), only=("alpha",)),
+}
 _SEED_VARIANTS = flags.DEFINE_bool(
     "seed_variants", False, "Only print the alignment of seed 000's generator and of its bad-sizes variant."
 )
 flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 
-def _model_values() -> dict:
-    """The model-specific config fields, refusing flags of the other model."""
-    if _MODEL.value == "gan":
-        if _ALPHA.present:
-            raise app.UsageError(f"--alpha applies to --model=mobilenet_v2. Received: --model={_MODEL.value}")
-        try:
-            return {"generator_widths": tuple(int(w) for w in _GENERATOR_WIDTHS.value)}
-        except ValueError:
-            raise app.UsageError(
-                f"--generator_widths must be three integers. Received: {','.join(_GENERATOR_WIDTHS.value)}"
-            ) from None
-    if _GENERATOR_WIDTHS.present:
-        raise app.UsageError(f"--generator_widths applies to --model=gan. Received: --model={_MODEL.value}")
-    return {"alpha": _ALPHA.value}
+def _model_flags() -> dict:
+    """The flags of --model's config, refusing those of the other model."""
+    for model, holders in _MODEL_FLAGS.items():
+        for holder in holders.values():
+            if model != _MODEL.value and holder.present:
+                raise app.UsageError(f"--{holder.name} applies to --model={model}. Received: --model={_MODEL.value}")
+    return {**_FLAGS, **_MODEL_FLAGS[_MODEL.value]}
 
 
 def _seed_variants(precision: str) -> None:
@@ -93,7 +86,8 @@ def _seed_variants(precision: str) -> None:
 
 def _task():
     """The --task, with the flags given (and this command's precision) over its own config."""
-    for holder in (_MODEL, _ALPHA, _GENERATOR_WIDTHS, _SEED_VARIANTS):
+    model_flags = [holder for holders in _MODEL_FLAGS.values() for holder in holders.values()]
+    for holder in (_MODEL, *model_flags, _SEED_VARIANTS):
         if holder.present:
             raise app.UsageError(
                 f"--{holder.name} is for the shipped models, not --task. Received: --task={_TASK.value}"
@@ -110,7 +104,7 @@ def main(argv):
     if _SEED_VARIANTS.value:
         _seed_variants(tfmp.canonical_precision(_FLAGS["precision"].value))
         return
-    config = common.config_from_flags(_CONFIGS[_MODEL.value], _FLAGS, **_model_values())
+    config = common.config_from_flags(_CONFIGS[_MODEL.value], _model_flags())
     common.run(training.diagnose_run, config)
 
 

@@ -44,7 +44,7 @@ _EXCLUDED = (
     "profile_steps",
     "diagnose_every",
 )
-_FLAGS = common.define_classifier_flags(_CLASSIFIER, exclude=_EXCLUDED)
+_FLAGS = common.define_flags(_CLASSIFIER, exclude=_EXCLUDED)
 _SEEDS = flags.DEFINE_list("seeds", [str(s) for s in _DEFAULTS.seeds], "Seeds; every precision runs each one.")
 _PRECISIONS = flags.DEFINE_list(
     "precisions",

@@ -29,7 +29,7 @@ _TASK = flags.DEFINE_string(
     "MODULE:NAME of the task to train (a module on the Python path, or path/to/file.py:NAME).",
     required=True,
 )
-_FLAGS = common.define_training_flags(training.TrainConfig())
+_FLAGS = common.define_flags(training.TrainConfig())
 flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 

@@ -17,8 +17,7 @@ except ImportError:  # pragma: no cover
 
 from tfmp.run import training
 
-_DEFAULTS = training.ClassifierConfig()
-_FLAGS = common.define_classifier_flags(_DEFAULTS)
+_FLAGS = common.define_flags(training.ClassifierConfig())
 flags.adopt_module_key_flags(common)  # --help lists common's flags too
 main = common.make_main(training.ClassifierConfig, training.train_classifier, _FLAGS)
 

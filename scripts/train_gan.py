@@ -17,17 +17,7 @@ except ImportError:  # pragma: no cover
 
 from tfmp.run import training
 
-_DEFAULTS = training.GANConfig()
-_FLAGS = {
-    **common.define_training_flags(_DEFAULTS),
-    "latent_dim": flags.DEFINE_integer("latent_dim", _DEFAULTS.latent_dim, "Noise size.", lower_bound=1),
-    "generator_learning_rate": flags.DEFINE_float(
-        "generator_learning_rate", _DEFAULTS.generator_learning_rate, "Generator Adam learning rate."
-    ),
-    "discriminator_learning_rate": flags.DEFINE_float(
-        "discriminator_learning_rate", _DEFAULTS.discriminator_learning_rate, "Discriminator RMSprop learning rate."
-    ),
-}
+_FLAGS = common.define_flags(training.GANConfig())
 flags.adopt_module_key_flags(common)  # --help lists common's flags too
 main = common.make_main(training.GANConfig, training.train_gan, _FLAGS)
 

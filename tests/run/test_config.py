@@ -195,3 +195,89 @@ def test_worker_timeout_must_be_a_finite_number_of_seconds_of_at_least_one(value
     )
     dataclasses.replace(TINY_GAN, worker_timeout=1).validate()  # an int is a number of seconds too
     assert "worker_timeout" in config_lib.RESUMABLE  # a resumed run may wait longer or shorter
+
+
+# --- each field's help, and errors that name their setting ---------------------------------------------------
+
+CONFIGS = (config_lib.TrainConfig, config_lib.ImageConfig, config_lib.GANConfig, config_lib.ClassifierConfig)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_field_carries_its_help_and_a_help_section(config):
+    for field in dataclasses.fields(config):
+        assert field.metadata["help"].strip(), field.name
+        assert field.metadata["group"] in (None, *config_lib.HELP_GROUPS), field.name
+        # A help names only settings, as {field}: it renders in any terms.
+        config_lib.Terms().format(field.metadata["help"])
+
+
+def test_a_subclass_changing_a_default_keeps_the_fields_help():
+    train = {field.name: field for field in dataclasses.fields(config_lib.TrainConfig)}
+    gan = {field.name: field for field in dataclasses.fields(config_lib.GANConfig)}
+    assert gan["batch_size"].default == 4096 and train["batch_size"].default == 128
+    assert gan["batch_size"].metadata == train["batch_size"].metadata
+    classifier = {field.name: field for field in dataclasses.fields(config_lib.ClassifierConfig)}
+    assert classifier["dataset"].metadata["choices"] == "datasets"  # each config's own `datasets`
+    assert classifier["epochs"].default == 10 and classifier["epochs"].metadata["lower_bound"] == 1
+
+
+@pytest.mark.parametrize(
+    "config, change, message",
+    [
+        # The lower bound the field declares (its flag's too) is the one validate checks.
+        (TINY_GAN, {"latent_dim": 0}, "latent_dim must be an integer >= 1. Received: latent_dim=0"),
+        (TINY_GAN, {"num_samples": 0}, "num_samples must be an integer >= 1. Received: num_samples=0"),
+        (TINY_GAN, {"warmup_steps": -1}, "warmup_steps must be an integer >= 0. Received: warmup_steps=-1"),
+        (
+            TINY_CLASSIFIER,
+            {"validation_batch_size": 0},
+            "validation_batch_size must be an integer >= 1. Received: validation_batch_size=0",
+        ),
+    ],
+)
+def test_the_declared_lower_bounds_are_checked(config, change, message):
+    with pytest.raises(config_lib.ConfigError) as error:
+        dataclasses.replace(config, **change).validate()
+    assert str(error.value) == message
+
+
+class _Flags(config_lib.Terms):
+    """As a command line names them."""
+
+    def name(self, field):
+        return f"--{field}"
+
+    def value(self, field, value):
+        return f"--{field}" if value is True else f"--{field}={value!r}"
+
+
+def test_a_config_error_names_its_field_and_can_be_said_in_other_terms():
+    with pytest.raises(config_lib.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, resume=True).validate()
+    e = error.value
+    assert (e.field, e.received) == ("resume", {"resume": True, "run_name": "", "checkpoint_dir": ""})
+    assert str(e) == (
+        "resume needs the run to continue: give its run_name (or its checkpoint_dir). "
+        "Received: resume=True, run_name='', checkpoint_dir=''"
+    )
+    assert e.in_terms(_Flags()) == (
+        "resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
+        "Received: --resume, --run_name='', --checkpoint_dir=''"
+    )
+
+
+def test_another_modules_value_error_becomes_a_config_error_about_the_setting():
+    with pytest.raises(config_lib.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, precision="fp8").validate()
+    assert error.value.field == "precision" and error.value.received == {"precision": "fp8"}
+    assert str(error.value).startswith("Unknown precision. Valid names: ")
+    assert error.value.in_terms(_Flags()).endswith("Received: --precision='fp8'")
+
+
+def test_a_plain_config_error_is_its_message_braces_and_all():
+    error = config_lib.ConfigError("TF_CONFIG is {'cluster': {}}; no worker")
+    assert (str(error), error.field, error.received) == ("TF_CONFIG is {'cluster': {}}; no worker", None, {})
+    assert error.in_terms(_Flags()) == str(error)
+    # A value with braces goes to `received`, never into the template.
+    about = config_lib.ConfigError("{run_name} is odd.", "run_name", {"run_name": "{x}"})
+    assert str(about) == "run_name is odd. Received: run_name='{x}'"

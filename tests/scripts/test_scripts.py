@@ -702,6 +702,22 @@ def test_to_flags_turns_real_library_messages_into_flag_terms():
     assert "the same run_name" in common.to_flags(stopped, _flag_values(booleans=("resume",)))
 
 
+def test_a_config_error_about_a_field_names_its_settings_as_flags_without_reading_its_text():
+    from scripts import common
+    from tfmp.run import config
+
+    terms = common.FlagTerms(flag_values=_flag_values(*TRAINING_FLAGS, "strategy", booleans=("resume",)))
+    unknown = config.ConfigError("Unknown {strategy}. Valid: default, mirrored.", "strategy", {"strategy": "tpu"})
+    assert unknown.in_terms(terms) == "Unknown --strategy. Valid: default, mirrored. Received: --strategy='tpu'"
+    # The same message as plain text: a one-word name in prose is left to be English.
+    assert common.to_flags(str(unknown), terms.flag_values).startswith("Unknown strategy. ")
+    # A setting this script has no flag for keeps the library's name; a boolean flag reads --name / --noname.
+    error = config.ConfigError(
+        "{cluster} needs {strategy}='multi_worker'.", "cluster", {"cluster": "slurm", "resume": False}
+    )
+    assert error.in_terms(terms) == ("cluster needs --strategy='multi_worker'. Received: cluster='slurm', --noresume")
+
+
 def test_run_prints_warnings_in_flag_terms_and_keeps_the_console_choice(capsys):
     from scripts import common
     from tfmp.run import training
@@ -783,6 +799,38 @@ def test_train_gan_help_groups_the_flags_with_their_defaults():
     assert sections == ["flags", "train_gan.py", "precision", "training", "data", "logs and console", "checkpoints"]
     assert "  --batch_size: Examples per step" in proc.stdout and "(default: '4096')" in proc.stdout
     assert proc.stdout.startswith("Trains the original tutorial's GAN")
+
+
+def test_each_flags_help_default_and_section_are_its_config_fields():
+    import dataclasses
+
+    from scripts import common
+    from tfmp.run import training
+
+    proc = _run("train_classifier.py", "--help")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entries, sections, section, name = {}, {}, None, None  # each flag's text (help, default), and its section
+    for line in proc.stdout.splitlines():
+        if re.match(r"^\S.*:$", line):
+            section, name = line[:-1], None
+        elif match := re.match(r"^  --(?:\[no\])?(\w+): (.*)", line):
+            name = match.group(1)
+            entries[name], sections[name] = match.group(2), section
+        elif name and line.startswith("    "):
+            entries[name] += " " + line.strip()
+    terms = common.FlagTerms(names=[field.name for field in dataclasses.fields(training.ClassifierConfig)])
+    defaults = training.ClassifierConfig()
+    for field in dataclasses.fields(training.ClassifierConfig):
+        if not field.metadata["flag"]:
+            assert field.name not in entries, field.name
+            continue
+        assert sections[field.name] == (field.metadata["group"] or "train_classifier.py"), field.name
+        # Compared without whitespace: absl wraps the help, also at hyphens.
+        assert "".join(terms.format(field.metadata["help"]).split()) in "".join(entries[field.name].split())
+        default = getattr(defaults, field.name)
+        if default is not None:
+            shown = str(default).lower() if isinstance(default, bool) else str(default)
+            assert f"(default: '{shown}')" in entries[field.name], (field.name, entries[field.name])
 
 
 def test_the_console_command_help_has_the_scripts_docstring_and_flags():
