@@ -142,17 +142,23 @@ def _field_value(kind: Any, name: str, value: Any) -> Any:
         numbers = ()
     if len(numbers) != length:
         shown = repr(value) if isinstance(value, str) else ",".join(value)
-        raise app.UsageError(f"--{name} must be {length} integers, comma-separated. Received: {shown}")
+        count = {2: "two", 3: "three"}.get(length, length)
+        raise app.UsageError(f"--{name} must be {count} integers, comma-separated. Received: {shown}")
     return numbers
+
+
+def _values(config_cls: type, holders: dict[str, flags.FlagHolder]) -> dict[str, Any]:
+    """The flags' values as the fields of `config_cls` take them."""
+    kinds = typing.get_type_hints(config_cls)
+    return {name: _field_value(kinds[name], name, holder.value) for name, holder in holders.items()}
 
 
 def config_from_flags(config_cls: type, holders: dict[str, flags.FlagHolder], **extra: Any) -> Any:
     """Builds a `config_cls` from flag holders (named as its fields) plus extra values."""
-    kinds = typing.get_type_hints(config_cls)
     unknown = set(holders) - {field.name for field in dataclasses.fields(config_cls)}
     if unknown:
         raise ValueError(f"Flags without a config field: {sorted(unknown)}")
-    return config_cls(**{name: _field_value(kinds[name], name, h.value) for name, h in holders.items()}, **extra)
+    return config_cls(**_values(config_cls, holders), **extra)
 
 
 def load_task(spec: str, holders: dict[str, flags.FlagHolder]) -> tasks.Task:
@@ -172,16 +178,13 @@ def load_task(spec: str, holders: dict[str, flags.FlagHolder]) -> tasks.Task:
             f"--{unknown[0]} is not a setting of the task's config ({type(task.config).__name__}). "
             f"Received: --task={spec}"
         )
-    kinds = typing.get_type_hints(type(task.config))
-    return task.replace(**{name: _field_value(kinds[name], name, holder.value) for name, holder in given.items()})
+    return task.replace(**_values(type(task.config), given))
 
 
 def check_no_arguments(argv: list[str]) -> None:
     """The start of every script's `main`: positional arguments are a usage error (absl's convention).
 
-    Python logs stay at WARNING and up unless `--verbosity` was given (absl's
-    INFO prints a TensorFlow line at every checkpoint); process-wide, so the
-    scripts decide it, not the library.
+    Python logs stay at WARNING unless `--verbosity` is given (absl's INFO shows TensorFlow's at every checkpoint).
     """
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected positional arguments: {argv[1:]!r}")
@@ -222,23 +225,18 @@ def grouped_help(module: types.ModuleType, program: str, flag_values: flags.Flag
 
 
 def entry_point(main: Callable[[list[str]], None], module_name: str) -> Callable[[], None]:
-    """A script's console entry point (`tfmp-train-gan = tfmp_scripts.train_gan:run`): `run_app` on its `main`."""
+    """A script's console entry point (`tfmp-train-gan = tfmp_scripts.train_gan:run`): `main` run by absl.
 
-    def run() -> None:
-        run_app(main, sys.modules[module_name])  # looked up now: the script's flags are all defined
-
-    run.__doc__ = f"Runs {module_name} as a console command."
-    return run
-
-
-def run_app(main: Callable[[list[str]], None], module: types.ModuleType) -> None:
-    """Runs a script's `main` with absl; `--help` prints `grouped_help` (absl's own would list `__main__`'s
-    flags: pip's wrapper under a console command), and a usage error its message and a pointer to `--help`."""
+    `--help` (`-?`, `--helpshort`) prints `grouped_help` of the module
+    `module_name` (absl's own lists `__main__`'s flags: under a console
+    command, pip's wrapper's); a usage error prints its message and a pointer
+    to `--help` rather than the flag list.
+    """
 
     def parse(argv: list[str]) -> list[str]:
         arguments = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
         if any(argument in ("--help", "-help", "--helpshort", "-helpshort", "-?") for argument in arguments):
-            sys.stdout.write(grouped_help(module, os.path.basename(argv[0])))
+            sys.stdout.write(grouped_help(sys.modules[module_name], os.path.basename(argv[0])))
             sys.exit(0)
         return app.parse_flags_with_usage(argv)
 
@@ -249,7 +247,11 @@ def run_app(main: Callable[[list[str]], None], module: types.ModuleType) -> None
             sys.stderr.write(f"error: {e}\nPass --help to see the flags.\n")
             sys.exit(e.exitcode)
 
-    app.run(main_with_short_usage, flags_parser=parse)
+    def run() -> None:
+        app.run(main_with_short_usage, flags_parser=parse)
+
+    run.__doc__ = f"Runs {module_name} as a console command."
+    return run
 
 
 class FlagTerms(config_lib.Terms):
@@ -275,10 +277,6 @@ def in_flag_terms(error: BaseException) -> str:
     return to_flags(str(error))
 
 
-# The library's names for what the scripts offer another way.
-_LIBRARY_TO_SCRIPTS = {"tfmp.run.training.diagnose_run": "scripts/diagnose.py (tfmp-diagnose)"}
-
-
 def to_flags(message: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
     """A plain-text library message (a preemption, a checkpoint's differences, a warning) in flag terms.
 
@@ -288,8 +286,7 @@ def to_flags(message: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
     one-word name in prose ("the dataset"), paths, dotted names and settings
     without a flag stay; `tfmp.run.training.diagnose_run` becomes its command.
     """
-    for library, script in _LIBRARY_TO_SCRIPTS.items():
-        message = message.replace(library, script)
+    message = message.replace("tfmp.run.training.diagnose_run", "scripts/diagnose.py (tfmp-diagnose)")
     terms, lines = FlagTerms(flag_values=flag_values), []
     for line in message.split("\n"):
         words = line.split(" ")
