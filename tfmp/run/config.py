@@ -141,7 +141,7 @@ HELP_GROUPS = ("precision", "model and optimizer", "training", "data", "logs and
 
 def option(
     default: Any,
-    help: str,  # noqa: A002 (the word absl and argparse use)
+    help: str,
     group: str | None = None,
     *,
     choices: Sequence[str] | str | None = None,
