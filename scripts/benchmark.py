@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover
     import common
 
 from tfmp import precision as precision_lib
-from tfmp.run import benchmark, reporting, tasks, training
+from tfmp.run import benchmark, reporting, tasks
 from tfmp.run import data as data_lib
 from tfmp.run.benchmark import kernel_ceiling
 
@@ -195,10 +195,7 @@ def _specs() -> dict[str, tasks.Task]:
     """The benchmark's models by name: the shipped ones and the --task ones (a bad --task is a usage error)."""
     specs = dict(benchmark.default_specs(_RESNET_INPUT_SIZE.value))
     for spec in _TASKS.value:
-        try:
-            task = tasks.load(spec)
-        except training.ConfigError as e:
-            raise app.UsageError(common.to_flags(str(e))) from None
+        task = common.load_task(spec, {})
         specs[task.name] = task
     return specs
 
@@ -229,7 +226,7 @@ def _config(specs: dict[str, tasks.Task]) -> benchmark.BenchmarkConfig:
         if _MODE.value == "ceiling":
             kernel_ceiling.sixteen_bit_precisions(config.precisions)
     except ValueError as e:
-        raise app.UsageError(common.to_flags(str(e))) from None
+        raise app.UsageError(common.in_flag_terms(e)) from None
     return config
 
 
@@ -267,7 +264,7 @@ def main(argv):
     try:
         records = measure(config, specs, progress=progress)
     except data_lib.DatasetNotFoundError as e:
-        sys.exit(f"error: {common.to_flags(str(e))}")
+        sys.exit(f"error: {common.in_flag_terms(e)}")
     print(reporting.markdown_table(records))
     for record in records:
         if isinstance(record, benchmark.CeilingRecord):

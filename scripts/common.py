@@ -169,8 +169,10 @@ def load_task(spec: str, holders: dict[str, flags.FlagHolder]) -> tasks.Task:
     """
     try:
         task = tasks.load(spec)
-    except training.ConfigError as e:
-        raise app.UsageError(in_flag_terms(e)) from None
+    except training.ConfigError as e:  # about --task, a flag of the script rather than a config field
+        terms = FlagTerms()
+        terms.flags.add("task")
+        raise app.UsageError(e.in_terms(terms)) from None
     given = {name: holder for name, holder in holders.items() if holder.present}
     unknown = sorted(set(given) - {field.name for field in dataclasses.fields(task.config)})
     if unknown:

@@ -233,7 +233,7 @@ class MyTask(tasks.SupervisedTask):
 @pytest.mark.parametrize(
     "name, error",
     [
-        ("no_colon", "task must be MODULE:NAME"),
+        ("no_colon", "task: must be MODULE:NAME"),
         ("no_such_module_xyz:TASK", "no module 'no_such_module_xyz' on the Python path"),
         ("{file}:MISSING", "has no attribute 'MISSING'. It defines these tasks: TASK"),
         ("{file}:NOT_A_TASK", "is a int; NAME must be a tfmp.run.tasks.Task"),

@@ -731,12 +731,18 @@ _NAME_MUST_BE = (
 )
 
 
+def _bad_task(problem: str, spec: str) -> ConfigError:
+    """A `ConfigError` about the `task` setting: `problem` (plain text), then what it received."""
+    template = "{task}: " + problem.replace("{", "{{").replace("}", "}}")
+    return ConfigError(template, "task", {"task": spec})
+
+
 def _import(module_name: str, spec: str) -> Any:
     """The module `module_name` (a dotted name on the path, or a .py file); ConfigError naming `spec` if absent."""
     if module_name.endswith(".py"):
         path = os.path.abspath(module_name)
         if not os.path.isfile(path):
-            raise ConfigError(f"task: no such file {module_name!r}. Received: task={spec!r}")
+            raise _bad_task(f"no such file {module_name!r}.", spec)
         # Imported by its name from its folder, so a fresh process (the benchmark's rows) imports it again.
         directory, module_name = os.path.split(path[: -len(".py")])
         if directory not in sys.path:
@@ -746,9 +752,10 @@ def _import(module_name: str, spec: str) -> Any:
     except ModuleNotFoundError as e:
         if not (e.name and (module_name == e.name or module_name.startswith(e.name + "."))):
             raise  # the module exists but imports something missing: its own error, with its traceback
-        raise ConfigError(
-            f"task: no module {module_name!r} on the Python path (PYTHONPATH, or the current directory with "
-            f"python3 -m); give a module name or a path to a .py file. Received: task={spec!r}"
+        raise _bad_task(
+            f"no module {module_name!r} on the Python path (PYTHONPATH, or the current directory with "
+            "python3 -m); give a module name or a path to a .py file.",
+            spec,
         ) from None
 
 
@@ -768,22 +775,21 @@ def load(spec: str) -> Task:
 
     Raises:
         ConfigError: for a spec without `:`, a missing module or file, a
-            missing attribute, or an attribute of the wrong kind, naming
-            `spec` and what NAME must be.
+            missing attribute, or an attribute of the wrong kind, about the
+            setting `task`, naming `spec` and what NAME must be.
     """
     if not isinstance(spec, str) or spec.count(":") < 1 or not all(spec.rpartition(":")[::2]):
-        raise ConfigError(
-            f"task must be MODULE:NAME (a module on the Python path or a .py file, and the name of its task); "
-            f"{_NAME_MUST_BE}. Received: task={spec!r}"
+        raise _bad_task(
+            "must be MODULE:NAME (a module on the Python path or a .py file, and the name of its task); "
+            f"{_NAME_MUST_BE}.",
+            spec,
         )
     module_name, _, name = spec.rpartition(":")
     module = _import(module_name, spec)
     if not hasattr(module, name):
         found = sorted(k for k, v in vars(module).items() if isinstance(v, Task) and not k.startswith("_"))
         listed = f" It defines these tasks: {', '.join(found)}." if found else " It defines no Task."
-        raise ConfigError(
-            f"task: module {module.__name__!r} has no attribute {name!r}.{listed} Received: task={spec!r}"
-        )
+        raise _bad_task(f"module {module.__name__!r} has no attribute {name!r}.{listed}", spec)
     value = getattr(module, name)
     if inspect.isclass(value) and issubclass(value, Task) and not inspect.isabstract(value):
         value = value()
@@ -791,10 +797,8 @@ def load(spec: str) -> Task:
         try:
             inspect.signature(value).bind()
         except (TypeError, ValueError):
-            raise ConfigError(
-                f"task: {spec} is a function that takes arguments; {_NAME_MUST_BE}. Received: task={spec!r}"
-            ) from None
+            raise _bad_task(f"{spec} is a function that takes arguments; {_NAME_MUST_BE}.", spec) from None
         value = value()
     if not isinstance(value, Task):
-        raise ConfigError(f"task: {spec} is a {type(value).__name__}; {_NAME_MUST_BE}. Received: task={spec!r}")
+        raise _bad_task(f"{spec} is a {type(value).__name__}; {_NAME_MUST_BE}.", spec)
     return value
