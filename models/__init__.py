@@ -1,4 +1,4 @@
-"""The Keras models tfmp trains and benchmarks: the seed GAN, MobileNetV2, ResNet-50 and a small test CNN.
+"""The Keras models tfmp trains and benchmarks: the tutorial's GAN, MobileNetV2, ResNet-50 and a small test CNN.
 
 Model definitions only (architectures, no training); `tfmp.run.tasks` turns them into runs.
 """

@@ -1,10 +1,10 @@
-"""The seed's GAN: generator and discriminator, layer for layer.
+"""The original tutorial's GAN: generator and discriminator, layer for layer.
 
-The architecture is that of the seed tutorial's `train_GAN_optimized.py`
-(seed 000): a generator from 100 uniform noise values to a 28x28x1 image,
+The architecture is that of the GAN tutorial's `train_GAN_optimized.py`: a
+generator from 100 uniform noise values to a 28x28x1 image,
 and a convolutional discriminator that returns one logit per image. The
-defaults reproduce the seed exactly; widths and the latent size can be
-changed, for instance to rebuild the seed's Tensor Core "bad sizes" variant
+defaults reproduce the tutorial exactly; widths and the latent size can be
+changed, for instance to rebuild the tutorial's Tensor Core "bad sizes" variant
 (`generator_widths=(63, 31, 7)`).
 
 Both output layers compute in float32 whatever the global dtype policy, so
@@ -63,7 +63,7 @@ def build_generator(
     With the defaults `(64, 32, 8)`.
 
     Args:
-        latent_dim: Size of the noise vector (the seed draws it uniform in
+        latent_dim: Size of the noise vector (the tutorial draws it uniform in
             [-1, 1]).
         widths: Channels of the three hidden convolutions; the Dense layer has
             `7 * 7 * widths[0]` units.
@@ -106,7 +106,7 @@ def build_discriminator(
     image_shape: tuple[int, int, int] = IMAGE_SHAPE,
     name: str = "discriminator",
 ) -> keras.Model:
-    """Builds the seed's discriminator under the current dtype policy.
+    """Builds the tutorial's discriminator under the current dtype policy.
 
     Three times Conv2D(w, 5x5, tanh) -> MaxPool(2) -> Dropout, with widths
     `(24, 64, 128)` by default, then Flatten -> Dense(1) logits in float32.

@@ -14,7 +14,7 @@ def classifier_on_backbone(
 
     The output is computed in float32 whatever the dtype policy: a softmax,
     or with `from_logits` the logits passed through a float32 linear
-    activation (seed 002's `Activation('linear', dtype='float32')`).
+    activation (the Keras tutorial's `Activation('linear', dtype='float32')`).
     """
     x = backbone(inputs)
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)

@@ -1,9 +1,9 @@
-"""The MobileNetV2 CIFAR-10 classifier of seed 002.
+"""The MobileNetV2 CIFAR-10 classifier of the Keras mixed-precision tutorial.
 
 `keras.applications.MobileNetV2` without its top and without pretrained
 weights, on 32x32x3 images, followed by global average pooling, a Dense
 head, and an output computed in float32 whatever the dtype policy: a
-softmax (the seed's choice) or, for a `from_logits=True` loss, the logits
+softmax (the tutorial's choice) or, for a `from_logits=True` loss, the logits
 themselves passed through a float32 linear activation. Its BatchNorm layers
 run TensorFlow's fused kernel (`tfmp.layers.FusedBatchNormalization`).
 

@@ -24,7 +24,8 @@ except ImportError:  # pragma: no cover
 from tfmp.run import training
 
 _DEFAULTS = training.GANConfig(logdir=os.path.join("logs", "compare_loss_scaling"))
-# The flags of the run, not of the GAN's model (the seed's); precision, loss scale and run name are the comparison's.
+# The flags of the run, not of the GAN's model (the tutorial's); precision, loss scale and run name are the
+# comparison's.
 _FLAGS = common.define_flags(
     _DEFAULTS,
     exclude=("precision", "loss_scale", "run_name"),

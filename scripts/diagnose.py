@@ -3,7 +3,7 @@
     python3 scripts/diagnose.py --model=gan --precision=mixed_float16 --batch_size=256
     python3 scripts/diagnose.py --model=gan --generator_widths=63,31,7 --batch_size=4090
     python3 scripts/diagnose.py --model=mobilenet_v2 --precision=mixed_bfloat16 --alpha=0.35
-    python3 scripts/diagnose.py --seed_variants
+    python3 scripts/diagnose.py --tutorial_variants
     python3 scripts/diagnose.py --task=my_tasks:TASK --precision=mixed_float16
 
 Builds the model and trainer exactly as the training scripts do and prints,
@@ -12,7 +12,7 @@ float32-output check, the gradient numerics in float16 (with a suggested
 static loss scale), and the first non-finite layer, if any. With
 --run_name, log2|g| histograms go to <logdir>/<run_name> for TensorBoard.
 --generator_widths is for --model=gan, --alpha for --model=mobilenet_v2.
---seed_variants prints the alignment report of seed 000's generator and of
+--tutorial_variants prints the alignment report of the GAN tutorial's generator and of
 its "bad sizes" variant (widths 63/31/7, batch 4090) side by side.
 """
 
@@ -56,9 +56,12 @@ _MODEL_FLAGS = {
     "gan": common.define_flags(training.GANConfig(), only=("generator_widths",)),
     "mobilenet_v2": common.define_flags(training.ClassifierConfig(), only=("alpha",)),
 }
-_SEED_VARIANTS = flags.DEFINE_bool(
-    "seed_variants", False, "Only print the alignment of seed 000's generator and of its bad-sizes variant."
+_TUTORIAL_VARIANTS = flags.DEFINE_bool(
+    "tutorial_variants",
+    False,
+    "Only print the alignment of the GAN tutorial's generator and of its bad-sizes variant.",
 )
+flags.DEFINE_alias("seed_variants", "tutorial_variants")  # its name in tfmp 0.1
 flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 
@@ -71,12 +74,12 @@ def _model_flags() -> dict:
     return {**_FLAGS, **_MODEL_FLAGS[_MODEL.value]}
 
 
-def _seed_variants(precision: str) -> None:
+def _tutorial_variants(precision: str) -> None:
     # The GAN tutorial's widths and batch; its "bad sizes" variant: widths one below, batch 4090.
-    seed = training.GANConfig()
+    tutorial = training.GANConfig()
     for title, widths, batch_size in (
-        ("seed 000's generator", seed.generator_widths, seed.batch_size),
-        ("seed 000's bad sizes", tuple(w - 1 for w in seed.generator_widths), 4090),
+        ("the tutorial's generator", tutorial.generator_widths, tutorial.batch_size),
+        ("the tutorial's bad sizes", tuple(w - 1 for w in tutorial.generator_widths), 4090),
     ):
         print(f"== {title}: widths {widths}, batch {batch_size}, {precision} ==")
         with tfmp.precision_scope(precision):
@@ -87,7 +90,7 @@ def _seed_variants(precision: str) -> None:
 def _task():
     """The --task, with the flags given (and this command's precision) over its own config."""
     model_flags = [holder for holders in _MODEL_FLAGS.values() for holder in holders.values()]
-    for holder in (_MODEL, *model_flags, _SEED_VARIANTS):
+    for holder in (_MODEL, *model_flags, _TUTORIAL_VARIANTS):
         if holder.present:
             raise app.UsageError(
                 f"--{holder.name} is for the shipped models, not --task. Received: --task={_TASK.value}"
@@ -101,8 +104,8 @@ def main(argv):
     if _TASK.value is not None:
         common.run(training.diagnose, _task())
         return
-    if _SEED_VARIANTS.value:
-        _seed_variants(tfmp.canonical_precision(_FLAGS["precision"].value))
+    if _TUTORIAL_VARIANTS.value:
+        _tutorial_variants(tfmp.canonical_precision(_FLAGS["precision"].value))
         return
     config = common.config_from_flags(_CONFIGS[_MODEL.value], _model_flags())
     common.run(training.diagnose_run, config)

@@ -28,7 +28,7 @@ import tfmp
 INF = float("inf")
 
 _OPTIMIZERS = {
-    # The seed's generator uses Adam(1e-3), its discriminator RMSprop(1e-4).
+    # The GAN tutorial's generator uses Adam(1e-3), its discriminator RMSprop(1e-4).
     "SGD": (lambda: keras.optimizers.SGD(0.1), lambda: tf_keras.optimizers.SGD(0.1)),
     "SGD_momentum": (
         lambda: keras.optimizers.SGD(0.1, momentum=0.9),
@@ -52,7 +52,7 @@ def _rmsprop_tolerance(steps, lr=1e-4, rho=0.9):
     return dict(rtol=steps * 2.0**-23, atol=steps * 2.0**-20 * lr / np.sqrt(1 - rho))
 
 
-# The seed's three runs (train_GAN_optimized.py): precision, use_scaled_loss.
+# The GAN tutorial's three runs (train_GAN_optimized.py): precision, use_scaled_loss.
 _SEED_RUNS = {
     "float32": (tf.float32, False),
     "float16_no_loss_scaling": (tf.float16, False),
@@ -74,7 +74,7 @@ def _problem(steps, seed=0, bad_step=None):
 
 
 def _loss(variables, x, y, dtype):
-    # The seed's discriminator loss in miniature: sigmoid cross-entropy on
+    # The GAN tutorial's discriminator loss in miniature: sigmoid cross-entropy on
     # logits, computed in the policy's dtype (float16 under mixed precision).
     w1, w2 = (tf.cast(v, dtype) for v in variables)
     logits = tf.tanh(tf.cast(x, dtype) @ w1) @ w2
@@ -82,7 +82,7 @@ def _loss(variables, x, y, dtype):
 
 
 def _seed_step(opt, variables, x, y, dtype, use_scaled_loss):
-    """The seed's train step, as written in train_GAN_optimized.py."""
+    """The GAN tutorial's train step, as written in train_GAN_optimized.py."""
     with tf.GradientTape() as tape:
         loss = _loss(variables, x, y, dtype)
         scaled_loss = opt.get_scaled_loss(loss)  # new line; not used if use_scaled_loss=False
@@ -157,7 +157,7 @@ def _no_scaling_warnings():
     assert _scaling_warnings(log) == []
 
 
-# -- the seed's three runs, tf.keras 2 flow ------------------------------------------------
+# -- the GAN tutorial's three runs, tf.keras 2 flow ------------------------------------------------
 
 
 def _record_inner_gradients(opt):

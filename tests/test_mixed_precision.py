@@ -7,7 +7,7 @@ changing the one import line:
 
     from tensorflow.keras import mixed_precision   ->   from tfmp import mixed_precision
 
-The client code is kept verbatim in `GUIDE_CODE` and `SEED_002_CODE`. Every
+The client code is kept verbatim in `GUIDE_CODE` and `KERAS_TUTORIAL_CODE`. Every
 other change is applied by `_edit` from a listed (old, new, count) edit, in
 one of two kinds: `HARNESS` edits make the code run offline and small, and
 `KERAS_3` edits are what Keras 3 itself needs, whatever the
@@ -438,13 +438,13 @@ def test_the_tensorflow_guides_custom_loop_runs_on_the_tfmp_namespace(_offline_m
     _check_loss_scaling(ns["optimizer"], steps=GUIDE_EPOCHS)
 
 
-# -- real clients: seed 002's Fp16Training --------------------------------------
+# -- real clients: the Keras tutorial's Fp16Training --------------------------------------
 
-# Seed 002 (/work/shared/seeds/002_*.txt), "Keras & TF 2.X": its cells up to the data,
+# The Keras tutorial ("Keras & TF 2.X"): its cells up to the data,
 # then the "Custom Training Loop" cells, verbatim. Line breaks and indentation are
-# restored from the seed's flattened text; the two built-in fit() cells in between
+# restored from the tutorial's flattened text; the two built-in fit() cells in between
 # (`model.compile(..., optimizer='adam')`, `def train(...)`) are left out.
-SEED_002_CODE = """\
+KERAS_TUTORIAL_CODE = """\
 import tensorflow as tf
 from tensorflow.keras.applications import MobileNetV2
 from tensorflow.keras.layers import Dense, Activation
@@ -499,7 +499,7 @@ cuistom_model.compile(loss='sparse_categorical_crossentropy', optimizer=optimize
 cuistom_model.fit(x_train, y_train, batch_size=32, epochs=1)
 """
 
-SEED_002_KERAS_3_EDITS = [
+KERAS_TUTORIAL_KERAS_3_EDITS = [
     # MobileNetV2 without top at 32x32 outputs (batch, 1, 1, 1280), so the model outputs
     # (batch, 1, 1, 10). tf.keras 2's sparse_categorical_crossentropy flattened that against
     # (batch, 1) labels; Keras 3 raises "Argument `output` must have rank (ndim)
@@ -510,7 +510,7 @@ SEED_002_KERAS_3_EDITS = [
         1,
     ),
 ]
-SEED_002_BATCH = 32  # as written
+KERAS_TUTORIAL_BATCH = 32  # as written
 
 
 def _offline_cifar10(monkeypatch, split: data_lib.Split, count: int) -> None:
@@ -552,12 +552,12 @@ def _training_loss(model: keras.Model, x: np.ndarray, y: np.ndarray) -> float:
     return float(tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, probabilities)))
 
 
-def _run_seed_002(monkeypatch, mobilenet_v2, train_count: int) -> None:
+def _run_keras_tutorial(monkeypatch, mobilenet_v2, train_count: int) -> None:
     applications = importlib.import_module("tensorflow.keras.applications")
     monkeypatch.setattr(applications, "MobileNetV2", mobilenet_v2)
     split = data_lib.load_digits(image_size=(32, 32), channels=3, seed=0)
     _offline_cifar10(monkeypatch, split, train_count)
-    code = _on_tfmp(_edit(SEED_002_CODE, SEED_002_KERAS_3_EDITS))
+    code = _on_tfmp(_edit(KERAS_TUTORIAL_CODE, KERAS_TUTORIAL_KERAS_3_EDITS))
 
     before = _policy_name()
     losses = {}
@@ -577,14 +577,14 @@ def _run_seed_002(monkeypatch, mobilenet_v2, train_count: int) -> None:
     # fit() as written, with one harness callback added to measure the loss.
     monkeypatch.setattr(keras.Model, "fit", lambda self, *a, **k: fit(self, *a, callbacks=[MeasureLoss()], **k))
     with _restored_dtype_policy():
-        ns = _run(code, "<seed 002>", {"keras": tf.keras})
+        ns = _run(code, "<keras tutorial>", {"keras": tf.keras})
         assert _policy_name() == "mixed_float16"
     assert _policy_name() == before
 
     model = ns["cuistom_model"]
     assert model.optimizer is ns["optimizer"], "compile() must not wrap the LossScaleOptimizer again"
     assert model.outputs[0].dtype == "float32"
-    steps = math.ceil(train_count / SEED_002_BATCH)
+    steps = math.ceil(train_count / KERAS_TUTORIAL_BATCH)
     assert math.isfinite(losses["before"]) and math.isfinite(losses["after"])
     assert losses["after"] < losses["before"], losses
     _check_loss_scaling(ns["optimizer"], steps=steps)
@@ -594,12 +594,12 @@ def _run_seed_002(monkeypatch, mobilenet_v2, train_count: int) -> None:
     assert logged == pytest.approx(0.1, abs=1e-6)
 
 
-def test_seed_002s_fp16_training_runs_on_the_tfmp_namespace(monkeypatch):
-    """Seed 002's `Fp16Training` custom loop, its code as written (SEED_002_CODE).
+def test_the_keras_tutorials_fp16_training_runs_on_the_tfmp_namespace(monkeypatch):
+    """The Keras tutorial's `Fp16Training` custom loop, its code as written (KERAS_TUTORIAL_CODE).
 
     Changed: the import line (`_on_tfmp`), and `pooling='avg'` added to
-    MobileNetV2, which Keras 3's loss needs (SEED_002_KERAS_3_EDITS).
-    Harness substitutions: `keras` is given to the code (the seed uses it
+    MobileNetV2, which Keras 3's loss needs (KERAS_TUTORIAL_KERAS_3_EDITS).
+    Harness substitutions: `keras` is given to the code (the tutorial uses it
     without importing it); `keras.datasets.cifar10.load_data` returns 256
     embedded digits at 32x32x3 as uint8 with (n, 1) labels; fit() gets one
     callback that measures the loss (fit's logged loss is Keras 3's artefact);
@@ -607,11 +607,11 @@ def test_seed_002s_fp16_training_runs_on_the_tfmp_namespace(monkeypatch):
     call (`_tiny_mobilenet_v2`). The full network runs in the slow twin.
     8 steps of batch 32, as written (epochs=1).
     """
-    _run_seed_002(monkeypatch, _tiny_mobilenet_v2, train_count=8 * SEED_002_BATCH)
+    _run_keras_tutorial(monkeypatch, _tiny_mobilenet_v2, train_count=8 * KERAS_TUTORIAL_BATCH)
 
 
 @pytest.mark.slow
-def test_seed_002s_fp16_training_with_the_full_mobilenet_v2(monkeypatch):
+def test_the_keras_tutorials_fp16_training_with_the_full_mobilenet_v2(monkeypatch):
     """As the fast test, with Keras's full-width MobileNetV2 (weights=None: no download).
 
     With 2**15 the float16 gradients of the full network overflow at first,
@@ -623,4 +623,4 @@ def test_seed_002s_fp16_training_with_the_full_mobilenet_v2(monkeypatch):
     def mobilenet_v2_without_download(*args, weights=None, **kwargs):
         return real(*args, weights=weights, **kwargs)
 
-    _run_seed_002(monkeypatch, mobilenet_v2_without_download, train_count=16 * SEED_002_BATCH)
+    _run_keras_tutorial(monkeypatch, mobilenet_v2_without_download, train_count=16 * KERAS_TUTORIAL_BATCH)

@@ -151,7 +151,7 @@ def test_a_stock_keras_loss_scale_optimizer_is_refused_in_the_step():
 # --- the GAN step ---------------------------------------------------------------
 
 
-def test_gan_losses_are_the_seed_formula():
+def test_gan_losses_are_the_tutorials_formula():
     gan = _tiny_gan()
     real = tf.random.stateless_uniform((10, 28, 28, 1), seed=(1, 2))
     fake = tf.random.stateless_uniform((10, 28, 28, 1), seed=(3, 4))
@@ -657,3 +657,13 @@ def test_backup_and_restore_resumes_a_trainer_with_its_loss_scale(tmp_path):
     assert float(resumed.optimizer.loss_scale) == float(whole.optimizer.loss_scale) == 2.0**13
     assert int(resumed.optimizer.skipped_steps) == 2
     _assert_same_state(whole, resumed)
+
+
+def test_the_tutorial_gans_old_names_still_work_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="tfmp.trainers.SEED_GAN is now tfmp.trainers.TUTORIAL_GAN"):
+        assert trainers.SEED_GAN is trainers.TUTORIAL_GAN
+    with pytest.warns(DeprecationWarning, match="SeedGANTraining is now tfmp.trainers.TutorialGANTraining"):
+        from tfmp.trainers.gan import SeedGANTraining
+    assert SeedGANTraining is trainers.TutorialGANTraining
+    with pytest.raises(AttributeError, match="'tfmp.trainers' has no attribute 'NO_SUCH_NAME'"):
+        trainers.NO_SUCH_NAME

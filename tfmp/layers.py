@@ -58,7 +58,7 @@ def _half_in_float32(dtype: str, channels: int | None, on_cpu: bool) -> bool:
     """Whether a 16-bit input with `channels` channels is normalised in float32.
 
     Only on a CPU. There, oneDNN's bfloat16 batch norm with a channel count
-    that is not a multiple of 16 (the seed GAN's 8, a width of 24) falls back
+    that is not a multiple of 16 (the tutorial GAN's 8, a width of 24) falls back
     to a generic kernel many times slower than the float32 one, so two casts
     are much cheaper; with a multiple of 16 the bfloat16 kernel beats float32.
     float16 has no oneDNN kernel without AVX512-FP16 and the Eigen one is

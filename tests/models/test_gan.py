@@ -1,4 +1,4 @@
-"""Tests for models/gan.py: the seed's architecture, layer for layer."""
+"""Tests for models/gan.py: the original tutorial's architecture, layer for layer."""
 
 import keras
 import pytest
@@ -11,7 +11,7 @@ def _summary(model):
     return [(layer.__class__.__name__, tuple(layer.output.shape[1:])) for layer in model.layers[1:]]
 
 
-def test_generator_is_the_seed_stack():
+def test_generator_is_the_tutorials_stack():
     generator = build_generator()
     assert generator.input_shape == (None, 100)
     # BatchNorm is tfmp's fused layer: Keras's BatchNormalization computed by one op.
@@ -42,7 +42,7 @@ def test_generator_is_the_seed_stack():
     assert generator.count_params() == 477_713
 
 
-def test_discriminator_is_the_seed_stack():
+def test_discriminator_is_the_tutorials_stack():
     discriminator = build_discriminator()
     assert _summary(discriminator) == [
         ("Conv2D", (28, 28, 24)),
@@ -61,7 +61,7 @@ def test_discriminator_is_the_seed_stack():
     assert discriminator.get_layer("logits").activation.__name__ == "linear"
 
 
-def test_seed_bad_sizes_variant_can_be_built():
+def test_the_tutorials_bad_sizes_variant_can_be_built():
     generator = build_generator(widths=(63, 31, 7))
     assert generator.get_layer("dense").units == 7 * 7 * 63
     assert [generator.get_layer(f"conv_{i}").filters for i in (1, 2, 3)] == [63, 31, 7]

@@ -71,7 +71,7 @@ def never(precision):
     raise AssertionError(f"measured {precision} although the answer was cached or there was nothing to measure")
 
 
-# The quoted H100 figures (PyTorch AMP, img/s): the seed GAN at batch 4096 (float32 with TF32 x1.37,
+# The quoted H100 figures (PyTorch AMP, img/s): the tutorial's GAN at batch 4096 (float32 with TF32 x1.37,
 # bfloat16 x1.47, float16 x1.57 over true float32) and MobileNetV2 on 32x32 at batch 128 (x0.91, x0.82, x0.69).
 GAN_H100 = {"float32": 108093.0, "mixed_bfloat16": 115983.0, "mixed_float16": 123873.0}
 MOBILENET_H100 = {"float32": 5733.0, "mixed_bfloat16": 5166.0, "mixed_float16": 4347.0}

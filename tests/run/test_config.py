@@ -48,7 +48,7 @@ def test_classifier_config_refuses_bad_values(tmp_path):
             dataclasses.replace(TINY_CLASSIFIER, logdir=str(tmp_path), **change).validate()
 
 
-def test_the_defaults_are_the_seeds():
+def test_the_defaults_are_the_tutorials():
     config = config_lib.GANConfig()
     assert (config.batch_size, config.dataset, config.latent_dim) == (4096, "mnist", 100)
     assert (config.generator_learning_rate, config.discriminator_learning_rate) == (1e-3, 1e-4)

@@ -25,7 +25,7 @@ def test_classifier_summary_route_is_keras_layout():
     assert task.summary_route("loss_scale") == ("train", "loss_scale")
 
 
-def test_gan_summary_route_is_the_seed_layout():
+def test_gan_summary_route_is_the_tutorials_layout():
     gan = tasks.GANTask(TINY_GAN)
     assert gan.summary_route("g_loss") == ("generator", "loss")
     assert gan.summary_route("d_loss") == ("discriminator", "loss")
@@ -34,11 +34,11 @@ def test_gan_summary_route_is_the_seed_layout():
     assert gan.summary_route("val_g_loss") == ("generator_validation", "loss")
 
 
-def test_the_seed_gans_values_are_defined_once_and_everything_reads_them():
-    # The seed: 100 noise values, widths (64, 32, 8) and (24, 64, 128), Adam(1e-3), RMSprop(1e-4), 0.01, 0.1.
-    seed = trainers.SEED_GAN
-    assert (seed.generator_learning_rate, seed.discriminator_learning_rate) == (1e-3, 1e-4)
-    assert (seed.label_softening, seed.label_swap_fraction) == (0.01, 0.1)
+def test_the_tutorial_gans_values_are_defined_once_and_everything_reads_them():
+    # The tutorial: 100 noise values, widths (64, 32, 8) and (24, 64, 128), Adam(1e-3), RMSprop(1e-4), 0.01, 0.1.
+    tutorial = trainers.TUTORIAL_GAN
+    assert (tutorial.generator_learning_rate, tutorial.discriminator_learning_rate) == (1e-3, 1e-4)
+    assert (tutorial.label_softening, tutorial.label_swap_fraction) == (0.01, 0.1)
     default = config_lib.GANConfig()
     assert (
         (default.latent_dim, default.generator_widths, default.discriminator_widths)

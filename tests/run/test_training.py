@@ -266,7 +266,7 @@ def test_train_classifier_runs_in_float16_without_loss_scaling(tmp_path):
     _check_classifier_run(result, lines, "mixed_float16", "none", steps=2)
 
 
-def test_compare_loss_scaling_runs_the_three_seed_configurations(tmp_path):
+def test_compare_loss_scaling_runs_the_tutorials_three_configurations(tmp_path):
     lines = []
     config = dataclasses.replace(TINY_GAN, epochs=1, logdir=str(tmp_path))
     results = training.compare_loss_scaling(config, print_fn=lines.append)

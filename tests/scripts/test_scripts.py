@@ -11,7 +11,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SEED_LINE = re.compile(
+STEP_LINE = re.compile(
     r"^\((\d+), (\d+)\), G Loss: \d+\.\d{3}, D Loss: \d+\.\d{3}, loss_scale: (\S+), "
     r"step_time: \d+\.\d{3}, throughput: \d+\.\d{3} img/s$"
 )
@@ -34,7 +34,7 @@ def _event_files(directory):
     return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files if f.startswith("events")]
 
 
-def test_train_gan_prints_the_seed_lines_and_writes_curves(tmp_path):
+def test_train_gan_prints_the_tutorials_lines_and_writes_curves(tmp_path):
     proc = _run(
         "train_gan.py",
         "--dataset=digits",
@@ -49,7 +49,7 @@ def test_train_gan_prints_the_seed_lines_and_writes_curves(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    steps = [SEED_LINE.match(line) for line in lines if line.startswith("(")]
+    steps = [STEP_LINE.match(line) for line in lines if line.startswith("(")]
     assert len(steps) == 4 and all(steps), lines
     assert [(m.group(1), m.group(2)) for m in steps] == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
     assert all(m.group(3) == "32768/32768" for m in steps)
@@ -195,7 +195,7 @@ def test_compare_loss_scaling_console_command_prints_the_table(tmp_path):
 
 
 @pytest.mark.slow
-def test_diagnose_flags_the_seed_pitfall_and_writes_histograms(tmp_path):
+def test_diagnose_flags_the_tutorials_pitfall_and_writes_histograms(tmp_path):
     proc = _run(
         "diagnose.py",
         "--model=gan",
@@ -226,10 +226,10 @@ def test_diagnose_flags_the_seed_pitfall_and_writes_histograms(tmp_path):
     assert _event_files(tmp_path / "diag" / "diagnostics")
 
 
-def test_diagnose_seed_variants_contrast_the_two_generators():
-    proc = _run("diagnose.py", "--seed_variants")
+def test_diagnose_tutorial_variants_contrast_the_two_generators():
+    proc = _run("diagnose.py", "--tutorial_variants")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    good, bad = proc.stdout.split("== seed 000's bad sizes")
+    good, bad = proc.stdout.split("== the tutorial's bad sizes")
     assert "0 warning(s)" in good and "9 warning(s)" in bad and "4090" in bad
 
 
@@ -299,7 +299,7 @@ def _wait_for_step(proc, steps=1, timeout=300):
         if not line:
             return lines  # the process ended
         lines.append(line)
-        seen += SEED_LINE.match(line.strip()) is not None
+        seen += STEP_LINE.match(line.strip()) is not None
     return lines
 
 

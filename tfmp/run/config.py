@@ -581,10 +581,10 @@ class ImageConfig(TrainConfig):
 
 @dataclasses.dataclass(frozen=True)
 class GANConfig(ImageConfig):
-    """The seed GAN's run: its defaults are the seed's.
+    """The original tutorial's GAN run: its defaults are the tutorial's.
 
     Its own flags are listed under the script's name; the architecture and
-    the label noise stay the seed's in the scripts (no flag).
+    the label noise stay the tutorial's in the scripts (no flag).
     """
 
     datasets: ClassVar[tuple[str, ...]] = ("mnist", "digits", "synthetic")
@@ -592,7 +592,7 @@ class GANConfig(ImageConfig):
 
     batch_size: int = _redefault(TrainConfig, "batch_size", 4096)
     dataset: str = _redefault(ImageConfig, "dataset", "mnist")
-    # The seed's values, defined once: the architecture in tfmp.models.gan, the training in tfmp.trainers.
+    # The tutorial's values, defined once: the architecture in tfmp.models.gan, the training in tfmp.trainers.
     latent_dim: int = option(gan_model.LATENT_DIM, "Noise size.", lower_bound=1)
     generator_widths: tuple[int, int, int] = option(
         gan_model.GENERATOR_WIDTHS,
@@ -602,15 +602,17 @@ class GANConfig(ImageConfig):
     discriminator_widths: tuple[int, int, int] = option(
         gan_model.DISCRIMINATOR_WIDTHS, "The discriminator's three conv widths.", flag=False
     )
-    generator_learning_rate: float = option(trainers.SEED_GAN.generator_learning_rate, "Generator Adam learning rate.")
+    generator_learning_rate: float = option(
+        trainers.TUTORIAL_GAN.generator_learning_rate, "Generator Adam learning rate."
+    )
     discriminator_learning_rate: float = option(
-        trainers.SEED_GAN.discriminator_learning_rate, "Discriminator RMSprop learning rate."
+        trainers.TUTORIAL_GAN.discriminator_learning_rate, "Discriminator RMSprop learning rate."
     )
     label_softening: float = option(
-        trainers.SEED_GAN.label_softening, "How far the discriminator's 0/1 labels move inward.", flag=False
+        trainers.TUTORIAL_GAN.label_softening, "How far the discriminator's 0/1 labels move inward.", flag=False
     )
     label_swap_fraction: float = option(
-        trainers.SEED_GAN.label_swap_fraction, "Share of the discriminator's labels swapped each step.", flag=False
+        trainers.TUTORIAL_GAN.label_swap_fraction, "Share of the discriminator's labels swapped each step.", flag=False
     )
     num_samples: int = option(
         16, "Generator images in the per-epoch TensorBoard grid.", "logs and console", lower_bound=1, flag=False
@@ -638,7 +640,7 @@ LR_SCHEDULES = ("cosine", "constant")
 
 @dataclasses.dataclass(frozen=True)
 class ClassifierConfig(ImageConfig):
-    """The MobileNetV2 classifier's run (seed 002)."""
+    """The MobileNetV2 classifier's run (the Keras tutorial's model)."""
 
     datasets: ClassVar[tuple[str, ...]] = ("cifar10", "digits", "synthetic")
     image_shape: ClassVar[tuple[int, int, int]] = (32, 32, 3)

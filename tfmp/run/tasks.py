@@ -538,8 +538,8 @@ class GANTask(ImageTask):
     def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
         c = self.config
         return (
-            trainers.SEED_GAN.generator_optimizer(c.generator_learning_rate),
-            trainers.SEED_GAN.discriminator_optimizer(c.discriminator_learning_rate),
+            trainers.TUTORIAL_GAN.generator_optimizer(c.generator_learning_rate),
+            trainers.TUTORIAL_GAN.discriminator_optimizer(c.discriminator_learning_rate),
         )
 
     def build_trainer(

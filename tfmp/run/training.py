@@ -11,7 +11,7 @@
    when a loss scale is given that the precision does not use;
 3. load the data (`tfmp.run.data`), build the model under the precision's
    global policy (restored afterwards), and `fit()` a `tfmp.trainers`
-   trainer with the callbacks of `tfmp.run.callbacks`: the seed's console line,
+   trainer with the callbacks of `tfmp.run.callbacks`: the tutorial's console line,
    per-epoch TensorBoard curves and the run's hyperparameters under
    `<logdir>/<run_name>/`.
 

@@ -2,7 +2,7 @@
 
 One concept per module: `base` (`MixedPrecisionTrainer`, `Objective`,
 `prepare_optimizer`), `supervised` (`Trainer`, any supervised model) and `gan`
-(`GANTrainer`, the original tutorial's GAN settings `SEED_GAN`,
+(`GANTrainer`, the original tutorial's GAN settings `TUTORIAL_GAN`,
 `discriminator_labels`).
 
 `Trainer` and `GANTrainer` override `train_step` with the custom loop of the
@@ -28,7 +28,7 @@ effects (console lines, TensorBoard, sample images) belong in callbacks.
 """
 
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, computes_in_float16, prepare_optimizer
-from tfmp.trainers.gan import SEED_GAN, GANTrainer, SeedGANTraining, discriminator_labels
+from tfmp.trainers.gan import TUTORIAL_GAN, GANTrainer, TutorialGANTraining, discriminator_labels
 from tfmp.trainers.supervised import ClassifierTrainer, Trainer
 
 __all__ = [
@@ -36,10 +36,19 @@ __all__ = [
     "GANTrainer",
     "MixedPrecisionTrainer",
     "Objective",
-    "SEED_GAN",
-    "SeedGANTraining",
+    "TUTORIAL_GAN",
     "Trainer",
+    "TutorialGANTraining",
     "computes_in_float16",
     "discriminator_labels",
     "prepare_optimizer",
 ]
+
+
+def __getattr__(name: str):
+    """tfmp 0.1's names of the tutorial GAN's settings (`SEED_GAN`, `SeedGANTraining`), deprecated."""
+    from tfmp.trainers import gan
+
+    if name in gan._RENAMED:
+        return getattr(gan, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,9 @@
-"""The seed GAN's training: `SEED_GAN`'s settings, `discriminator_labels` and `GANTrainer`."""
+"""The original tutorial's GAN training: `TUTORIAL_GAN`'s settings, `discriminator_labels` and `GANTrainer`."""
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import keras
@@ -11,7 +12,7 @@ import tensorflow as tf
 from tfmp import precision as precision_lib
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
 
-__all__ = ["GANTrainer", "SEED_GAN", "SeedGANTraining", "discriminator_labels"]
+__all__ = ["GANTrainer", "TUTORIAL_GAN", "TutorialGANTraining", "discriminator_labels"]
 
 
 def _replica_rows(batch_size: int | tf.Tensor) -> tuple[int | tf.Tensor, int | tf.Tensor]:
@@ -30,8 +31,8 @@ def _replica_rows(batch_size: int | tf.Tensor) -> tuple[int | tf.Tensor, int | t
 
 
 @dataclasses.dataclass(frozen=True)
-class SeedGANTraining:
-    """How the seed GAN trains (seed 000), defined once.
+class TutorialGANTraining:
+    """How the original tutorial's GAN trains, defined once.
 
     `GANTrainer`'s defaults, `tfmp.run.config.GANConfig`'s, and through it the
     training runs, the benchmark and the diagnosis all read these values.
@@ -50,15 +51,30 @@ class SeedGANTraining:
     label_swap_fraction: float = 0.1
 
     def generator_optimizer(self, learning_rate: float | None = None) -> keras.optimizers.Optimizer:
-        """A fresh `Adam`, the seed generator's optimizer (at `learning_rate` if given)."""
+        """A fresh `Adam`, the tutorial generator's optimizer (at `learning_rate` if given)."""
         return keras.optimizers.Adam(self.generator_learning_rate if learning_rate is None else learning_rate)
 
     def discriminator_optimizer(self, learning_rate: float | None = None) -> keras.optimizers.Optimizer:
-        """A fresh `RMSprop`, the seed discriminator's optimizer (at `learning_rate` if given)."""
+        """A fresh `RMSprop`, the tutorial discriminator's optimizer (at `learning_rate` if given)."""
         return keras.optimizers.RMSprop(self.discriminator_learning_rate if learning_rate is None else learning_rate)
 
 
-SEED_GAN = SeedGANTraining()
+TUTORIAL_GAN = TutorialGANTraining()
+
+# tfmp 0.1's names, from when the docs called the original tutorials "seeds".
+_RENAMED = {"SEED_GAN": "TUTORIAL_GAN", "SeedGANTraining": "TutorialGANTraining"}
+
+
+def __getattr__(name: str) -> Any:
+    """tfmp 0.1's names (`SEED_GAN`, `SeedGANTraining`), with a `DeprecationWarning` naming the new one."""
+    if name in _RENAMED:
+        warnings.warn(
+            f"tfmp.trainers.{name} is now tfmp.trainers.{_RENAMED[name]}; the old name will be removed in tfmp 0.3.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def discriminator_labels(
@@ -68,7 +84,7 @@ def discriminator_labels(
     offset: int | tf.Tensor = 0,
     global_batch_size: int | tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """The seed's discriminator targets: softened, with a few rows swapped.
+    """The tutorial's discriminator targets: softened, with a few rows swapped.
 
     The seed labels real images 0 and fake images 1, softened towards each
     other by `softening` (real `softening`, fake `1 - softening`). Its stated
@@ -99,12 +115,12 @@ def discriminator_labels(
 
 @keras.saving.register_keras_serializable(package="tfmp")
 class GANTrainer(MixedPrecisionTrainer):
-    """Trains the seed's GAN: generator step, then discriminator step.
+    """Trains the original tutorial's GAN: generator step, then discriminator step.
 
     Each step draws fresh noise uniform in [-1, 1] and updates the generator
     (target: the discriminator calls its images real) and then the
     discriminator (real images against freshly generated ones), each with its
-    own forward pass, optimizer and loss scale, as the seed does. The loss is
+    own forward pass, optimizer and loss scale, as the tutorial does. The loss is
     the mean sigmoid cross-entropy on float32 logits; labels follow
     `discriminator_labels` (real 0, fake 1, softened, 10% swapped).
 
@@ -115,8 +131,8 @@ class GANTrainer(MixedPrecisionTrainer):
     Args:
         generator: Maps `(batch, latent_dim)` noise to images.
         discriminator: Maps images to `(batch, 1)` float32 logits.
-        label_softening: See `discriminator_labels` (the seed's: `SEED_GAN`).
-        label_swap_fraction: See `discriminator_labels` (the seed's: `SEED_GAN`).
+        label_softening: See `discriminator_labels` (the tutorial's: `TUTORIAL_GAN`).
+        label_swap_fraction: See `discriminator_labels` (the tutorial's: `TUTORIAL_GAN`).
         seed: Seed of the noise generator.
         **kwargs: Passed to `keras.Model`.
     """
@@ -128,8 +144,8 @@ class GANTrainer(MixedPrecisionTrainer):
         self,
         generator: keras.Model,
         discriminator: keras.Model,
-        label_softening: float = SEED_GAN.label_softening,
-        label_swap_fraction: float = SEED_GAN.label_swap_fraction,
+        label_softening: float = TUTORIAL_GAN.label_softening,
+        label_swap_fraction: float = TUTORIAL_GAN.label_swap_fraction,
         seed: int | None = None,
         **kwargs: Any,
     ):
@@ -202,8 +218,8 @@ class GANTrainer(MixedPrecisionTrainer):
         """Configures training.
 
         Args:
-            generator_optimizer: Defaults to the seed's (`SEED_GAN.generator_optimizer()`).
-            discriminator_optimizer: Defaults to the seed's (`SEED_GAN.discriminator_optimizer()`).
+            generator_optimizer: Defaults to the tutorial's (`TUTORIAL_GAN.generator_optimizer()`).
+            discriminator_optimizer: Defaults to the tutorial's (`TUTORIAL_GAN.discriminator_optimizer()`).
             loss_scale: `"dynamic"`, `"none"` or a fixed scale, applied to
                 each optimizer separately when its model computes in float16.
             skip_nonfinite: Skip (and count) steps with a non-finite gradient
@@ -218,10 +234,10 @@ class GANTrainer(MixedPrecisionTrainer):
             kwargs.pop(keras_only, None)  # None in a saved compile config: the GAN has its own losses
         super().compile(optimizer=None, **kwargs)
         self.generator_optimizer = prepare_optimizer(
-            generator_optimizer or SEED_GAN.generator_optimizer(), self.generator, loss_scale, skip_nonfinite
+            generator_optimizer or TUTORIAL_GAN.generator_optimizer(), self.generator, loss_scale, skip_nonfinite
         )
         self.discriminator_optimizer = prepare_optimizer(
-            discriminator_optimizer or SEED_GAN.discriminator_optimizer(),
+            discriminator_optimizer or TUTORIAL_GAN.discriminator_optimizer(),
             self.discriminator,
             loss_scale,
             skip_nonfinite,

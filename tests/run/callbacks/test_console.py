@@ -5,7 +5,7 @@ import pytest
 from tfmp.run import callbacks
 
 
-def test_console_logger_prints_the_seed_line_and_a_summary():
+def test_console_logger_prints_the_tutorials_line_and_a_summary():
     lines = []
     timer = callbacks.StepTimer(images_per_step=512, warmup_steps=1)
     console = callbacks.ConsoleLogger(

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/diagnostics/alignment.py: Tensor Core alignment, on the seed's models and on
+"""Tests for tfmp/run/diagnostics/alignment.py: Tensor Core alignment, on the tutorial's models and on
 tiny models whose answers are known exactly."""
 
 import keras
@@ -42,7 +42,7 @@ def test_seed_bad_sizes_generator_is_flagged_layer_by_layer(precision):
     }
     printed = "\n".join(lines)
     assert "generator/conv_2" in printed and "4090" in printed and "9 warning(s)" in printed
-    # What misalignment costs today, not the seed's 2021 slowdown.
+    # What misalignment costs today, not the tutorial's 2021 slowdown.
     assert printed.endswith(f"\n  {diagnostics.MISALIGNMENT_COST}") and "about 2% slower" in printed
     assert "H100 with current cuDNN" in printed
     # Said in words a user who never read the tutorials' numbering follows.

@@ -196,7 +196,7 @@ class BenchmarkConfig:
 def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[str, tasks.Task]:
     """The benchmark's models, by name: the tasks training runs, at the benchmark's default batch sizes.
 
-    * `gan`: the seed GAN (`tfmp.run.tasks.GANTask` of the default
+    * `gan`: the original tutorial's GAN (`tfmp.run.tasks.GANTask` of the default
       `GANConfig`), batch 512 by default;
     * `mobilenet_v2`: the default `ClassifierConfig`'s MobileNetV2 at
       32x32x3, 10 classes, alpha 1.0, BatchNorm momentum 0.9, cosine

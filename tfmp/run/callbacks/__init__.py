@@ -2,7 +2,7 @@
 
 * `timing.py`: `StepTimer` times every training step and adds
   `images_per_sec` (warm-up excluded) to each epoch's logs;
-* `console.py`: `ConsoleLogger` prints the seed's per-step line (or a
+* `console.py`: `ConsoleLogger` prints the GAN tutorial's per-step line (or a
   progress bar, `console_mode`) and a closing summary;
 * `tensorboard.py`: `Summaries` writes the logs to TensorBoard every few
   steps (`batch_` tags, at the global step) and every epoch (`epoch_` tags),

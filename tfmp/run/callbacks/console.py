@@ -1,4 +1,4 @@
-"""Console output: the seed's per-step line (or a progress bar) and a closing summary."""
+"""Console output: the GAN tutorial's per-step line (or a progress bar) and a closing summary."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def console_mode(mode: str, stream: Any) -> str:
     """Resolves a console setting to `"progress"` or `"lines"`.
 
     `"auto"` is a Keras progress bar when `stream` is a terminal (its
-    `isatty()` is true) and the seed's step lines otherwise (a pipe, a file,
+    `isatty()` is true) and the tutorial's step lines otherwise (a pipe, a file,
     a test's captured output, or no stream), so logs stay line by line.
 
     Args:
@@ -39,7 +39,7 @@ def _format_number(value: float) -> str:
 
 
 class ConsoleLogger(keras.callbacks.Callback):
-    """Prints the seed's step line every `log_every` steps, and a summary.
+    """Prints the GAN tutorial's step line every `log_every` steps, and a summary.
 
     The line, for the GAN:
     `(epoch, step), G Loss: x, D Loss: y, loss_scale: s, step_time: t, throughput: N img/s`.

@@ -17,7 +17,7 @@ class ProfileSteps(keras.callbacks.Callback):
 
     Steps are counted from 1 across epochs, both ends included, as Keras's
     `TensorBoard(profile_batch=(start, end))` counts them; start after the
-    warm-up so tracing and compilation stay out of the trace (the seed's
+    warm-up so tracing and compilation stay out of the trace (the GAN tutorial's
     DLProf `--iter_start`). The trace goes to `<logdir>/plugins/profile/`,
     where TensorBoard's profile plugin (`pip install tensorboard-plugin-profile`)
     opens it; each step is marked with `tf.profiler.experimental.Trace`, so

@@ -24,7 +24,7 @@ class StepTimer(keras.callbacks.Callback):
 
     Args:
         images_per_step: Images one step processes (for the GAN, twice the
-            batch: real and fake, as the seed counts).
+            batch: real and fake, as the GAN tutorial counts).
         warmup_steps: Leading steps of the run left out of
             `mean_images_per_sec`: they include tracing and compilation.
     """
