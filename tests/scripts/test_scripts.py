@@ -891,7 +891,7 @@ def test_a_fresh_start_prints_no_tensorflow_log_line_before_the_runs_first_line(
     [(0, {"I", "W", "E", "notice", "other"}), (1, {"W", "E", "other"}), (2, {"E", "other"}), (3, {"other"})],
 )
 def test_the_quiet_import_keeps_the_lines_the_log_level_allows(level, kept):
-    from scripts import common
+    from scripts import quiet_start
 
     lines = {
         "notice": "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
@@ -900,7 +900,7 @@ def test_the_quiet_import_keeps_the_lines_the_log_level_allows(level, kept):
         "E": "E0000 00:00:1795536066.024370   27039 cuda_platform.cc:52] failed call to cuInit: INTERNAL\n",
         "other": "/usr/lib/python3/warnings.py:109: UserWarning: a Python warning\n",
     }
-    assert {name for name, line in lines.items() if common._kept(line, level)} == kept
+    assert {name for name, line in lines.items() if quiet_start._kept(line, level)} == kept
 
 
 @pytest.mark.parametrize(
