@@ -87,34 +87,24 @@ def _validation_tokens():
 # A few steps of each, in float32 unless a run asks for more.
 SMALL = config.TrainConfig(precision="float32", batch_size=32, epochs=2, steps_per_epoch=3, warmup_steps=1)
 
-CNN_TASK = tasks.SupervisedTask(
-    name="bn_cnn",
-    model=bn_cnn,
-    train_data=digits()[:2],  # arrays
-    validation_data=digits()[2:],
-    loss="sparse_categorical_crossentropy",
-    optimizer=keras.optimizers.Adam(1e-2),
-    metrics=["accuracy"],
-    config=SMALL,
+
+def _task(name, model, train_data, validation_data, optimizer):
+    return tasks.SupervisedTask(
+        name=name,
+        model=model,
+        train_data=train_data,
+        validation_data=validation_data,
+        loss="sparse_categorical_crossentropy",
+        optimizer=optimizer,
+        metrics=["accuracy"],
+        config=SMALL,
+    )
+
+
+CNN_TASK = _task("bn_cnn", bn_cnn, digits()[:2], digits()[2:], keras.optimizers.Adam(1e-2))  # arrays
+TRANSFORMER_TASK = _task(  # a function returning batches
+    "transformer", transformer, token_batches, _validation_tokens(), keras.optimizers.Adam(1e-2)
 )
-TRANSFORMER_TASK = tasks.SupervisedTask(
-    name="transformer",
-    model=transformer,
-    train_data=token_batches,  # a function returning batches
-    validation_data=_validation_tokens(),
-    loss="sparse_categorical_crossentropy",
-    optimizer=keras.optimizers.Adam(1e-2),
-    metrics=["accuracy"],
-    config=SMALL,
-)
-GRU_TASK = tasks.SupervisedTask(
-    name="gru",
-    model=gru,
-    train_data=token_batches,
-    validation_data=_validation_tokens(),
-    loss="sparse_categorical_crossentropy",
-    optimizer="adam",
-    metrics=["accuracy"],
-    config=SMALL,
-)
+GRU_TASK = _task("gru", gru, token_batches, _validation_tokens(), "adam")
+
 TASKS = {"bn_cnn": CNN_TASK, "transformer": TRANSFORMER_TASK, "gru": GRU_TASK}

@@ -666,4 +666,4 @@ def test_the_tutorial_gans_old_names_still_work_with_a_deprecation_warning():
         from tfmp.trainers.gan import SeedGANTraining
     assert SeedGANTraining is trainers.TutorialGANTraining
     with pytest.raises(AttributeError, match="'tfmp.trainers' has no attribute 'NO_SUCH_NAME'"):
-        trainers.NO_SUCH_NAME
+        _ = trainers.NO_SUCH_NAME

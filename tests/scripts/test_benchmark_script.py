@@ -4,6 +4,7 @@ Subprocesses run the real script end to end on the tutorial's GAN at batch 8, on
 (tested in process, tests/run/benchmark/test_modes.py).
 """
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -78,19 +79,22 @@ def _script(*flags):
     )
 
 
+# One tiny row (the GAN in float32 at batch 8, two short runs), as the end-to-end tests measure it.
+TINY_ROW = (
+    "--models=gan",
+    "--precisions=fp32",
+    "--xla=false",
+    "--batch_sizes=8",
+    "--warmup_steps=1",
+    "--steps=2",
+    "--repeats=1",
+    "--runs=2",
+)
+
+
 def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
     out = tmp_path / "bench.json"
-    proc = _script(
-        "--models=gan",
-        "--precisions=fp32",
-        "--xla=false",
-        "--batch_sizes=8",
-        "--warmup_steps=1",
-        "--steps=2",
-        "--repeats=1",
-        "--runs=2",
-        f"--json_out={out}",
-    )
+    proc = _script(*TINY_ROW, f"--json_out={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())
     assert len(rows) == 1 and list(rows[0]) == KEYS
@@ -149,35 +153,18 @@ def test_ceiling_mode_without_a_16_bit_precision_is_a_usage_error():
 
 def test_resident_mode_end_to_end_measures_each_row_in_one_process(tmp_path):
     out = tmp_path / "resident.json"
-    proc = _script(
-        "--mode=resident",
-        "--models=gan",
-        "--precisions=fp32",
-        "--xla=false",
-        "--batch_sizes=8",
-        "--warmup_steps=1",
-        "--steps=2",
-        "--repeats=1",
-        "--runs=2",
-        f"--json_out={out}",
-    )
+    proc = _script("--mode=resident", *TINY_ROW, f"--json_out={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())
     assert [(r["model"], r["precision"], r["xla"], r["batch_size"], r["run"]) for r in rows] == [
         ("gan", "float32", False, 8, 1),
         ("gan", "float32", False, 8, 2),
     ]
+    from tfmp.run import benchmark
+
     assert list(rows[0]) == [
-        "model",
-        "precision",
-        "xla",
-        "batch_size",
-        "run",
-        "peak_host_mb",
-        "resident_mb",
-        "retained_mb",
-        "left_behind_mb",
-    ]
+        field.name for field in dataclasses.fields(benchmark.ResidentRecord)
+    ]  # exact: see its tests
     # The second run's row starts where the first left off, in the same process.
     assert rows[1]["left_behind_mb"] == pytest.approx(rows[1]["retained_mb"] - rows[0]["retained_mb"])
     assert rows[1]["peak_host_mb"] > rows[0]["retained_mb"]
