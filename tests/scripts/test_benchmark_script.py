@@ -151,6 +151,7 @@ def test_ceiling_mode_without_a_16_bit_precision_is_a_usage_error():
     assert "Received: --precisions=('float32',)" in proc.stderr or "Received: precisions=('float32',)" in proc.stderr
 
 
+@pytest.mark.slow  # the fast twin: tests/run/benchmark/test_resident_memory.py
 def test_resident_mode_end_to_end_measures_each_row_in_one_process(tmp_path):
     out = tmp_path / "resident.json"
     proc = _script("--mode=resident", *TINY_ROW, f"--json_out={out}")

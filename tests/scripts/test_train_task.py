@@ -42,10 +42,13 @@ def _final(run_dir, step):
 @pytest.mark.parametrize(
     "task, expected",
     [
-        ("families", "--task: must be MODULE:NAME"),
-        ("no_such_module_xyz:TASK", "no module 'no_such_module_xyz' on the Python path"),
+        # Every kind of bad value is tested in process (tests/run/test_tasks.py); here, what the user sees.
         (f"{FAMILIES}:NO_SUCH_TASK", "has no attribute 'NO_SUCH_TASK'. It defines these tasks: CNN_TASK, GRU_TASK"),
-        (f"{FAMILIES}:NUM_CLASSES", "is a int; NAME must be a tfmp.run.tasks.Task"),
+        pytest.param("families", "--task: must be MODULE:NAME", marks=pytest.mark.slow),
+        pytest.param(
+            "no_such_module_xyz:TASK", "no module 'no_such_module_xyz' on the Python path", marks=pytest.mark.slow
+        ),
+        pytest.param(f"{FAMILIES}:NUM_CLASSES", "is a int; NAME must be a tfmp.run.tasks.Task", marks=pytest.mark.slow),
     ],
 )
 def test_a_bad_task_is_a_one_line_usage_error_naming_it(task, expected):
@@ -108,6 +111,7 @@ def test_sigterm_stops_a_task_of_your_own_and_resume_is_bit_exact(tmp_path):
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
+@pytest.mark.slow  # the fast twin: tests/run/test_training.py diagnoses each family in process
 def test_diagnose_takes_the_task(tmp_path):
     proc = _run("diagnose.py", f"--task={FAMILIES}:TRANSFORMER_TASK", "--batch_size=16")
     assert proc.returncode == 0, proc.stderr[-3000:]
