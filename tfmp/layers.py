@@ -62,8 +62,8 @@ def _half_in_float32(dtype: str, channels: int | None, on_cpu: bool) -> bool:
     to a generic kernel many times slower than the float32 one, so two casts
     are much cheaper; with a multiple of 16 the bfloat16 kernel beats float32.
     float16 has no oneDNN kernel without AVX512-FP16 and the Eigen one is
-    slower than casting to float32, at any width (docs/PERFORMANCE.md has the
-    figures). On a GPU cuDNN takes
+    slower than casting to float32, at any width ([Performance](../PERFORMANCE.md)
+    has the figures). On a GPU cuDNN takes
     16-bit inputs of any width with float32 statistics, as tf.keras 2 ran it
     under mixed precision; casting there would only add two full-size memory
     passes to a layer that is bound by memory bandwidth.

@@ -43,7 +43,7 @@ print(parity.parity_table(records))
 parity.paired_gaps(records)["mixed_float16"].accuracy.mean   # points, negative: below float32
 ```
 
-The measured figures and what they mean are in docs/NUMERICS.md.
+The measured figures and what they mean are in [Numerics](../../NUMERICS.md).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ behind in a process that runs them one after another).
 `tfmp.run.reporting` presents the records.
 
 How a row is measured, and what the hand-written step is:
-docs/guides/benchmark-methodology.md.
+[How the benchmark measures](../../guides/benchmark-methodology.md).
 
 Modules, each importing only the ones before it: `settings` (what to
 measure), `records` (the results), `workload` (the trainer and the

@@ -211,7 +211,7 @@ def compare(
     """Measures the tfmp trainer against float32 and a hand-written step.
 
     One row per (model, batch size, XLA, precision), in that nesting order;
-    see docs/guides/benchmark-methodology.md for the method. With
+    see [How the benchmark measures](../../guides/benchmark-methodology.md) for the method. With
     `config.runs` > 1 every row is measured once per run, run after run
     (all rows of run 1, then all rows of run 2, ...), and each ratio is the
     median over the runs with its min and max. With `config.isolate` (the

@@ -41,8 +41,8 @@ class Record:
             highest run's `ratio_to_hand_written`.
         runs: How many runs the figures come from (`BenchmarkConfig.runs`).
         peak_host_mb: Peak resident memory of the process during the row
-            (MiB; docs/guides/benchmark-methodology.md, "Memory", says what
-            it includes).
+            (MiB; "Memory" in [How the benchmark measures](../../guides/benchmark-methodology.md)
+            says what it includes).
         peak_gpu_mb: Peak GPU memory during the row (MiB), None without a GPU.
     """
 
@@ -112,8 +112,8 @@ class ResidentRecord:
     """One row of the `resident` mode: the memory a row takes, and what it leaves behind in its process.
 
     All figures are the resident set size (RSS) of the one process that
-    measures every row, in MiB (docs/guides/benchmark-methodology.md,
-    "Memory").
+    measures every row, in MiB ("Memory" in
+    [How the benchmark measures](../../guides/benchmark-methodology.md)).
 
     Attributes:
         model: The model's name.

@@ -32,7 +32,7 @@ class Workload:
             the model's `tfmp.run.tasks.Task` exactly as training builds it.
         hand_written_step: `tf.function(jit_compile=xla)` taking one batch and
             running one update of the same network (see "The hand-written
-            step" in docs/guides/benchmark-methodology.md); None when not
+            step" in [How the benchmark measures](../../guides/benchmark-methodology.md)); None when not
             built, or when the task has none.
         hand_written_optimizers: The hand-written step's optimizers (one for a
             supervised model, generator's then discriminator's for the GAN).
