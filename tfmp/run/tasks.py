@@ -378,7 +378,9 @@ class SupervisedTask(Task):
         self._metrics = list(metrics or [])
         self._hparams = dict(hparams or {})
         self._advice = cpu_bfloat16_float32_layers
-        self.console_fields = (("Loss", "loss"),) + tuple((str(m).title(), str(m)) for m in self._metrics[:1])
+        # The loss and the first metric, under the name Keras logs it by (a metric object's `name`).
+        names = [m if isinstance(m, str) else getattr(m, "name", None) for m in self._metrics[:1]]
+        self.console_fields = (("Loss", "loss"),) + tuple((n.replace("_", " ").title(), n) for n in names if n)
 
     @property
     def cpu_bfloat16_float32_layers(self) -> str:
