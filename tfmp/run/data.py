@@ -28,7 +28,6 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import keras
@@ -561,8 +560,6 @@ def make_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-# A function that makes the batches itself: `(batch_size, seed) -> tf.data.Dataset`.
-BatchesFunction = Callable[[int, int], tf.data.Dataset]
 _SHUFFLE_BUFFER = 10_000  # examples, for a dataset whose length is unknown or larger
 
 

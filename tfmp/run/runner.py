@@ -336,7 +336,7 @@ class Runner:
                 dirs.run_checkpoints,
                 print_fn=print_fn,
             )
-            described_data = f"{task.describe_data()} " if task.describe_data() else ""
+            described_data = f"{described} " if (described := task.describe_data()) else ""
             print_fn(
                 f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
                 f"tf32={config.tf32} {described_data}batch_size={config.batch_size} "

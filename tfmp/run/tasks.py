@@ -347,8 +347,6 @@ class SupervisedTask(Task):
             `float32_layers="auto"` applies under bfloat16 on a CPU; "" for none.
     """
 
-    console_fields = (("Loss", "loss"),)
-
     def __init__(
         self,
         model: Callable[[], keras.Model] | None = None,
@@ -378,9 +376,10 @@ class SupervisedTask(Task):
         self._metrics = list(metrics or [])
         self._hparams = dict(hparams or {})
         self._advice = cpu_bfloat16_float32_layers
-        # The loss and the first metric, under the name Keras logs it by (a metric object's `name`).
+        # The loss and the first metric given, under the name Keras logs it by (a metric object's `name`).
         names = [m if isinstance(m, str) else getattr(m, "name", None) for m in self._metrics[:1]]
-        self.console_fields = (("Loss", "loss"),) + tuple((n.replace("_", " ").title(), n) for n in names if n)
+        if any(names):
+            self.console_fields = (("Loss", "loss"),) + tuple((n.replace("_", " ").title(), n) for n in names if n)
 
     @property
     def cpu_bfloat16_float32_layers(self) -> str:
@@ -635,7 +634,6 @@ class ClassifierTask(ImageTask, SupervisedTask):
         num_classes: int = 10,
     ):
         SupervisedTask.__init__(self, config=ClassifierConfig() if config is None else config, name=name)
-        self.console_fields = ClassifierTask.console_fields
         self._network = network
         self._image_shape = image_shape
         self._advice = cpu_bfloat16_float32_layers

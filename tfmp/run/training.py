@@ -141,7 +141,7 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
         with precision_lib.precision_scope(setting.precision):
             built = task.build(setting.precision, setting.loss_scale, False, 1, setting.data)
             runner_lib.announce_float32_layers(task, built, setting.precision, print_fn)
-            described_data = f" {task.describe_data()}" if task.describe_data() else ""
+            described_data = f" {described}" if (described := task.describe_data()) else ""
             print_fn(
                 f"diagnosing {built.trainer.name}: precision={setting.precision} "
                 f"loss_scale={setting.loss_scale} batch_size={config.batch_size}{described_data}\n"
