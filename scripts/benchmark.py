@@ -16,6 +16,7 @@ The comma-separated flags are parsed here (`parse_models`, ...) into the
 tuples `benchmark.BenchmarkConfig` holds.
 """
 
+import json
 import os
 import sys
 from collections.abc import Iterable
@@ -29,6 +30,7 @@ try:  # installed: the tfmp_scripts package; run from a checkout: this folder
 except ImportError:  # pragma: no cover
     import common
 
+import tfmp
 from tfmp import precision as precision_lib
 from tfmp.run import benchmark, reporting, tasks
 from tfmp.run import data as data_lib
@@ -44,7 +46,9 @@ _MODE = flags.DEFINE_enum(
     "ceiling: each model's step profiled in float32 and 16 bits, the speed-up its kernels allow against the "
     "measured one, and the ops that do not speed up; "
     "resident: the compare rows one after another in this process, each row's peak RSS and the memory it "
-    "leaves behind (what TensorFlow keeps of every model a process trains, the reason for --isolate).",
+    "leaves behind (what TensorFlow keeps of every model a process trains, the reason for --isolate); "
+    "kernels: this CPU's float32, bfloat16 and float16 kernels (matmul, convolution and depthwise "
+    "convolution, forward and gradients) timed against each other, in seconds (also printed by ceiling).",
 )
 _MODELS = flags.DEFINE_list(
     "models",
@@ -238,8 +242,22 @@ def _check_output(flag: str, path: str | None) -> None:
         raise app.UsageError(f"--{flag} must be in a writable directory. Received: --{flag}={path}")
 
 
+def _kernels() -> None:
+    """`--mode=kernels`: this CPU's 16-bit kernels against float32's, measured now."""
+    times = tfmp.cpu_kernels.measure_kernels()
+    print(times.report())
+    if _JSON_OUT.value:
+        with open(_JSON_OUT.value, "w", encoding="utf-8") as f:
+            json.dump(times.to_json(), f, indent=1)
+        print(f"wrote {_JSON_OUT.value}", file=sys.stderr, flush=True)
+
+
 def main(argv):
     common.check_no_arguments(argv)
+    if _MODE.value == "kernels":
+        _check_output("json_out", _JSON_OUT.value)
+        _kernels()
+        return
     specs = _specs()
     config = _config(specs)
     _check_output("json_out", _JSON_OUT.value)
@@ -269,6 +287,8 @@ def main(argv):
     for record in records:
         if isinstance(record, benchmark.CeilingRecord):
             print("\n" + record.op_table())
+    if _MODE.value == "ceiling" and not precision_lib.visible_gpus():
+        print("\n" + tfmp.cpu_kernels.measure_kernels().report())
     if _JSON_OUT.value:
         reporting.write_json(records, _JSON_OUT.value)
         progress(f"wrote {_JSON_OUT.value}")

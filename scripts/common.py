@@ -264,34 +264,41 @@ def print_line(line: str) -> None:
     print(to_flags(line) if line.startswith("warning:") else line, flush=True)
 
 
-FLOAT16_ON_CPU_NOTE = (
-    "note: float16 is emulated on a CPU (no native float16 arithmetic): slower than float32, useful to check "
-    "numerics before a GPU run; bfloat16 is the CPU's 16-bit type."
-)
+def with_cpu_note(
+    print_fn: Callable[[str], None],
+    precisions: Iterable[str],
+    times: Callable[[], tfmp.cpu_kernels.KernelTimes] = tfmp.cpu_kernels.kernel_times,
+) -> Callable[[str], None]:
+    """`print_fn`, adding a note on each 16-bit type the run uses on a CPU after the run's first line.
 
+    The note says what this CPU does with the type, from the measurement of
+    its kernels (`tfmp.cpu_kernels.describe`): whether the type is native
+    here, how its kernels compare with float32's, and, for float16, which
+    gradients tfmp computes in float32. A GPU run and a float32 run get no
+    note, nor does a run its settings stop.
 
-def with_float16_note(print_fn: Callable[[str], None], precisions: Iterable[str]) -> Callable[[str], None]:
-    """`print_fn`, adding `FLOAT16_ON_CPU_NOTE` after the run's first line when it runs float16 on a CPU.
-
-    It stands for TensorFlow's "oneDNN supports DT_HALF only on platforms with
-    AVX-512" line, hidden by the quiet start-up; a run its settings stop
-    prints none.
+    Args:
+        print_fn: Prints one line.
+        precisions: The precisions the run trains in.
+        times: This CPU's kernel times (measured once per CPU and cached).
     """
 
-    def float16(precision: str) -> bool:
+    def sixteen_bit(precision: str) -> str | None:
         try:
-            return tfmp.canonical_precision(precision) == "mixed_float16"
+            name = tfmp.canonical_precision(precision)
         except ValueError:
-            return False  # the run refuses it, naming it
+            return None  # the run refuses it, naming it
+        return name if name in ("mixed_float16", "mixed_bfloat16") else None
 
-    if not any(map(float16, precisions)) or tf.config.list_physical_devices("GPU"):
+    wanted = dict.fromkeys(name for name in map(sixteen_bit, precisions) if name)
+    if not wanted or tf.config.list_physical_devices("GPU"):
         return print_fn
-    pending = [FLOAT16_ON_CPU_NOTE]
+    pending = list(wanted)
 
     def print_and_note(line: str) -> None:
         print_fn(line)
         while pending:
-            print_fn(pending.pop())
+            print_fn(tfmp.cpu_kernels.describe(times(), pending.pop(0)))
 
     return print_and_note
 
@@ -300,7 +307,7 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
     """Runs `train_fn(config, print_fn=print_line)`, turning the expected failures into clean exits.
 
     `config` may be a `tfmp.run.tasks.Task`; `precisions` (default the
-    config's) decide the float16-on-CPU note. Bad settings are usage errors;
+    config's) decide the note on 16-bit types on a CPU (`with_cpu_note`). Bad settings are usage errors;
     missing or corrupt data, checkpoint trouble, a run directory in use or a
     non-finite stop exit 1; a preemption exits 128 + the signal, as a killed
     process would (Ctrl-C during start-up: 130), or, under multi_worker, 75
@@ -315,7 +322,7 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
             config = config.replace(console=console) if task else dataclasses.replace(config, console=console)
         if precisions is None:
             precisions = getattr(settings, "precisions", None) or (getattr(settings, "precision", ""),)
-        return train_fn(config, print_fn=with_float16_note(print_line, precisions))
+        return train_fn(config, print_fn=with_cpu_note(print_line, precisions))
     except training.ConfigError as e:
         raise app.UsageError(in_flag_terms(e)) from None
     except (

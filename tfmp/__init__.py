@@ -13,6 +13,9 @@ The public names most users need:
 * `tfmp.undo_if_skipped`: a custom loop's step as a transaction, so that a
   skipped step also leaves BatchNorm's statistics as they were.
 * `tfmp.LogLossScale`: `loss_scale` and `skipped_steps` in plain `fit()`'s logs.
+* `tfmp.cpu_kernels`: what this CPU's float16 and bfloat16 kernels cost,
+  and float16 gradients computed in float32 where its float16 kernel is
+  pathological (the trainers do it by themselves).
 * `tfmp.mixed_precision`: a drop-in for tf.keras 2's
   `tf.keras.mixed_precision` (`Policy`, `set_global_policy`,
   `global_policy`, `LossScaleOptimizer`).
@@ -24,7 +27,7 @@ This package is the core: it imports nothing of the run framework. Whole runs
 are `tfmp.models`.
 """
 
-from tfmp import _moved, mixed_precision, trainers
+from tfmp import _moved, cpu_kernels, mixed_precision, trainers
 from tfmp.fit_logs import LogLossScale
 from tfmp.loss_scale import LossScaleOptimizer
 from tfmp.optimizers import parse_loss_scale, wrap_optimizer
@@ -52,6 +55,7 @@ __all__ = [
     "LossScaleOptimizer",
     "PRECISIONS",
     "canonical_precision",
+    "cpu_kernels",
     "mixed_precision",
     "parse_loss_scale",
     "precision_scope",

@@ -30,6 +30,7 @@ from tensorflow.python.distribute import values as _tf_distribute_values  # TF 2
 from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as _tf_slurm  # TF 2.21
 from tensorflow.python.eager import context as _tf_context  # TF 2.21
 from tensorflow.python.framework import config as _tf_config  # TF 2.21
+from tensorflow.python.framework import ops as _tf_ops  # TF 2.21
 from tensorflow.python.ops import control_flow_util as _control_flow_util  # TF 2.21
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TF 2.21: the profiler's trace format
 
@@ -42,11 +43,13 @@ __all__ = [
     "disable_op_determinism",
     "expand_slurm_hostlist",
     "expand_slurm_tasks_per_node",
+    "gradient_function",
     "inbound_nodes",
     "is_op_determinism_enabled",
     "model_strategy",
     "no_automatic_dependency_tracking",
     "optimizer_variables",
+    "replace_gradient_function",
     "step_trace",
     "strategy_supports_no_merge_call",
     "tracing_for_xla",
@@ -130,6 +133,12 @@ PRIVATE_APIS = (
         "the TensorFlow profiler's trace, read by the benchmark's ceiling mode",
     ),
     PrivateAPI(
+        "tensorflow.python.framework.ops",
+        "_gradient_registry",
+        "an op type's gradient function, replaced by one that can compute float16 gradients in float32 "
+        "(gradient_function, replace_gradient_function; tf.RegisterGradient refuses a registered type)",
+    ),
+    PrivateAPI(
         "tf.__internal__.distribute",
         "strategy_supports_no_merge_call",
         "whether a loss-scaled apply may skip merge_call",
@@ -144,6 +153,7 @@ def _owners() -> dict[str, Any]:
         "keras.optimizers.LossScaleOptimizer": keras.optimizers.LossScaleOptimizer,
         "keras.src.utils.tracking": _keras_tracking,
         "tensorflow.python.framework.config": _tf_config,
+        "tensorflow.python.framework.ops": _tf_ops,
         "tensorflow.python.ops.control_flow_util": _control_flow_util,
         "tensorflow.python.eager.context.Context": _tf_context.Context,
         "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2": _coordination_config,
@@ -214,6 +224,26 @@ def inbound_nodes(layer: keras.layers.Layer) -> list[Any]:
     No public alternative in Keras 3.
     """
     return list(layer._inbound_nodes)
+
+
+def gradient_function(op_type: str) -> Callable[..., Any]:
+    """The gradient function TensorFlow registered for `op_type`.
+
+    Public alternative: none that returns it (`tf.RegisterGradient` only adds).
+    """
+    return _tf_ops._gradient_registry.lookup(op_type)
+
+
+def replace_gradient_function(op_type: str, function: Callable[..., Any]) -> None:
+    """Makes `function` the gradient function of `op_type`, for every gradient built from now on.
+
+    The tape looks the function up by op type each time it builds a
+    gradient (`tensorflow.python.eager.backprop`), so the replacement holds
+    for every later `tape.gradient`. No public alternative: registering a
+    type twice raises.
+    """
+    entry = _tf_ops._gradient_registry._registry[op_type]  # {"type": function, "location": frame}
+    entry["type"] = function
 
 
 def model_strategy(model: keras.Model) -> tf.distribute.Strategy | None:

@@ -34,6 +34,24 @@ def test_cpu_bfloat16_detection(text, expected, tmp_path):
     assert autotune.candidates(cpu) == (("float32", "mixed_bfloat16") if expected else ("float32",))
 
 
+X86_FP16 = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx2 f16c avx512f avx512_bf16 avx512_fp16\n"
+X86_AVX2 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma f16c\n"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (X86_FP16, ("float32", "mixed_bfloat16", "mixed_float16")),  # AVX512-FP16: both types are native
+        (X86_AVX2, ("float32",)),  # F16C converts only; nothing native to measure
+        (X86_BF16, ("float32", "mixed_bfloat16")),
+    ],
+)
+def test_auto_on_a_cpu_measures_every_16_bit_type_it_runs_natively(text, expected, tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text(text)
+    assert autotune.candidates(autotune.detect_hardware(str(path))) == expected
+
+
 def test_missing_cpuinfo_means_no_bfloat16(tmp_path):
     assert not autotune.detect_hardware(str(tmp_path / "absent")).cpu_bfloat16
 
@@ -166,7 +184,7 @@ def test_ties_keep_the_earlier_candidate_and_a_cpu_without_bfloat16_measures_not
     assert autotune.choose("tie", tie, _gpus(H100), path).precision == "mixed_bfloat16"  # no loss scaling needed
     choice = autotune.choose("any", never, autotune.Hardware(), path)
     assert choice.precision == "float32"
-    assert str(choice) == "auto precision: float32 (this CPU has no bfloat16 instructions; nothing to measure)"
+    assert str(choice) == "auto precision: float32 (this CPU has no bfloat16 or float16 arithmetic; nothing to measure)"
 
 
 def test_a_corrupt_or_unwritable_cache_only_costs_a_new_measurement(tmp_path):

@@ -188,7 +188,7 @@ def test_auto_precision_on_cpu_is_measured_once_then_cached(cpu_bfloat16, tmp_pa
         lines = []
         assert _diagnosed_precision(config, lines) == "float32"
         assert _auto_line(lines) == (
-            "auto precision: float32 (this CPU has no bfloat16 instructions; nothing to measure)"
+            "auto precision: float32 (this CPU has no bfloat16 or float16 arithmetic; nothing to measure)"
         )
         assert probed == [] and not cache.exists()
     assert not any(line.startswith("note:") for line in lines)  # the default loss_scale is not nagged about

@@ -906,25 +906,40 @@ def test_the_quiet_import_keeps_the_lines_the_log_level_allows(level, kept):
 @pytest.mark.parametrize(
     "precisions, gpus, noted",
     [
-        (("fp16",), [], True),
-        (("float32", "mixed_float16"), [], True),
-        (("mixed_float16",), ["GPU:0"], False),
-        (("bf16", "float32"), [], False),
-        (("fp8",), [], False),
+        (("fp16",), [], ("mixed_float16",)),
+        (("float32", "mixed_float16"), [], ("mixed_float16",)),
+        (("mixed_float16",), ["GPU:0"], ()),
+        (("bf16", "float32"), [], ("mixed_bfloat16",)),
+        (("bf16", "fp16", "mixed_float16"), [], ("mixed_bfloat16", "mixed_float16")),
+        (("float32",), [], ()),
+        (("fp8",), [], ()),
     ],
 )
-def test_float16_on_a_cpu_is_noted_after_the_runs_first_line(precisions, gpus, noted, monkeypatch):
+def test_16_bit_types_on_a_cpu_are_noted_from_the_measurement_after_the_runs_first_line(
+    precisions, gpus, noted, monkeypatch
+):
+    import tfmp
     from scripts import common
 
+    # An AVX512-FP16 CPU: float16 native with pathological filter gradients, bfloat16 native.
+    ms = {kernel: {"float32": 1.0, "bfloat16": 1.7, "float16": 1.0} for kernel in tfmp.cpu_kernels.KERNELS}
+    ms["conv2d d/filter"]["float16"] = 810.0
+    times = tfmp.cpu_kernels.KernelTimes("a CPU", ms, bfloat16_native=True, float16_native=True)
     monkeypatch.setattr(common.tf.config, "list_physical_devices", lambda kind=None: gpus)
     lines = []
     record = lines.append
-    print_fn = common.with_float16_note(record, precisions)
+    print_fn = common.with_cpu_note(record, precisions, times=lambda: times)
     print_fn("training gan_trainer: ...")
     print_fn("(0, 0), ...")
-    note = [common.FLOAT16_ON_CPU_NOTE] if noted else []
-    assert lines == ["training gan_trainer: ...", *note, "(0, 0), ..."]
-    assert (print_fn is record) != noted
+    notes = [tfmp.cpu_kernels.describe(times, precision) for precision in noted]
+    assert lines == ["training gan_trainer: ...", *notes, "(0, 0), ..."]
+    assert (print_fn is record) != bool(noted)
+    if "mixed_float16" in noted:
+        assert lines[1 + noted.index("mixed_float16")].startswith(
+            "note: float16 is native on this CPU; its matmul runs at 1.00x float32's speed; its slowest kernel, "
+            "conv2d d/filter, takes 810.0x float32's time. tfmp computes the conv2d gradients from the float16 "
+            "values in float32"
+        )
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,11 @@ The candidates (`candidates`) follow the device:
   run allows it), `mixed_bfloat16`, `mixed_float16`;
 * 7.x (Volta, Turing: float16 Tensor Cores only): `float32`, `mixed_float16`;
 * older GPUs: `float32` only, nothing to measure;
-* a CPU: `float32`, and `mixed_bfloat16` if the CPU has bfloat16
-  instructions (float16 is emulated on CPUs and never a candidate).
+* a CPU: `float32`, and each 16-bit type the CPU runs natively:
+  `mixed_bfloat16` with bfloat16 instructions (AVX512-BF16, AMX, Arm BF16),
+  `mixed_float16` with float16 arithmetic (AVX512-FP16, AMX-FP16, Arm's
+  half-precision SIMD). An emulated type is never a candidate
+  (`tfmp.cpu_kernels` has what each type costs on this CPU).
 
 With several GPUs the oldest decides, since every replica runs one policy.
 `detect_hardware` reads this machine; pass another `Hardware` to `choose`
@@ -33,17 +36,16 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import json
 import math
 import os
-import platform
-import tempfile
 from collections.abc import Callable, Mapping
 
-import keras
 import tensorflow as tf
 
+from tfmp import _cache
 from tfmp import precision as precision_lib
+from tfmp._cache import CACHE_ENV
+from tfmp.cpu_kernels import cpu_has_bfloat16, cpu_has_float16, machine_id
 
 __all__ = [
     "CACHE_ENV",
@@ -54,54 +56,18 @@ __all__ = [
     "candidates",
     "choose",
     "cpu_has_bfloat16",
+    "cpu_has_float16",
     "detect_hardware",
     "machine_id",
 ]
 
-CACHE_ENV = "TFMP_CACHE_DIR"
 _CACHE_NAME = "auto_precision.json"
 _CACHE_VERSION = 1
-_BF16_FLAGS = {"avx512_bf16", "amx_bf16", "bf16"}  # x86 AVX512-BF16 / AMX; Arm (Features: bf16)
 
 
 def cache_file() -> str:
     """Where the measured choices are kept (see the module docstring)."""
-    root = os.environ.get(CACHE_ENV)
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(xdg, "tfmp")
-    return os.path.join(root, _CACHE_NAME)
-
-
-def _cpuinfo(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU has bfloat16 instructions (AVX512-BF16, AMX-BF16, Arm BF16).
-
-    Reads the `flags` (x86) or `Features` (Arm) lines of Linux's
-    `/proc/cpuinfo`; elsewhere the answer is False and a CPU measures
-    nothing but float32.
-    """
-    for line in _cpuinfo(cpuinfo).splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features") and _BF16_FLAGS & set(value.split()):
-            return True
-    return False
-
-
-def machine_id(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU model, core count and software versions: what a CPU measurement depends on."""
-    model = next(
-        (line.partition(":")[2].strip() for line in _cpuinfo(cpuinfo).splitlines() if line.startswith("model name")),
-        platform.processor() or platform.machine(),
-    )
-    return f"{model} | {os.cpu_count()} cpus | tensorflow {tf.__version__} | keras {keras.__version__}"
+    return os.path.join(_cache.cache_dir(), _CACHE_NAME)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +91,8 @@ class Hardware:
         gpus: The visible GPUs; empty on a machine without one.
         cpu_bfloat16: Whether the CPU has bfloat16 instructions (used
             without a GPU).
+        cpu_float16: Whether the CPU has float16 arithmetic (used without
+            a GPU).
         machine: The host and software (`machine_id`, plus the CUDA and
             cuDNN versions with a GPU); part of the cache key.
     """
@@ -132,6 +100,7 @@ class Hardware:
     gpus: tuple[GPU, ...] = ()
     cpu_bfloat16: bool = False
     machine: str = ""
+    cpu_float16: bool = False
 
     @property
     def compute_capability(self) -> tuple[int, int] | None:
@@ -158,13 +127,13 @@ class Hardware:
 
 
 def detect_hardware(cpuinfo: str = "/proc/cpuinfo") -> Hardware:
-    """This machine's GPUs (with their compute capability), CPU bfloat16 support and software."""
+    """This machine's GPUs (with their compute capability), CPU bfloat16 and float16 support and software."""
     gpus = tuple(GPU(name, capability) for name, capability in precision_lib.visible_gpus())
     machine = machine_id(cpuinfo)
     if gpus:
         build = tf.sysconfig.get_build_info()
         machine += f" | cuda {build.get('cuda_version', '?')} | cudnn {build.get('cudnn_version', '?')}"
-    return Hardware(gpus, cpu_has_bfloat16(cpuinfo), machine)
+    return Hardware(gpus, cpu_has_bfloat16(cpuinfo), machine, cpu_has_float16(cpuinfo))
 
 
 def candidates(hardware: Hardware) -> tuple[str, ...]:
@@ -174,7 +143,10 @@ def candidates(hardware: Hardware) -> tuple[str, ...]:
     """
     capability = hardware.compute_capability
     if capability is None:
-        return ("float32", "mixed_bfloat16") if hardware.cpu_bfloat16 else ("float32",)
+        native = (("mixed_bfloat16",) if hardware.cpu_bfloat16 else ()) + (
+            ("mixed_float16",) if hardware.cpu_float16 else ()
+        )
+        return ("float32", *native)
     if capability >= (8, 0):
         return ("float32", "mixed_bfloat16", "mixed_float16")
     if capability >= (7, 0):
@@ -185,7 +157,7 @@ def candidates(hardware: Hardware) -> tuple[str, ...]:
 def _nothing_to_measure(hardware: Hardware) -> str:
     """Why `hardware` has a single candidate."""
     if hardware.compute_capability is None:
-        return "this CPU has no bfloat16 instructions"
+        return "this CPU has no bfloat16 or float16 arithmetic"
     major, minor = hardware.compute_capability
     return f"GPU compute capability {major}.{minor} < 7.0 has no Tensor Cores"
 
@@ -238,34 +210,6 @@ class Choice:
         )
 
 
-def _load(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            cache = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(cache, dict) or cache.get("version") != _CACHE_VERSION:
-        return {}
-    return cache.get("entries", {}) if isinstance(cache.get("entries"), dict) else {}
-
-
-def _store(path: str, entries: dict) -> str:
-    """Writes the cache atomically; returns why it could not ("" when it could).
-
-    A cache that cannot be written is only a lost shortcut: the next run measures again.
-    """
-    directory = os.path.dirname(path)
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".auto_precision.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"version": _CACHE_VERSION, "entries": entries}, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError as e:
-        return f"{directory} is not writable ({e.strerror or e}); set {CACHE_ENV} to a writable directory"
-    return ""
-
-
 def _cached_figures(entry: object, wanted: tuple[str, ...]) -> dict[str, float] | None:
     """An entry's figures in candidate order, or None if it does not hold exactly `wanted`."""
     figures = entry.get("images_per_sec") if isinstance(entry, dict) else None
@@ -309,7 +253,7 @@ def choose(
     if len(wanted) == 1:
         return Choice(wanted[0], {}, False, path, hardware.description, _nothing_to_measure(hardware), labels)
     key = hashlib.sha256(f"{hardware.key}\n{signature}".encode()).hexdigest()[:20]
-    entries = _load(path)
+    entries = _cache.load(path, _CACHE_VERSION)
     figures = _cached_figures(entries.get(key), wanted)
     cached = figures is not None
     if not cached:
@@ -324,5 +268,5 @@ def choose(
             "device": hardware.description,
             "measured": datetime.datetime.now().isoformat(timespec="seconds"),
         }
-        not_cached = _store(path, entries)
+        not_cached = _cache.store(path, _CACHE_VERSION, entries)
     return Choice(best, figures, cached, path, hardware.description, "", labels, not_cached)

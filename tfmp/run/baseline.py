@@ -16,8 +16,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfmp import cpu_kernels, trainers
 from tfmp import loss_scale as loss_scale_lib
-from tfmp import trainers
 
 __all__ = ["HandWritten", "gan", "supervised"]
 
@@ -36,6 +36,11 @@ class HandWritten:
     optimizers: tuple[keras.optimizers.Optimizer, ...]
 
 
+def _routed_ops(precision: str) -> frozenset[str]:
+    """The ops whose float16 gradients a user's step on this machine computes in float32, as the trainer's does."""
+    return cpu_kernels.float16_gradient_ops() if precision == "mixed_float16" else frozenset()
+
+
 def _optimizer(
     optimizer: keras.optimizers.Optimizer, precision: str, variables: Sequence[keras.Variable]
 ) -> keras.optimizers.Optimizer:
@@ -48,7 +53,10 @@ def _optimizer(
 
 
 def _update(
-    optimizer: keras.optimizers.Optimizer, variables: Sequence[keras.Variable], loss_fn: Callable[[], tf.Tensor]
+    optimizer: keras.optimizers.Optimizer,
+    variables: Sequence[keras.Variable],
+    loss_fn: Callable[[], tf.Tensor],
+    routed: frozenset[str],
 ) -> tf.Tensor:
     # Written out rather than shared with tfmp.trainers: this is the baseline
     # the trainer is measured against, so it must not run the trainer's code.
@@ -56,7 +64,8 @@ def _update(
     with tf.GradientTape() as tape:
         loss = loss_fn()
         target = optimizer.get_scaled_loss(loss) if scaled else loss
-    grads = tape.gradient(target, variables)
+    with cpu_kernels.float32_gradients(routed):
+        grads = tape.gradient(target, variables)
     if scaled:
         grads = optimizer.get_unscaled_gradients(grads)
     optimizer.apply_gradients(zip(grads, variables))
@@ -81,6 +90,7 @@ def supervised(
     """
     variables = network.trainable_variables
     optimizer = _optimizer(optimizer, precision, variables)
+    routed = _routed_ops(precision)
     loss_fn = keras.losses.get(loss)
     if not isinstance(loss_fn, keras.losses.Loss):  # a loss function, by name: the batch's mean, as Keras's Loss
         per_example = loss_fn
@@ -94,7 +104,9 @@ def supervised(
     @tf.function(jit_compile=jit_compile)
     def step(batch):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(batch)
-        return _update(optimizer, variables, lambda: loss_fn(y, network(x, training=True), sample_weight=sample_weight))
+        return _update(
+            optimizer, variables, lambda: loss_fn(y, network(x, training=True), sample_weight=sample_weight), routed
+        )
 
     return HandWritten(step, (optimizer,))
 
@@ -123,6 +135,7 @@ def gan(
     noise_seed = keras.random.SeedGenerator(seed)
     latent_dim = int(generator.input_shape[-1])
     softening, swap = trainer.label_softening, trainer.label_swap_fraction
+    routed = _routed_ops(precision)
 
     def noise(batch_size):
         return keras.random.uniform((batch_size, latent_dim), minval=-1.0, maxval=1.0, seed=noise_seed)
@@ -134,10 +147,14 @@ def gan(
     def step(real):
         batch_size = tf.shape(real)[0]
         real_target = tf.fill((batch_size, 1), tf.constant(softening, tf.float32))
-        g_loss = _update(g_opt, g_vars, lambda: bce(real_target, logits(generator(noise(batch_size), training=True))))
+        g_loss = _update(
+            g_opt, g_vars, lambda: bce(real_target, logits(generator(noise(batch_size), training=True))), routed
+        )
         fake = generator(noise(batch_size), training=True)
         real_labels, fake_labels = trainers.discriminator_labels(batch_size, softening, swap)
-        d_loss = _update(d_opt, d_vars, lambda: 0.5 * (bce(real_labels, logits(real)) + bce(fake_labels, logits(fake))))
+        d_loss = _update(
+            d_opt, d_vars, lambda: 0.5 * (bce(real_labels, logits(real)) + bce(fake_labels, logits(fake))), routed
+        )
         return g_loss, d_loss
 
     return HandWritten(step, (g_opt, d_opt))

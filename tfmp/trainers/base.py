@@ -7,6 +7,7 @@ optimizer `compile()` trains with.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfmp import _compat, transaction
+from tfmp import _compat, cpu_kernels, transaction
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import optimizers as optimizers_lib
 
@@ -154,11 +155,38 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
                 loss, aux = forward()
                 # Scaled inside the tape, so the gradient flows through the scale.
                 target = optimizer.get_scaled_loss(loss) if scaled else loss
-            grads = tape.gradient(target, variables)
+            with self.gradient_scope():
+                grads = tape.gradient(target, variables)
             if scaled:
                 grads = optimizer.get_unscaled_gradients(grads)
             optimizer.apply_gradients(zip(grads, variables))
         return loss, aux
+
+    @property
+    def float16_gradient_ops(self) -> frozenset[str]:
+        """The op types whose float16 gradients this trainer computes in float32 (`tfmp.cpu_kernels`).
+
+        Empty on a GPU and for networks without float16 layers; on a CPU,
+        the op types whose float16 gradient kernels measured pathological
+        here (`tfmp.cpu_kernels.float16_gradient_ops`). Decided by
+        `compile()`.
+        """
+        if getattr(self, "_float16_gradient_ops", None) is None:
+            self.decide_gradient_routing()
+        return self._float16_gradient_ops
+
+    def decide_gradient_routing(self) -> None:
+        """Sets `float16_gradient_ops` for this machine; `compile()` calls it.
+
+        On a CPU this reads the kernel measurement (`tfmp.cpu_kernels.kernel_times`),
+        making it now if no cache has it, rather than while a step is traced.
+        """
+        routed = cpu_kernels.float16_gradient_ops() if computes_in_float16(self) else frozenset()
+        self._float16_gradient_ops = routed
+
+    def gradient_scope(self) -> contextlib.AbstractContextManager[frozenset[str]]:
+        """The block `tape.gradient` runs in: `float16_gradient_ops` computed in float32."""
+        return cpu_kernels.float32_gradients(self.float16_gradient_ops)
 
     def compile_from_config(self, config: dict[str, Any]) -> None:
         """Compiles as `get_compile_config()` recorded (when a `.keras` file is loaded).

@@ -187,7 +187,8 @@ def _first_nonfinite(
             checks += [(path, "gradient w.r.t. output", t) for t in outputs]
             checks += [(path, f"gradient of {v.path}", v) for v in layer.trainable_variables]
             checks += [(path, "gradient w.r.t. input", t) for t in inputs]
-        grads = tape.gradient(scaled, [t for _, _, t in checks])
+        with trainer.gradient_scope():
+            grads = tape.gradient(scaled, [t for _, _, t in checks])
         for (path, what, _), g in zip(checks, grads):
             if g is not None:
                 nan, inf = _nonfinite_counts(g)

@@ -1,0 +1,267 @@
+"""Tests for tfmp/cpu_kernels.py: 16-bit types on a CPU, measured, and float16 gradients computed in float32.
+
+The routing is decided from an injected measurement (a cache file, or a
+`KernelTimes` passed in), so each CPU class's branch is tested on any CPU.
+"""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfmp
+from tfmp import cpu_kernels, trainers
+from tfmp.models.gan import build_discriminator, build_generator
+
+AVX2 = "model name\t: AMD EPYC\nflags\t\t: fpu sse avx2 fma f16c\n"
+AVX512_BF16 = "model name\t: AMD EPYC 9R14\nflags\t\t: fpu avx2 avx512f avx512_bf16 f16c\n"
+AVX512_FP16 = "model name\t: Intel Xeon\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_fp16 f16c\n"
+ARM_FP16 = "Features\t: fp asimd fphp asimdhp bf16\n"
+CONV = ("Conv2D", "Conv2DBackpropInput")
+DEPTHWISE = ("DepthwiseConv2dNative",)
+
+
+def _times(float16_ratios, machine="a test CPU", bfloat16_native=False, float16_native=False):
+    """A measurement with float32 at 1 ms per call and float16 at the given ratios (1.0 where none is given)."""
+    ms = {kernel: {"float32": 1.0, "float16": float16_ratios.get(kernel, 1.0)} for kernel in cpu_kernels.KERNELS}
+    return cpu_kernels.KernelTimes(machine, ms, bfloat16_native, float16_native)
+
+
+# The three CPU classes measured (ratios to float32, docs/PERFORMANCE.md), and a CPU with fast float16 kernels.
+AVX2_TIMES = _times({"conv2d d/input": 3.8, "conv2d d/filter": 5.9, "depthwise d/input": 1.4})
+AVX512_FP16_TIMES = _times(
+    {"conv2d": 1.6, "conv2d d/filter": 810.1, "depthwise d/input": 14.5, "depthwise d/filter": 133.1},
+    bfloat16_native=True,
+    float16_native=True,
+)
+FAST_FLOAT16_TIMES = _times({kernel: 0.5 for kernel in cpu_kernels.KERNELS}, float16_native=True)
+
+
+@pytest.mark.parametrize(
+    "text, bfloat16, float16",
+    [(AVX2, False, False), (AVX512_BF16, True, False), (AVX512_FP16, True, True), (ARM_FP16, True, True), ("", 0, 0)],
+)
+def test_native_16_bit_types_are_read_from_the_cpu_flags(text, bfloat16, float16, tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text(text)
+    assert cpu_kernels.cpu_has_bfloat16(str(path)) == bool(bfloat16)
+    # F16C (every AVX2 CPU) only converts: it is not float16 arithmetic.
+    assert cpu_kernels.cpu_has_float16(str(path)) == bool(float16)
+
+
+@pytest.mark.parametrize(
+    "times, routed",
+    [
+        (AVX2_TIMES, {*CONV}),  # depthwise gradients at 1.4x stay float16's
+        (AVX512_FP16_TIMES, {*CONV, *DEPTHWISE}),
+        (FAST_FLOAT16_TIMES, set()),
+    ],
+)
+def test_the_ops_routed_follow_the_measured_gradient_kernels(times, routed):
+    assert cpu_kernels.float16_gradient_ops(has_gpu=False, times=times) == routed
+    assert cpu_kernels.float16_gradient_ops(has_gpu=True, times=times) == frozenset()  # a GPU is untouched
+
+
+def test_the_measurement_is_made_once_per_cpu_then_read_from_the_cache(tmp_path):
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return AVX512_FP16_TIMES
+
+    path = str(tmp_path / "cpu_kernels.json")
+    first = cpu_kernels.kernel_times(path=path, measure=measure)
+    again = cpu_kernels.kernel_times(path=path, measure=measure)
+    assert first == again == AVX512_FP16_TIMES and calls == [1]
+    # Another process (another path, a copy of the file) reads it and measures nothing.
+    copy = tmp_path / "copy.json"
+    copy.write_text((tmp_path / "cpu_kernels.json").read_text())
+    assert cpu_kernels.kernel_times(path=str(copy), measure=_never) == AVX512_FP16_TIMES
+
+
+def test_a_corrupt_cache_is_measured_again(tmp_path):
+    path = tmp_path / "cpu_kernels.json"
+    path.write_text(json.dumps({"version": 1, "entries": {cpu_kernels.machine_id(): {"ms": "nonsense"}}}))
+    assert cpu_kernels.kernel_times(path=str(path), measure=lambda: AVX2_TIMES) == AVX2_TIMES
+
+
+def _never():
+    raise AssertionError("measured although the cache holds this CPU")
+
+
+def test_a_real_measurement_times_every_kernel_and_round_trips_through_json():
+    times = cpu_kernels.measure_kernels(dtypes=("float16",), budget_s=0.0, most=1)
+    assert set(times.ms) == set(cpu_kernels.KERNELS)
+    assert all(set(row) == {"float32", "float16"} and min(row.values()) > 0 for row in times.ms.values())
+    assert cpu_kernels.KernelTimes.from_json(json.loads(json.dumps(times.to_json()))) == times
+    assert "| conv2d d/filter |" in times.table()
+
+
+# --- the note ------------------------------------------------------------------------------------
+
+
+def test_the_note_says_what_this_cpu_does_with_each_type():
+    fp16 = cpu_kernels.describe(AVX512_FP16_TIMES, "mixed_float16")
+    assert fp16.startswith("note: float16 is native on this CPU; its matmul runs at 1.00x float32's speed; ")
+    assert "its slowest kernel, conv2d d/filter, takes 810.1x float32's time" in fp16
+    assert "tfmp computes the conv2d and depthwise gradients from the float16 values in float32" in fp16
+    avx2 = cpu_kernels.describe(AVX2_TIMES, "mixed_float16")
+    assert avx2.startswith("note: float16 is emulated (no float16 arithmetic) on this CPU")
+    assert "the conv2d gradients" in avx2 and "depthwise" not in avx2
+    fast = cpu_kernels.describe(FAST_FLOAT16_TIMES, "fp16")
+    assert "slowest" not in fast and "computes the" not in fast
+    bf16 = cpu_kernels.describe(AVX512_FP16_TIMES, "mixed_bfloat16")
+    assert bf16.startswith("note: bfloat16 is native on this CPU") and "float32 and rounds" not in bf16
+
+
+# --- the routing: numerics -----------------------------------------------------------------------
+
+
+def _ulps(a, b):
+    """|a - b| in units of float16's spacing at |b| (at least the smallest normal's)."""
+    b16 = np.abs(b.astype(np.float16)).astype(np.float64)
+    spacing = np.maximum(np.spacing(b16.astype(np.float16)).astype(np.float64), np.spacing(np.float16(6.1e-5)))
+    return np.abs(a.astype(np.float64) - b.astype(np.float64)) / spacing
+
+
+CASES = {
+    "conv2d": lambda x, w: tf.nn.conv2d(x, w, 2, "SAME"),
+    "depthwise": lambda x, w: tf.nn.depthwise_conv2d(x, w[..., :1], [1, 1, 1, 1], "SAME"),
+    "conv2d_transpose": lambda x, w: tf.nn.conv2d_transpose(x, w, [4, 16, 16, 8], 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_routed_gradients_are_float32_gradients_of_the_float16_values_rounded_once(case):
+    rng = np.random.default_rng(0)
+    x16 = tf.constant(rng.standard_normal((4, 8, 8, 8)), tf.float16)
+    w16 = tf.constant(rng.standard_normal((3, 3, 8, 8)) * 0.3, tf.float16)
+    op = CASES[case]
+
+    def grads(x, w, routed=()):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = op(x, w)
+            # An upstream gradient of float16 values, as a layer's in a float16 network gets.
+            upstream = tf.cast(tf.reshape(tf.sin(tf.range(tf.size(y), dtype=tf.float32)), tf.shape(y)), tf.float16)
+            loss = tf.reduce_sum(tf.cast(y * tf.cast(upstream, y.dtype), tf.float32))
+        with cpu_kernels.float32_gradients(routed):
+            return y, tape.gradient(loss, [x, w])
+
+    y_native, native = grads(x16, w16)
+    y_routed, routed = grads(x16, w16, {*CONV, *DEPTHWISE})
+    _, exact = grads(tf.cast(x16, tf.float32), tf.cast(w16, tf.float32))
+    np.testing.assert_array_equal(y_routed.numpy(), y_native.numpy())  # the forward pass is untouched
+    for r, n, e in zip(routed, native, exact):
+        assert r.dtype == n.dtype == tf.float16
+        # Within float16 rounding of the float32 gradient of the same values, and no further off than the
+        # CPU's own float16 kernel.
+        assert _ulps(r.numpy(), e.numpy()).max() <= 1.0
+        assert np.abs(r.numpy() - e.numpy()).sum() <= np.abs(n.numpy() - e.numpy()).sum()
+
+
+def test_routing_leaves_float32_ops_other_threads_and_unlisted_ops_alone():
+    x = tf.constant(np.ones((1, 4, 4, 2)), tf.float32)
+    w = tf.constant(np.ones((3, 3, 2, 2)), tf.float32)
+
+    @tf.function
+    def grad(routed):
+        with tf.GradientTape() as tape:
+            tape.watch(w)
+            y = tf.nn.conv2d(x, w, 1, "SAME")
+        with cpu_kernels.float32_gradients(routed):
+            return tape.gradient(y, w)
+
+    graph = grad.get_concrete_function(frozenset(CONV)).graph
+    assert not [op for op in graph.get_operations() if op.type == "Cast"]  # float32: no casts added
+
+
+# --- the routing in the trainers -----------------------------------------------------------------
+
+
+def _inject(monkeypatch, tmp_path, times):
+    """Makes `times` this CPU's cached measurement, as a file in a fresh cache directory."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("TFMP_CACHE_DIR", str(tmp_path))
+    entry = {**times.to_json(), "machine": cpu_kernels.machine_id()}
+    (tmp_path / "cpu_kernels.json").write_text(json.dumps({"version": 1, "entries": {entry["machine"]: entry}}))
+
+
+def _filter_gradient_dtypes(trainer, batch):
+    """The dtypes of the Conv2D filter gradients in the traced gradient of each of `trainer`'s objectives."""
+
+    @tf.function
+    def gradients(batch):
+        grads = []
+        for objective in trainer.objectives(batch):
+            with tf.GradientTape() as tape:
+                loss = objective.loss_fn()
+            with trainer.gradient_scope():
+                grads += tape.gradient(loss, objective.variables)
+        return grads
+
+    graph = gradients.get_concrete_function(batch).graph
+    return {op.get_attr("T").name for op in graph.get_operations() if op.type == "Conv2DBackpropFilter"}
+
+
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is never routed")
+@pytest.mark.parametrize(
+    "times, precision, dtypes",
+    [
+        (AVX512_FP16_TIMES, "mixed_float16", {"float32"}),
+        (FAST_FLOAT16_TIMES, "mixed_float16", {"float16", "float32"}),
+        (AVX512_FP16_TIMES, "mixed_bfloat16", {"bfloat16", "float32"}),
+    ],
+)
+def test_the_gan_trainer_computes_the_measured_slow_gradients_in_float32(
+    times, precision, dtypes, monkeypatch, tmp_path
+):
+    _inject(monkeypatch, tmp_path, times)
+    with tfmp.precision_scope(precision):
+        trainer = trainers.GANTrainer(
+            build_generator(latent_dim=8, widths=(8, 8, 8)), build_discriminator(widths=(8, 8, 8)), seed=0
+        )
+    trainer.compile()
+    expected = times.routed_ops() if precision == "mixed_float16" else frozenset()
+    assert trainer.float16_gradient_ops == expected
+    assert _filter_gradient_dtypes(trainer, tf.zeros((4, 28, 28, 1))) == dtypes
+
+
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is never routed")
+def test_a_routed_float16_trainer_trains_with_the_forward_values_and_loss_scale_of_float16(monkeypatch, tmp_path):
+    def run(times, directory):
+        _inject(monkeypatch, directory, times)
+        with tfmp.precision_scope("mixed_float16"):
+            inputs = keras.Input((8, 8, 3))
+            h = keras.layers.Conv2D(8, 3, padding="same", kernel_initializer=keras.initializers.GlorotUniform(0))(
+                inputs
+            )
+            h = keras.layers.DepthwiseConv2D(
+                3, padding="same", depthwise_initializer=keras.initializers.GlorotUniform(1)
+            )(h)
+            h = keras.layers.GlobalAveragePooling2D()(h)
+            outputs = keras.layers.Dense(3, dtype="float32", kernel_initializer=keras.initializers.GlorotUniform(2))(h)
+            trainer = tfmp.Trainer(keras.Model(inputs, outputs))
+        trainer.compile(
+            optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
+        x = np.random.default_rng(0).standard_normal((16, 8, 8, 3)).astype(np.float32)
+        y = np.arange(16) % 3
+        before = trainer.predict(x, verbose=0)
+        history = trainer.fit(x, y, batch_size=16, epochs=1, verbose=0)  # one step
+        return trainer, before, history.history
+
+    routed, before_routed, logs_routed = run(AVX512_FP16_TIMES, tmp_path / "slow")
+    native, before_native, logs_native = run(FAST_FLOAT16_TIMES, tmp_path / "fast")
+    assert routed.float16_gradient_ops == {*CONV, *DEPTHWISE} and native.float16_gradient_ops == frozenset()
+    np.testing.assert_array_equal(before_routed, before_native)
+    # The step's forward pass is float16's (its loss to float32's last bit: the two step graphs are
+    # optimised apart), and so is the loss scale's course.
+    np.testing.assert_allclose(logs_routed["loss"], logs_native["loss"], rtol=3e-7)
+    assert logs_routed["loss_scale"] == logs_native["loss_scale"] == [32768.0]
+    assert logs_routed["skipped_steps"] == logs_native["skipped_steps"] == [0.0]
+    # The update differs by the gradients' rounding only.
+    for a, b in zip(routed.get_weights(), native.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-2, atol=1e-3)
