@@ -16,7 +16,8 @@ download). Run it with
     python3 examples/custom_loop_tf_keras2.py
     TFMP_EXAMPLE_STEPS=50 python3 examples/custom_loop_tf_keras2.py   # shorter
 
-On a CPU float16 is emulated (slow); bfloat16 is the CPU's 16-bit type.
+On most CPUs float16 is emulated (slow); `python3 scripts/benchmark.py --mode=kernels`
+says what yours does with float16 and bfloat16.
 """
 
 import math

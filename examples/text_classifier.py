@@ -25,8 +25,9 @@ with flags over its settings, resumable and on several GPUs:
     python3 scripts/train.py --task=examples/text_classifier.py:TASK --run_name=text \
         --epochs=6 --resume
 
-On a CPU float16 is emulated (slower than float32); bfloat16 is the CPU's
-16-bit type (`--precision=bf16`).
+On most CPUs float16 is emulated (slower than float32), and bfloat16 is native
+on CPUs with AVX512-BF16 (`--precision=bf16`); `python3 scripts/benchmark.py
+--mode=kernels` says what yours does.
 """
 
 import math
