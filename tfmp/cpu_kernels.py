@@ -150,6 +150,9 @@ def _kernels(dtype: tf.DType) -> dict[str, Callable[[], tf.Tensor]]:
     w, wd = tensor((_K, _K, _C, _C), 0.1), tensor((_K, _K, _C, 1), 0.1)
     a = tensor((256, 256))
     s, sizes = [1, 1, 1, 1], [_N, _HW, _HW, _C]
+    pooled = tf.nn.max_pool2d(x, 2, 2, "VALID")
+    dpooled = tensor(tuple(pooled.shape))
+    ones, zeros = tf.ones((_C,)), tf.zeros((_C,))
     return {
         "matmul": lambda: tf.linalg.matmul(a, a),
         "conv2d": lambda: tf.nn.conv2d(x, w, 1, "SAME"),
@@ -166,6 +169,17 @@ def _kernels(dtype: tf.DType) -> dict[str, Callable[[], tf.Tensor]]:
         "depthwise d/filter": lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
             input=x, filter_sizes=[_K, _K, _C, 1], out_backprop=dy, strides=s, padding="SAME"
         ),
+        # Not routed, surveyed: pooling, BatchNorm and the RNN cells' and attention's elementwise gradients.
+        "maxpool d/input": lambda: tf.raw_ops.MaxPoolGrad(
+            orig_input=x, orig_output=pooled, grad=dpooled, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID"
+        ),
+        "avgpool d/input": lambda: tf.raw_ops.AvgPoolGrad(
+            orig_input_shape=sizes, grad=dpooled, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID"
+        ),
+        "batchnorm d/input": lambda: tf.raw_ops.FusedBatchNormGradV3(
+            y_backprop=dy, x=x, scale=ones, reserve_space_1=zeros, reserve_space_2=ones, reserve_space_3=zeros
+        )[0],
+        "tanh d/input": lambda: tf.raw_ops.TanhGrad(y=x, dy=dy),
     }
 
 
@@ -178,6 +192,10 @@ KERNELS = (
     "depthwise",
     "depthwise d/input",
     "depthwise d/filter",
+    "maxpool d/input",
+    "avgpool d/input",
+    "batchnorm d/input",
+    "tanh d/input",
 )
 
 

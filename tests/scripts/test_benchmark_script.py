@@ -142,6 +142,33 @@ def test_ceiling_mode_end_to_end_reports_the_gans_kernel_ceiling(tmp_path):
     assert table[1].startswith("|---") and table[2].startswith("| gan | mixed_bfloat16 | 8 | ")
     assert table[3].startswith("| op type | float32 ms | mixed_bfloat16 ms |")
     assert "gan mixed_bfloat16 batch=8: kernel time per step by op type" in proc.stdout and row["ops"]
+    # This CPU's kernels, each 16-bit type against float32, after the models' tables.
+    assert "| kernel | float32 ms | bfloat16 ms | float16 ms | bfloat16 / float32 | float16 / float32 |" in proc.stdout
+
+
+def test_kernels_mode_times_this_cpus_16_bit_kernels_and_prints_the_notes(tmp_path):
+    out = tmp_path / "kernels.json"
+    proc = _script("--mode=kernels", f"--json_out={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert set(record["ms"]) == {
+        "matmul",
+        "conv2d",
+        "conv2d d/input",
+        "conv2d d/filter",
+        "depthwise",
+        "depthwise d/input",
+        "depthwise d/filter",
+        "maxpool d/input",
+        "avgpool d/input",
+        "batchnorm d/input",
+        "tanh d/input",
+    }
+    assert all(set(row) == {"float32", "bfloat16", "float16"} for row in record["ms"].values())
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 11 and rows[1].startswith("| matmul | ")
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note: ")]
+    assert [note.split()[1] for note in notes] == ["bfloat16", "float16"]
 
 
 def test_ceiling_mode_without_a_16_bit_precision_is_a_usage_error():
