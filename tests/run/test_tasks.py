@@ -207,6 +207,40 @@ def test_a_supervised_task_refuses_a_model_instead_of_a_function_and_an_unknown_
         tasks.SupervisedTask(_dense_model(), "not data", loss="mse").train_data(None)
 
 
+class _AsFlags(config_lib.Terms):
+    """Settings named as a command line names them (`--steps_per_epoch`), as the scripts' terms do."""
+
+    def name(self, field):
+        return f"--{field}"
+
+
+def test_a_pipeline_that_repeats_forever_is_told_to_set_steps_per_epoch_and_an_unknown_length_its_cardinality():
+    import tensorflow as tf
+
+    def forever(batch_size, seed):
+        return tf.data.Dataset.from_tensor_slices(_arrays()).batch(batch_size).repeat()
+
+    def unknown(batch_size, seed):
+        return tf.data.Dataset.from_tensor_slices(_arrays()).filter(lambda x, y: y >= 0).batch(batch_size)
+
+    endless = tasks.SupervisedTask(_dense_model(), forever, loss="mse", name="endless")
+    with pytest.raises(config_lib.ConfigError) as raised:
+        endless.steps_per_epoch(None)
+    assert raised.value.in_terms(_AsFlags()) == (
+        "The training pipeline of 'endless' repeats forever, so an epoch has no end: set --steps_per_epoch to the "
+        "steps of an epoch, or make the pipeline give one epoch (no repeat()). Received: --steps_per_epoch=None"
+    )
+    assert "cardinality" not in str(raised.value) and "assert_cardinality" not in str(raised.value)
+    unsized = tasks.SupervisedTask(_dense_model(), unknown, loss="mse", name="unsized")
+    with pytest.raises(config_lib.ConfigError, match=r"'unsized'.*not known \(tf.data cardinality -2\)") as raised:
+        unsized.steps_per_epoch(None)
+    assert "assert_cardinality" in str(raised.value)
+    assert (
+        endless.replace(steps_per_epoch=4).steps_per_epoch(None),
+        unsized.replace(steps_per_epoch=2).steps_per_epoch(None),
+    ) == (4, 2)
+
+
 MODULE = """
 import keras
 from tfmp.run import tasks

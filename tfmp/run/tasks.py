@@ -177,8 +177,8 @@ class Task(abc.ABC):
         """Training steps per epoch: the training pipeline's batches, capped by `config.steps_per_epoch`.
 
         Raises:
-            ConfigError: when the pipeline yields no batch, or its length is
-                unknown and `config.steps_per_epoch` is not set.
+            ConfigError: when the pipeline yields no batch, or repeats forever
+                or has an unknown length and `config.steps_per_epoch` is not set.
         """
         c = self.config
         batches = int(self.train_data(data).cardinality())
@@ -187,13 +187,22 @@ class Task(abc.ABC):
                 f"The training data of {self.name!r} gives no batch of batch_size={c.batch_size}: use a smaller "
                 f"batch size or more data. Received: batch_size={c.batch_size}"
             )
-        if batches < 0:  # infinite or unknown
-            if c.steps_per_epoch is None:
+        if batches < 0 and c.steps_per_epoch is None:
+            if batches == tf.data.INFINITE_CARDINALITY:
+                named = repr(self.name).replace("{", "{{").replace("}", "}}")  # a template: braces doubled
                 raise ConfigError(
-                    f"The length of {self.name!r}'s training pipeline is not known (tf.data cardinality "
-                    f"{batches}), so an epoch has no end: set steps_per_epoch, or give the dataset its length "
-                    "with tf.data.experimental.assert_cardinality. Received: steps_per_epoch=None"
+                    f"The training pipeline of {named} repeats forever, so an epoch has no end: set "
+                    "{steps_per_epoch} to the steps of an epoch, or make the pipeline give one epoch (no "
+                    "repeat()).",
+                    "steps_per_epoch",
+                    {"steps_per_epoch": None},
                 )
+            raise ConfigError(
+                f"The length of {self.name!r}'s training pipeline is not known (tf.data cardinality "
+                f"{batches}), so an epoch has no end: set steps_per_epoch, or give the dataset its length "
+                "with tf.data.experimental.assert_cardinality. Received: steps_per_epoch=None"
+            )
+        if batches < 0:
             return c.steps_per_epoch
         return min(batches, c.steps_per_epoch or batches)
 
