@@ -48,7 +48,9 @@ def _final(run_dir, step):
         pytest.param(
             "no_such_module_xyz:TASK", "no module 'no_such_module_xyz' on the Python path", marks=pytest.mark.slow
         ),
-        pytest.param(f"{FAMILIES}:NUM_CLASSES", "is a int; NAME must be a tfmp.run.tasks.Task", marks=pytest.mark.slow),
+        pytest.param(
+            f"{FAMILIES}:NUM_CLASSES", "NUM_CLASSES is an int (10), not a Task; NAME must be", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_a_bad_task_is_a_one_line_usage_error_naming_it(task, expected):
@@ -57,6 +59,18 @@ def test_a_bad_task_is_a_one_line_usage_error_naming_it(task, expected):
     (first,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert expected in first and first.endswith(f"Received: --task={task!r}"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_task_file_with_a_syntax_error_is_a_one_line_usage_error_naming_the_file_and_line(tmp_path):
+    broken = tmp_path / "broken_task_file.py"
+    broken.write_text("import keras\n\nTASK = keras.Model(\n")
+    proc = _run("train.py", f"--task={broken}:TASK")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (first,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert first == (
+        f"error: --task: {broken} line 3: SyntaxError: '(' was never closed. Received: --task='{broken}:TASK'"
+    )
 
 
 def test_a_flag_the_tasks_config_does_not_have_is_refused():
