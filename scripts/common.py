@@ -13,6 +13,7 @@ import dataclasses
 import os
 import signal
 import sys
+import textwrap
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
@@ -160,15 +161,21 @@ def make_main(
     return main
 
 
-def grouped_help(module: types.ModuleType, program: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
+def grouped_help(
+    module: types.ModuleType, program: str, flag_values: flags.FlagValues = flags.FLAGS, note: str = ""
+) -> str:
     """A script's `--help`: its docstring, then every flag it accepts by section, with defaults.
 
     The key flags of the script's module (its own and those it adopts from
     this module; TensorFlow's and absl's stay under `--helpfull`): a config
     field's under its group (`tfmp.run.config.HELP_GROUPS`), the others first.
+    `note` (plain text, wrapped) opens the flags, e.g. where their defaults
+    come from.
     """
     key_flags = {flag.name: flag for flag in flag_values.get_key_flags_for_module(module.__name__)}
     parts = [(module.__doc__ or f"USAGE: {program} [flags]").rstrip() + "\n\nflags:"]  # absl's layout
+    if note:
+        parts.append(textwrap.fill(" ".join(note.split()), width=80))
     for title, group in [(program, None)] + [(group, group) for group in config_lib.HELP_GROUPS]:
         section = flags.FlagValues()
         for name in sorted(key_flags):
@@ -180,19 +187,21 @@ def grouped_help(module: types.ModuleType, program: str, flag_values: flags.Flag
     return "\n".join(parts) + "\n"
 
 
-def entry_point(main: Callable[[list[str]], None], module_name: str) -> Callable[[], None]:
+def entry_point(main: Callable[[list[str]], None], module_name: str, help_note: str = "") -> Callable[[], None]:
     """A script's console entry point (`tfmp-train-gan = tfmp_scripts.train_gan:run`): `main` run by absl.
 
     `--help` (`-?`, `--helpshort`) prints `grouped_help` of the module
     `module_name` (absl's own lists `__main__`'s flags: under a console
-    command, pip's wrapper's); a usage error prints its message and a pointer
-    to `--help` rather than the flag list.
+    command, pip's wrapper's), opening the flags with `help_note`; a usage
+    error prints its message and a pointer to `--help` rather than the flag
+    list.
     """
 
     def parse(argv: list[str]) -> list[str]:
         arguments = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
         if any(argument in ("--help", "-help", "--helpshort", "-helpshort", "-?") for argument in arguments):
-            sys.stdout.write(grouped_help(sys.modules[module_name], os.path.basename(argv[0])))
+            program = os.path.basename(argv[0])
+            sys.stdout.write(grouped_help(sys.modules[module_name], program, note=help_note))
             sys.exit(0)
         return app.parse_flags_with_usage(argv)
 

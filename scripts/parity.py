@@ -15,6 +15,7 @@ The method is in `tfmp/run/parity.py`; the measured figures in
 docs/NUMERICS.md.
 """
 
+import dataclasses
 import functools
 import os
 
@@ -79,6 +80,8 @@ _TASK = flags.DEFINE_string(
     "A model of your own instead of the classifier: MODULE:NAME (a module on the Python path, or "
     "path/to/file.py:NAME) of a tfmp.run.tasks.Task with validation data.",
 )
+# The classifier's levers: with --task, ParityConfig.for_task refuses them.
+_LEVERS = {"folds": _FOLDS, "lr_warmup_steps": _LR_WARMUP, "control": _CONTROL, "fp16_initial_scales": _FP16_SCALES}
 _JSON_OUT = flags.DEFINE_string(
     "json_out", None, "Also write the records to this JSON file (rewritten after every run)."
 )
@@ -150,7 +153,16 @@ def main(argv):
         print(f"\nrecords: {_JSON_OUT.value}")
 
 
-run = common.entry_point(main, __name__)  # the console command `tfmp-parity`
+# What --task leaves out: the classifier's own fields (a task's config has them only if it is a ClassifierConfig),
+# and the levers of the classifier's design (ParityConfig.for_task refuses them).
+_TRAIN_FIELDS = {field.name for field in dataclasses.fields(training.TrainConfig)}
+CLASSIFIER_ONLY = sorted([name for name in _FLAGS if name not in _TRAIN_FIELDS] + list(_LEVERS))
+HELP_NOTE = (
+    "With --task: the task's own config supplies the defaults, and a flag you pass overrides that one setting; "
+    f"these flags are the shipped classifier's only: {', '.join('--' + name for name in CLASSIFIER_ONLY)} (the "
+    "classifier's fields apply to a task whose config is a ClassifierConfig). Every other flag applies to both."
+)
+run = common.entry_point(main, __name__, HELP_NOTE)  # the console command `tfmp-parity`
 
 
 if __name__ == "__main__":

@@ -38,7 +38,12 @@ def main(argv):
     common.run(training.train, common.load_task(_TASK.value, _FLAGS))
 
 
-run = common.entry_point(main, __name__)  # the console command `tfmp-train`
+# --help cannot know the task's config before --task is loaded: it says whose defaults it lists.
+HELP_NOTE = (
+    "Defaults: the task's own config supplies them, and a flag you pass overrides that one setting. The defaults "
+    "shown below are TrainConfig()'s, not your task's."
+)
+run = common.entry_point(main, __name__, HELP_NOTE)  # the console command `tfmp-train`
 
 
 if __name__ == "__main__":

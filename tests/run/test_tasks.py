@@ -1,6 +1,7 @@
 """Tests for tfmp/run/tasks.py: what one config builds, defined once."""
 
 import dataclasses
+import re
 
 import keras
 import numpy as np
@@ -207,6 +208,40 @@ def test_a_supervised_task_refuses_a_model_instead_of_a_function_and_an_unknown_
         tasks.SupervisedTask(_dense_model(), "not data", loss="mse").train_data(None)
 
 
+class _AsFlags(config_lib.Terms):
+    """Settings named as a command line names them (`--steps_per_epoch`), as the scripts' terms do."""
+
+    def name(self, field):
+        return f"--{field}"
+
+
+def test_a_pipeline_that_repeats_forever_is_told_to_set_steps_per_epoch_and_an_unknown_length_its_cardinality():
+    import tensorflow as tf
+
+    def forever(batch_size, seed):
+        return tf.data.Dataset.from_tensor_slices(_arrays()).batch(batch_size).repeat()
+
+    def unknown(batch_size, seed):
+        return tf.data.Dataset.from_tensor_slices(_arrays()).filter(lambda x, y: y >= 0).batch(batch_size)
+
+    endless = tasks.SupervisedTask(_dense_model(), forever, loss="mse", name="endless")
+    with pytest.raises(config_lib.ConfigError) as raised:
+        endless.steps_per_epoch(None)
+    assert raised.value.in_terms(_AsFlags()) == (
+        "The training pipeline of 'endless' repeats forever, so an epoch has no end: set --steps_per_epoch to the "
+        "steps of an epoch, or make the pipeline give one epoch (no repeat()). Received: --steps_per_epoch=None"
+    )
+    assert "cardinality" not in str(raised.value) and "assert_cardinality" not in str(raised.value)
+    unsized = tasks.SupervisedTask(_dense_model(), unknown, loss="mse", name="unsized")
+    with pytest.raises(config_lib.ConfigError, match=r"'unsized'.*not known \(tf.data cardinality -2\)") as raised:
+        unsized.steps_per_epoch(None)
+    assert "assert_cardinality" in str(raised.value)
+    assert (
+        endless.replace(steps_per_epoch=4).steps_per_epoch(None),
+        unsized.replace(steps_per_epoch=2).steps_per_epoch(None),
+    ) == (4, 2)
+
+
 MODULE = """
 import keras
 from tfmp.run import tasks
@@ -217,6 +252,11 @@ def build():
 
 TASK = tasks.SupervisedTask(build, (None, None), loss="mse", name="listed")
 NOT_A_TASK = 42
+TEXT = "TASK"
+MODEL = build()
+
+class NotATask:
+    pass
 
 def make_task():
     return TASK
@@ -236,7 +276,16 @@ class MyTask(tasks.SupervisedTask):
         ("no_colon", "task: must be MODULE:NAME"),
         ("no_such_module_xyz:TASK", "no module 'no_such_module_xyz' on the Python path"),
         ("{file}:MISSING", "has no attribute 'MISSING'. It defines these tasks: TASK"),
-        ("{file}:NOT_A_TASK", "is a int; NAME must be a tfmp.run.tasks.Task"),
+        ("{file}:NOT_A_TASK", "NOT_A_TASK is an int (42), not a Task; NAME must be a tfmp.run.tasks.Task"),
+        ("{file}:TEXT", "TEXT is a str ('TASK'), not a Task; NAME must be"),
+        ("{file}:MODEL", "MODEL is a Functional model (a keras.Model), not a Task; give the function that builds"),
+        (
+            "{file}:build",
+            "build is a function that returned a Functional model (a keras.Model), not a Task; give the function "
+            "that builds the model to tfmp.run.tasks.SupervisedTask(model=",
+        ),
+        ("{file}:NotATask", "NotATask is a class (NotATask) that is not a Task subclass; NAME must be"),
+        ("tfmp.run.tasks:Task", "Task is an abstract Task subclass (it lacks build_trainer, train_data)"),
         ("{file}:needs_an_argument", "is a function that takes arguments"),
         ("/no/such/file.py:TASK", "no such file '/no/such/file.py'"),
     ],
@@ -245,9 +294,56 @@ def test_load_names_the_value_and_what_name_must_be(name, error, tmp_path):
     path = tmp_path / "user_tasks_errors.py"
     path.write_text(MODULE)
     spec = name.format(file=path)
-    with pytest.raises(config_lib.ConfigError, match=error) as raised:
+    with pytest.raises(config_lib.ConfigError, match=re.escape(error)) as raised:
         tasks.load(spec)
-    assert f"Received: task={spec!r}" in str(raised.value) and "\n" not in str(raised.value)
+    assert str(raised.value).startswith("task: ") and str(raised.value).endswith(f" Received: task={spec!r}")
+    assert "\n" not in str(raised.value) and " is a int" not in str(raised.value)
+
+
+def test_load_names_what_a_function_returned_in_full(tmp_path):
+    path = tmp_path / "user_tasks_returned.py"
+    path.write_text(MODULE)
+    with pytest.raises(config_lib.ConfigError) as raised:
+        tasks.load(f"{path}:build")
+    assert str(raised.value) == (
+        "task: build is a function that returned a Functional model (a keras.Model), not a Task; give the function "
+        "that builds the model to tfmp.run.tasks.SupervisedTask(model=..., train_data=..., loss=...) and name that "
+        f"task. Received: task='{path}:build'"
+    )
+
+
+@pytest.mark.parametrize(
+    "source, error",
+    [
+        ("x = 1\ny = 2\ndef broken(:\n", "line 3: SyntaxError: invalid syntax."),
+        ("if True:\nx = 1\n", "line 2: IndentationError: expected an indented block after 'if' statement on line 1."),
+        (
+            "import os\nimport no_such_module_for_tfmp_tests\n",
+            "line 2: ModuleNotFoundError: No module named 'no_such_module_for_tfmp_tests'; install "
+            "'no_such_module_for_tfmp_tests' or fix the import.",
+        ),
+        ("\n\nfrom os import no_such_name\n", "line 3: ImportError: cannot import name 'no_such_name' from 'os'"),
+    ],
+    ids=["syntax", "indentation", "missing-module", "missing-name"],
+)
+def test_a_task_file_that_does_not_import_is_one_line_naming_the_file_the_line_and_the_error(
+    source, error, tmp_path, monkeypatch
+):
+    name = f"user_tasks_broken_{abs(hash(source))}"
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / f"{name}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    spec = f"examples/{name}.py:TASK"
+    with pytest.raises(config_lib.ConfigError) as raised:
+        tasks.load(spec)
+    message = str(raised.value)
+    assert message.startswith(f"task: examples/{name}.py {error}") and message.endswith(f" Received: task={spec!r}")
+    assert "\n" not in message
+    # By module name too (the folder on the path): the same file and line.
+    monkeypatch.syspath_prepend(str(tmp_path / "examples"))
+    with pytest.raises(config_lib.ConfigError) as raised:
+        tasks.load(f"{name}:TASK")
+    assert str(raised.value).startswith(f"task: examples/{name}.py {error}")
 
 
 def test_load_takes_a_task_a_subclass_or_a_function_from_a_module_or_a_file(tmp_path, monkeypatch):

@@ -48,7 +48,9 @@ def _final(run_dir, step):
         pytest.param(
             "no_such_module_xyz:TASK", "no module 'no_such_module_xyz' on the Python path", marks=pytest.mark.slow
         ),
-        pytest.param(f"{FAMILIES}:NUM_CLASSES", "is a int; NAME must be a tfmp.run.tasks.Task", marks=pytest.mark.slow),
+        pytest.param(
+            f"{FAMILIES}:NUM_CLASSES", "NUM_CLASSES is an int (10), not a Task; NAME must be", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_a_bad_task_is_a_one_line_usage_error_naming_it(task, expected):
@@ -57,6 +59,18 @@ def test_a_bad_task_is_a_one_line_usage_error_naming_it(task, expected):
     (first,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert expected in first and first.endswith(f"Received: --task={task!r}"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_task_file_with_a_syntax_error_is_a_one_line_usage_error_naming_the_file_and_line(tmp_path):
+    broken = tmp_path / "broken_task_file.py"
+    broken.write_text("import keras\n\nTASK = keras.Model(\n")
+    proc = _run("train.py", f"--task={broken}:TASK")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (first,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert first == (
+        f"error: --task: {broken} line 3: SyntaxError: '(' was never closed. Received: --task='{broken}:TASK'"
+    )
 
 
 def test_a_flag_the_tasks_config_does_not_have_is_refused():
@@ -138,3 +152,28 @@ def test_benchmark_and_parity_take_the_task(tmp_path):
     assert "| mixed_bfloat16 | 1 |" in parity.stdout
     folds = _run("parity.py", CNN, "--folds=3")
     assert folds.returncode == 1 and "folds belongs to the MobileNetV2 classifier's design" in folds.stderr
+
+
+def _help_note(text):
+    """The paragraph that opens the flags of a script's --help (between `flags:` and the first section)."""
+    return " ".join(text.split("\nflags:\n", 1)[1].split("\n\n", 1)[0].split())
+
+
+def test_train_help_under_a_task_says_the_tasks_config_supplies_the_defaults():
+    proc = _run("train.py", CNN, "--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _help_note(proc.stdout) == (
+        "Defaults: the task's own config supplies them, and a flag you pass overrides that one setting. The "
+        "defaults shown below are TrainConfig()'s, not your task's."
+    )
+
+
+def test_parity_help_says_which_flags_are_the_classifiers_only():
+    proc = _run("parity.py", "--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    note = _help_note(proc.stdout)
+    assert note.startswith("With --task: the task's own config supplies the defaults")
+    named = set(re.findall(r"--(\w+)", note.split("only:", 1)[1]))
+    listed = set(re.findall(r"^  --(?:\[no\])?(\w+)", proc.stdout, re.MULTILINE))
+    assert {"alpha", "dataset", "lr_schedule", "folds", "lr_warmup_steps", "control", "fp16_initial_scales"} <= named
+    assert named <= listed and not named & {"task", "seeds", "precisions", "epochs", "batch_size", "average_last"}

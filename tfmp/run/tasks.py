@@ -45,10 +45,9 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
-import importlib
+import functools
 import inspect
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -65,6 +64,7 @@ from tfmp.run import baseline
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import data as data_lib
 from tfmp.run.config import ClassifierConfig, ConfigError, GANConfig, ImageConfig, TrainConfig
+from tfmp.run.task_loader import import_module, kind, task_error
 
 __all__ = [
     "Built",
@@ -177,8 +177,8 @@ class Task(abc.ABC):
         """Training steps per epoch: the training pipeline's batches, capped by `config.steps_per_epoch`.
 
         Raises:
-            ConfigError: when the pipeline yields no batch, or its length is
-                unknown and `config.steps_per_epoch` is not set.
+            ConfigError: when the pipeline yields no batch, or repeats forever
+                or has an unknown length and `config.steps_per_epoch` is not set.
         """
         c = self.config
         batches = int(self.train_data(data).cardinality())
@@ -187,13 +187,22 @@ class Task(abc.ABC):
                 f"The training data of {self.name!r} gives no batch of batch_size={c.batch_size}: use a smaller "
                 f"batch size or more data. Received: batch_size={c.batch_size}"
             )
-        if batches < 0:  # infinite or unknown
-            if c.steps_per_epoch is None:
+        if batches < 0 and c.steps_per_epoch is None:
+            if batches == tf.data.INFINITE_CARDINALITY:
+                named = repr(self.name).replace("{", "{{").replace("}", "}}")  # a template: braces doubled
                 raise ConfigError(
-                    f"The length of {self.name!r}'s training pipeline is not known (tf.data cardinality "
-                    f"{batches}), so an epoch has no end: set steps_per_epoch, or give the dataset its length "
-                    "with tf.data.experimental.assert_cardinality. Received: steps_per_epoch=None"
+                    f"The training pipeline of {named} repeats forever, so an epoch has no end: set "
+                    "{steps_per_epoch} to the steps of an epoch, or make the pipeline give one epoch (no "
+                    "repeat()).",
+                    "steps_per_epoch",
+                    {"steps_per_epoch": None},
                 )
+            raise ConfigError(
+                f"The length of {self.name!r}'s training pipeline is not known (tf.data cardinality "
+                f"{batches}), so an epoch has no end: set steps_per_epoch, or give the dataset its length "
+                "with tf.data.experimental.assert_cardinality. Received: steps_per_epoch=None"
+            )
+        if batches < 0:
             return c.steps_per_epoch
         return min(batches, c.steps_per_epoch or batches)
 
@@ -731,34 +740,6 @@ _NAME_MUST_BE = (
 )
 
 
-def _bad_task(problem: str, spec: str) -> ConfigError:
-    """A `ConfigError` about the `task` setting: `problem` (plain text), then what it received."""
-    template = "{task}: " + problem.replace("{", "{{").replace("}", "}}")
-    return ConfigError(template, "task", {"task": spec})
-
-
-def _import(module_name: str, spec: str) -> Any:
-    """The module `module_name` (a dotted name on the path, or a .py file); ConfigError naming `spec` if absent."""
-    if module_name.endswith(".py"):
-        path = os.path.abspath(module_name)
-        if not os.path.isfile(path):
-            raise _bad_task(f"no such file {module_name!r}.", spec)
-        # Imported by its name from its folder, so a fresh process (the benchmark's rows) imports it again.
-        directory, module_name = os.path.split(path[: -len(".py")])
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if not (e.name and (module_name == e.name or module_name.startswith(e.name + "."))):
-            raise  # the module exists but imports something missing: its own error, with its traceback
-        raise _bad_task(
-            f"no module {module_name!r} on the Python path (PYTHONPATH, or the current directory with "
-            "python3 -m); give a module name or a path to a .py file.",
-            spec,
-        ) from None
-
-
 def load(spec: str) -> Task:
     """The task `spec` names: `"MODULE:NAME"` (a module on the Python path, or a path to a .py file).
 
@@ -775,30 +756,50 @@ def load(spec: str) -> Task:
 
     Raises:
         ConfigError: for a spec without `:`, a missing module or file, a
-            missing attribute, or an attribute of the wrong kind, about the
+            module that does not import (a SyntaxError or an ImportError:
+            the file, the line and the error), a missing attribute, or an
+            attribute of the wrong kind (named as what it is), about the
             setting `task`, naming `spec` and what NAME must be.
     """
     if not isinstance(spec, str) or spec.count(":") < 1 or not all(spec.rpartition(":")[::2]):
-        raise _bad_task(
+        raise task_error(
             "must be MODULE:NAME (a module on the Python path or a .py file, and the name of its task); "
             f"{_NAME_MUST_BE}.",
             spec,
         )
     module_name, _, name = spec.rpartition(":")
-    module = _import(module_name, spec)
+    module = import_module(module_name, spec)
     if not hasattr(module, name):
         found = sorted(k for k, v in vars(module).items() if isinstance(v, Task) and not k.startswith("_"))
         listed = f" It defines these tasks: {', '.join(found)}." if found else " It defines no Task."
-        raise _bad_task(f"module {module.__name__!r} has no attribute {name!r}.{listed}", spec)
+        raise task_error(f"module {module.__name__!r} has no attribute {name!r}.{listed}", spec)
     value = getattr(module, name)
-    if inspect.isclass(value) and issubclass(value, Task) and not inspect.isabstract(value):
-        value = value()
-    elif callable(value) and not isinstance(value, Task) and not inspect.isclass(value):
+    if inspect.isclass(value):
+        if not issubclass(value, Task):
+            raise task_error(f"{name} is {kind(value)} that is not a Task subclass; {_NAME_MUST_BE}.", spec)
+        if inspect.isabstract(value):
+            missing = ", ".join(sorted(value.__abstractmethods__))
+            raise task_error(f"{name} is an abstract Task subclass (it lacks {missing}); {_NAME_MUST_BE}.", spec)
+        return value()
+    if inspect.isroutine(value) or isinstance(value, functools.partial):
         try:
             inspect.signature(value).bind()
         except (TypeError, ValueError):
-            raise _bad_task(f"{spec} is a function that takes arguments; {_NAME_MUST_BE}.", spec) from None
-        value = value()
+            raise task_error(f"{name} is a function that takes arguments; {_NAME_MUST_BE}.", spec) from None
+        result = value()
+        if not isinstance(result, Task):
+            raise task_error(f"{name} is a function that returned {kind(result)}, not a Task; {_fix(result)}", spec)
+        return result
     if not isinstance(value, Task):
-        raise _bad_task(f"{spec} is a {type(value).__name__}; {_NAME_MUST_BE}.", spec)
+        raise task_error(f"{name} is {kind(value)}, not a Task; {_fix(value)}", spec)
     return value
+
+
+def _fix(value: Any) -> str:
+    """What to do about a NAME that is (or returned) `value` rather than a Task: for a model, wrap its builder."""
+    if isinstance(value, keras.Model):
+        return (
+            "give the function that builds the model to tfmp.run.tasks.SupervisedTask(model=..., train_data=..., "
+            "loss=...) and name that task."
+        )
+    return f"{_NAME_MUST_BE}."

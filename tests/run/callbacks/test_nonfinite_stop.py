@@ -75,3 +75,27 @@ def test_nonfinite_stop_does_not_call_broken_weights_unchanged():
     assert "step 2 of the epoch (global step 2)" in message
     assert "unchanged" not in message and "is finite" not in message
     assert "2 of the model's variables already hold NaN or Inf (dense/kernel, dense/bias)" in message
+
+
+def test_nonfinite_stop_names_a_dict_inputs_key_once_without_none_or_a_doubled_full_stop():
+    import keras
+
+    from tfmp import trainers
+
+    tokens, length = keras.Input((3,), name="tokens"), keras.Input((1,), name="length")
+    joined = keras.layers.Concatenate()([tokens, length])
+    model = keras.Model({"tokens": tokens, "length": length}, keras.layers.Dense(1, name="dense")(joined))
+    trainer = trainers.ClassifierTrainer(model)
+    trainer.compile(keras.optimizers.SGD(0.1), loss="mse", skip_nonfinite=True)
+    features = {"tokens": np.ones((4, 3), np.float32), "length": np.ones((4, 1), np.float32)}
+    features["length"][3, 0] = np.nan  # the second batch of 2
+    data = tf.data.Dataset.from_tensor_slices((features, np.ones((4, 1), np.float32))).batch(2)
+    batches = list(data)
+    with pytest.raises(callbacks.NonFiniteStepError) as error:
+        trainer.fit(data, epochs=1, verbose=0, callbacks=[callbacks.NonFiniteStop(batches.__getitem__)])
+    message = str(error.value)
+    assert (
+        "every variable of the model is finite. First non-finite: the input batch's 'length' (float32 [2, 1]): "
+        "1 NaN and 0 Inf. Check the input data, or set on_nonfinite=skip"
+    ) in message
+    assert message.count("First non-finite") == 1 and "(None)" not in message and ".." not in message

@@ -58,6 +58,39 @@ def test_nan_input_batch_and_finite_step():
     assert not ok.found and "none" in str(ok)
 
 
+def test_a_nonfinite_input_is_named_by_its_key_or_its_place_in_x_y_sample_weight():
+    def named(batch):
+        report = diagnostics.first_nonfinite(model, batch, loss="sparse_categorical_crossentropy")
+        return report.input, report.where()
+
+    model = _chain("float32", keras.layers.Dense(4, name="middle"))
+    x, y = np.ones((2, 4), np.float32), np.array([0.0, np.inf], np.float32)
+    assert named((x, y)) == ("y", "the input batch's y (float32 [2]): 0 NaN and 1 Inf")
+    assert named(([x, x + np.nan], np.array([0, 1]))) == (
+        "x[1]",
+        "the input batch's x[1] (float32 [2, 4]): 8 NaN and 0 Inf",
+    )
+    assert named((x, np.array([0, 1]), np.array([1.0, np.nan], np.float32)))[0] == "sample_weight"
+    features = {"tokens": np.ones((2, 4), np.float32), "length": np.array([[1.0], [np.nan]], np.float32)}
+    assert named((features, np.array([0, 1])))[0] == "'length'"
+    assert named(features)[0] == "'length'"  # a dict batch: all of it is x
+    assert named(({"tokens": x}, {"label": y}))[0] == "y['label']"
+    report = diagnostics.first_nonfinite(model, (x + np.nan, np.array([0, 1])), loss="sparse_categorical_crossentropy")
+    assert str(report) == (
+        "First non-finite layer: none; before any layer, the input batch's x (float32 [2, 4]): 8 NaN and 0 Inf."
+    )
+
+
+def test_a_layers_finding_reads_once_with_its_objective_and_no_doubled_full_stop():
+    model = _chain("float32", keras.layers.Dense(4, name="planted"))
+    kernel = model.get_layer("planted").kernel
+    kernel.assign(tf.tensor_scatter_nd_update(kernel, [[0, 0]], [np.nan]))
+    report = diagnostics.first_nonfinite(model, _BATCH, loss="sparse_categorical_crossentropy")
+    scale = f" at loss scale {report.loss_scale:g}"  # the fixed scale 1 of an unscaled float32 step
+    where = f"layer chain/planted ({report.objective}), its output (float32 [2, 4]): 2 NaN and 0 Inf{scale}"
+    assert report.objective and report.where() == where and str(report) == f"First non-finite layer: {where}."
+
+
 def test_float16_overflow_at_the_loss_scale_is_located(float16_gan, digits):
     images = digits.x_train[:8]
     assert not diagnostics.first_nonfinite(float16_gan, images).found

@@ -87,7 +87,7 @@ class NonFiniteStop(keras.callbacks.Callback):
                 state = "the optimizer skipped this step's update and every variable of the model is finite"
             raise NonFiniteStepError(
                 f"Non-finite value at epoch {self._epoch + 1}, step {batch + 1} of the epoch (global step "
-                f"{self.step}); {state}. First non-finite: {report}. "
+                f"{self.step}); {state}. First non-finite: {report.where()}. "
                 "Check the input data, or set on_nonfinite=skip to skip such steps and go on."
             )
         self._skipped = count

@@ -22,12 +22,17 @@ from tfmp.run.diagnostics._common import Source, as_trainer, scale_of, state_pre
 __all__ = ["NonFiniteReport", "first_nonfinite"]
 
 
+_INPUT_BATCH, _LOSS = "(input batch)", "(loss)"
+# The parts of a batch as Keras's fit() unpacks a tuple of one to three (`unpack_x_y_sample_weight`).
+_BATCH_PARTS = ("x", "y", "sample_weight")
+
+
 @dataclasses.dataclass
 class NonFiniteReport:
     """Where non-finite values first appear in one training step.
 
     Attributes:
-        objective: The trainer objective (e.g. `"generator"`).
+        objective: The trainer objective (e.g. `"generator"`); None for the input batch.
         layer: `<model>/<layer>`, `"(input batch)"` or `"(loss)"`; None when
             everything is finite.
         tensor: Which tensor: `"input batch"`, `"output"` (forward pass),
@@ -38,6 +43,12 @@ class NonFiniteReport:
         nan: NaN count.
         inf: Inf count.
         loss_scale: The scale the loss was multiplied by before the backward pass.
+        input: For the input batch, which of its tensors: a named input by its
+            key (`'length'`), else by its place in Keras's `(x, y,
+            sample_weight)` (`x`, `y`, `x[1]`, `y['label']`).
+
+    `str(report)` is the diagnosis's section; `where()` is the same finding
+    as a clause, for a sentence of its own (the non-finite stop's message).
     """
 
     objective: str | None = None
@@ -48,19 +59,60 @@ class NonFiniteReport:
     nan: int = 0
     inf: int = 0
     loss_scale: float | None = None
+    input: str | None = None
 
     @property
     def found(self) -> bool:
         return self.layer is not None
 
-    def __str__(self) -> str:
-        scale = f" at loss scale {self.loss_scale:g}" if self.loss_scale else ""
+    def where(self) -> str:
+        """The finding as a clause, without a full stop.
+
+        E.g. `"the input batch's 'length' (float32 [32, 1]): 1 NaN and 0 Inf"`
+        or `"layer chain/dense (model), its output (float16 [2, 4]): 2 NaN and
+        0 Inf at loss scale 32768"`; `"no tensor"` when everything is finite.
+        """
         if not self.found:
+            return "no tensor"
+        counts = f"{self.dtype} {list(self.shape)}): {self.nan} NaN and {self.inf} Inf"
+        if self.layer == _INPUT_BATCH:
+            return f"the input batch's {self.input or 'x'} ({counts}"
+        scale = f" at loss scale {self.loss_scale:g}" if self.loss_scale else ""
+        objective = f" ({self.objective})" if self.objective else ""
+        if self.layer == _LOSS:
+            return f"the loss{objective} ({counts}{scale}"
+        return f"layer {self.layer}{objective}, its {self.tensor} ({counts}{scale}"
+
+    def __str__(self) -> str:
+        if not self.found:
+            scale = f" at loss scale {self.loss_scale:g}" if self.loss_scale else ""
             return f"First non-finite layer: none; the loss, every activation and every gradient are finite{scale}."
-        return (
-            f"First non-finite layer: {self.layer} ({self.objective}), its {self.tensor}: {self.dtype} "
-            f"{list(self.shape)}, {self.nan} NaN and {self.inf} Inf{scale}."
-        )
+        if self.layer == _INPUT_BATCH:
+            return f"First non-finite layer: none; before any layer, {self.where()}."
+        return f"First non-finite layer: {self.where()}."
+
+
+def _input_name(part: str, path: tuple[Any, ...]) -> str:
+    """A batch tensor's name: `part` (`x`, `y`, `sample_weight`) and its `path` inside it.
+
+    A named input of `x` (a dict's key) goes by its key alone, as the model's
+    inputs are named: `'length'`; otherwise `x[1]`, `y['label']`.
+    """
+    if part == "x" and path and isinstance(path[0], str):
+        return repr(path[0]) + "".join(f"[{key!r}]" for key in path[1:])
+    return part + "".join(f"[{key!r}]" for key in path)
+
+
+def _named_inputs(data: Any) -> list[tuple[str, Any]]:
+    """Every tensor of a batch with its name (`_input_name`), in `tf.nest` order (a dict's keys sorted)."""
+    parts = tuple(data) if isinstance(data, list) else data
+    if not (isinstance(parts, tuple) and 1 <= len(parts) <= 3 and not hasattr(parts, "_fields")):
+        parts = (data,)  # one structure: all of it is x
+    return [
+        (_input_name(part, tuple(path)), tensor)
+        for part, structure in zip(_BATCH_PARTS, parts)
+        for path, tensor in keras.tree.flatten_with_path(structure)
+    ]
 
 
 def _nonfinite_counts(value: Any) -> tuple[int, int]:
@@ -152,12 +204,12 @@ def first_nonfinite(
 def _first_nonfinite(
     trainer: trainers_lib.MixedPrecisionTrainer, data: Any, loss_scale: float | str | None
 ) -> NonFiniteReport:
-    for tensor in tf.nest.flatten(data):
+    for name, tensor in _named_inputs(data):
         nan, inf = _nonfinite_counts(tensor)
         if nan or inf:
             tensor = tf.convert_to_tensor(tensor)
             return NonFiniteReport(
-                None, "(input batch)", "input batch", tensor.dtype.name, tuple(tensor.shape), nan, inf
+                None, _INPUT_BATCH, "input batch", tensor.dtype.name, tuple(tensor.shape), nan, inf, input=name
             )
     last_scale = None
     for objective in trainer.objectives(data):
@@ -180,7 +232,7 @@ def _first_nonfinite(
                     return report(path, "output", out, nan, inf)
         nan, inf = _nonfinite_counts(scaled)
         if nan or inf:
-            return report("(loss)", "loss", scaled, nan, inf)
+            return report(_LOSS, "loss", scaled, nan, inf)
         # Backward order: from the loss towards the inputs. One gradient call.
         checks = []
         for path, layer, inputs, outputs in reversed(recorder.calls):
