@@ -10,6 +10,7 @@ however the run ends, the callbacks and hyperparameters it assembles, the
 
 import dataclasses
 import os
+import re
 
 import keras
 import pytest
@@ -46,7 +47,7 @@ def _record_fits(monkeypatch):
 
 
 def test_a_run_claims_a_new_directory_beside_one_taken_in_the_same_second(tmp_path, monkeypatch):
-    monkeypatch.setattr(setting, "default_run_name", lambda precision, loss_scale: "same-second")
+    monkeypatch.setattr(setting, "default_run_name", lambda precision, loss_scale, name="": "same-second")
     taken = tmp_path / "same-second"
     taken.mkdir()
     (taken / "other-run.txt").write_text("another run's file")
@@ -136,18 +137,25 @@ def test_the_run_has_the_callbacks_its_config_asks_for_and_no_others(changes, as
     ]
 
 
-def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
-    result = runner.Runner(tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3), print_fn=quiet).run()
+def _recorded_hparams(logdir):
+    """The hyperparameters a run recorded with the HParams plugin in `logdir`, by name."""
     recorded = {}
-    for name in os.listdir(result.logdir):
+    for name in os.listdir(logdir):
         if name.startswith("events"):
-            for event in tf.compat.v1.train.summary_iterator(os.path.join(result.logdir, name)):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(logdir, name)):
                 for value in event.summary.value:
                     if value.metadata.plugin_data.plugin_name == "hparams":
                         data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
                         for key, hparam in data.session_start_info.hparams.items():
                             recorded[key] = getattr(hparam, hparam.WhichOneof("kind"))
+    return recorded
+
+
+def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
+    result = runner.Runner(tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3), print_fn=quiet).run()
+    recorded = _recorded_hparams(result.logdir)
     assert recorded == {
+        "task": "gan",
         "precision": "float32",
         "loss_scale": "none",
         "xla": False,
@@ -162,6 +170,16 @@ def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
         "generator_learning_rate": pytest.approx(1e-3),
         "discriminator_learning_rate": pytest.approx(1e-4),
     }
+
+
+def test_the_tasks_name_leads_the_first_line_and_names_the_run_directory_and_hparams(tmp_path):
+    # Not the trainer's Keras name (gan_trainer): the task's, made safe for a directory name.
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), steps_per_epoch=1)
+    lines = []
+    result = runner.Runner(tasks.GANTask(config, name="digits gan/v2"), print_fn=lines.append).run()
+    assert lines[0].startswith("training digits gan/v2: precision=float32 loss_scale=none ")
+    assert re.fullmatch(r"\d{8}-\d{6}_digits_gan_v2_float32_ls-none", os.path.basename(result.logdir))
+    assert _recorded_hparams(result.logdir)["task"] == "digits gan/v2"
 
 
 @pytest.mark.parametrize(

@@ -338,7 +338,7 @@ class Runner:
             )
             described_data = f"{described} " if (described := task.describe_data()) else ""
             print_fn(
-                f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
+                f"training {task.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
                 f"tf32={config.tf32} {described_data}batch_size={config.batch_size} "
                 f"strategy={config.strategy} replicas={strategy.num_replicas_in_sync} "
                 f"steps/epoch={steps} logdir={run_dir}"
@@ -400,9 +400,10 @@ class Runner:
         )
 
     def _hparams(self, setting: Setting, strategy: tf.distribute.Strategy) -> dict[str, Any]:
-        """The run's hyperparameters for TensorBoard's HParams: the run's settings, then the task's."""
+        """The run's hyperparameters for TensorBoard's HParams: the task's name, the run's settings, the task's own."""
         config = self.config
         return {
+            "task": self.task.name,
             "precision": setting.precision,
             "loss_scale": str(setting.loss_scale),
             "xla": setting.jit_compile,
