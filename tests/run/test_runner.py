@@ -13,6 +13,7 @@ import os
 import re
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -180,6 +181,31 @@ def test_the_tasks_name_leads_the_first_line_and_names_the_run_directory_and_hpa
     assert lines[0].startswith("training digits gan/v2: precision=float32 loss_scale=none ")
     assert re.fullmatch(r"\d{8}-\d{6}_digits_gan_v2_float32_ls-none", os.path.basename(result.logdir))
     assert _recorded_hparams(result.logdir)["task"] == "digits gan/v2"
+
+
+def _scalars(directory):
+    """`{tag: [(step, value), ...]}` of the scalars in the event files of `directory`."""
+    values = {}
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("events"):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+                for value in event.summary.value:
+                    if value.metadata.plugin_data.plugin_name == "scalars":
+                        values.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
+    return values
+
+
+def test_each_optimizers_learning_rate_is_a_curve_beside_its_loss_scale_and_in_the_epoch_line(tmp_path):
+    lines = []
+    result = runner.Runner(tiny(tmp_path, run_name="run", log_every=1), print_fn=lines.append).run()
+    rates = {"generator": np.float32(1e-3), "discriminator": np.float32(1e-4)}  # the tutorial's, as float32
+    for run, rate in rates.items():
+        scalars = _scalars(os.path.join(result.logdir, run))
+        assert scalars["batch_learning_rate"] == [(1, rate), (2, rate)], run
+        assert scalars["epoch_learning_rate"] == [(0, rate)], run
+    assert "learning_rate" not in " ".join(_scalars(result.logdir))  # not at the run's root
+    (epoch_line,) = [line for line in lines if line.startswith("epoch 1/1: ")]
+    assert "d_learning_rate 0.0001" in epoch_line and "g_learning_rate 0.001" in epoch_line, epoch_line
 
 
 @pytest.mark.parametrize(

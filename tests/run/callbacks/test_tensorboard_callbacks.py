@@ -110,3 +110,8 @@ def test_image_grid_separates_tiles_with_gaps_of_a_constant_value():
     ]
     with pytest.raises(ValueError, match="gap=-1"):
         callbacks.image_grid(images, gap=-1)
+
+
+def test_the_learning_rate_is_described_as_the_rate_of_the_next_step():
+    assert "the one its next step applies" in callbacks.describe("g_learning_rate", per_step=True)
+    assert "end of the epoch" in callbacks.describe("learning_rate", per_step=False)

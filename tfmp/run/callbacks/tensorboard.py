@@ -44,6 +44,12 @@ _DESCRIPTIONS = (
         "The optimizer's loss scale at the end of the epoch.",
     ),
     (
+        "learning_rate",
+        "The optimizer's learning rate after this step: the one its next step applies (a schedule's value at the "
+        "optimizer's step count, which a skipped step does not advance).",
+        "The optimizer's learning rate at the end of the epoch (as Keras's TensorBoard callback logs it).",
+    ),
+    (
         "images_per_sec",
         "Training throughput in images per second over the steps since the previous point, the run's warm-up "
         "steps (tracing, compilation) excluded.",
