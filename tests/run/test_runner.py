@@ -208,6 +208,19 @@ def test_each_optimizers_learning_rate_is_a_curve_beside_its_loss_scale_and_in_t
     assert "d_learning_rate 0.0001" in epoch_line and "g_learning_rate 0.001" in epoch_line, epoch_line
 
 
+def test_a_task_of_your_own_counts_examples_in_the_console_tensorboard_and_its_logs(tmp_path):
+    import families
+
+    task = families.CNN_TASK.replace(logdir=str(tmp_path), run_name="run", epochs=1, warmup_steps=0)
+    lines = []
+    result = runner.Runner(task, print_fn=lines.append).run()
+    assert "examples_per_sec" in result.logs and "images_per_sec" not in result.logs
+    tags = set(_scalars(os.path.join(result.logdir, "train")))
+    assert {"batch_examples_per_sec", "epoch_examples_per_sec"} <= tags and not [t for t in tags if "images" in t]
+    shown = "\n".join(lines)
+    assert "ex/s" in shown and "img/s" not in shown and "images_per_sec" not in shown
+
+
 @pytest.mark.parametrize(
     "steps_per_epoch, epochs, expected_fits",
     [

@@ -184,6 +184,7 @@ def _measured_precision(
         signature = json.dumps(described, sort_keys=True, default=str)
     capability = hardware.compute_capability
     tf32 = config.tf32 and capability is not None and capability >= (8, 0)
-    choice = autotune.choose(signature, measure, hardware, labels={"float32": "float32 with TF32"} if tf32 else None)
+    labels = {"float32": "float32 with TF32"} if tf32 else None
+    choice = autotune.choose(signature, measure, hardware, labels=labels, unit=f"{task.example_unit}/s")
     print_fn(str(choice))
     return choice.precision
