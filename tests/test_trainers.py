@@ -139,6 +139,41 @@ def test_a_non_finite_batch_is_skipped_and_the_scale_backs_off():
     assert history.history["loss_scale"] == [16384.0]
 
 
+class _BatchLogs(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.logs = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.logs.append(dict(logs))
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
+def test_the_logs_hold_the_learning_rate_a_schedule_gives_after_each_step(precision):
+    # 0.5 up to step 1, 0.25 up to step 3, then 0.125; the value after step k is the schedule's at k.
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([1, 3], [0.5, 0.25, 0.125])
+    x, y = _data(16)
+    with tfmp.precision_scope(precision):
+        trainer = trainers.Trainer(_linear_classifier())
+        trainer.compile(keras.optimizers.SGD(schedule), loss="sparse_categorical_crossentropy")
+    assert isinstance(trainer.optimizer, tfmp.LossScaleOptimizer)  # skip_nonfinite: the inner optimizer's rate
+    batches = _BatchLogs()
+    history = trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, callbacks=[batches])
+    assert [logs["learning_rate"] for logs in batches.logs] == [0.5, 0.25, 0.25, 0.125]
+    assert history.history["learning_rate"] == [0.125]
+    assert "learning_rate" not in trainer.evaluate(x, y, verbose=0, return_dict=True)
+
+
+def test_the_gan_logs_each_optimizers_learning_rate_under_its_prefix():
+    gan = _tiny_gan()
+    gan.compile(
+        keras.optimizers.Adam(0.5), keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(1.0, 1, 0.5))
+    )
+    real = np.random.default_rng(0).uniform(size=(16, 28, 28, 1)).astype(np.float32)
+    history = gan.fit(real, batch_size=8, epochs=1, verbose=0)
+    # Two steps: the discriminator's rate halves at each.
+    assert (history.history["g_learning_rate"], history.history["d_learning_rate"]) == ([0.5], [0.25])
+
+
 def test_a_stock_keras_loss_scale_optimizer_is_refused_in_the_step():
     x, y = _data(8)
     trainer = trainers.ClassifierTrainer(_linear_classifier())
@@ -173,7 +208,14 @@ def test_gan_step_updates_both_models_with_their_own_optimizers():
     real = np.random.default_rng(0).uniform(size=(16, 28, 28, 1)).astype(np.float32)
     history = gan.fit(real, batch_size=16, epochs=1, verbose=0)
     # Non-finite steps are skipped by default, so each optimizer counts its skips.
-    assert set(history.history) == {"g_loss", "d_loss", "g_skipped_steps", "d_skipped_steps"}
+    assert set(history.history) == {
+        "g_loss",
+        "d_loss",
+        "g_skipped_steps",
+        "d_skipped_steps",
+        "g_learning_rate",
+        "d_learning_rate",
+    }
     assert all(np.isfinite(v[0]) for v in history.history.values())
     assert all(not np.array_equal(a, v.numpy()) for a, v in zip(g_before, gan.generator.trainable_variables))
     assert all(not np.array_equal(a, v.numpy()) for a, v in zip(d_before, gan.discriminator.trainable_variables))

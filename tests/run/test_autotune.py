@@ -116,6 +116,15 @@ def test_on_an_h100_every_candidate_is_measured_and_printed(tmp_path):
     assert entry["device"] == "this GPU (NVIDIA H100 80GB HBM3, compute capability 9.0)"
 
 
+def test_a_model_that_counts_examples_is_printed_in_examples_per_second(tmp_path):
+    path = str(tmp_path / "auto.json")
+    choice = autotune.choose("text b64", Probe(MOBILENET_H100), _gpus(H100), path, unit="ex/s")
+    assert "(float32 5733 ex/s, mixed_bfloat16 5166 ex/s (0.90x), mixed_float16 4347 ex/s (0.76x);" in str(choice)
+    assert "img/s" not in str(choice)
+    cached = autotune.choose("text b64", never, _gpus(H100), path, unit="ex/s")
+    assert cached.cached and "5733 ex/s" in str(cached)  # the cache keeps its images_per_sec key
+
+
 def test_the_cache_is_per_device_and_reused_without_measuring(tmp_path):
     path = str(tmp_path / "auto.json")
     autotune.choose("gan b4096", Probe(GAN_H100), _gpus(H100), path)

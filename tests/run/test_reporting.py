@@ -22,6 +22,7 @@ KEYS = [
     "images_per_sec",
     "images_per_sec_min",
     "images_per_sec_max",
+    "unit",
     "step_ms",
     "ratio_to_float32",
     "ratio_to_float32_min",

@@ -10,8 +10,10 @@ however the run ends, the callbacks and hyperparameters it assembles, the
 
 import dataclasses
 import os
+import re
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -46,7 +48,7 @@ def _record_fits(monkeypatch):
 
 
 def test_a_run_claims_a_new_directory_beside_one_taken_in_the_same_second(tmp_path, monkeypatch):
-    monkeypatch.setattr(setting, "default_run_name", lambda precision, loss_scale: "same-second")
+    monkeypatch.setattr(setting, "default_run_name", lambda precision, loss_scale, name="": "same-second")
     taken = tmp_path / "same-second"
     taken.mkdir()
     (taken / "other-run.txt").write_text("another run's file")
@@ -136,18 +138,25 @@ def test_the_run_has_the_callbacks_its_config_asks_for_and_no_others(changes, as
     ]
 
 
-def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
-    result = runner.Runner(tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3), print_fn=quiet).run()
+def _recorded_hparams(logdir):
+    """The hyperparameters a run recorded with the HParams plugin in `logdir`, by name."""
     recorded = {}
-    for name in os.listdir(result.logdir):
+    for name in os.listdir(logdir):
         if name.startswith("events"):
-            for event in tf.compat.v1.train.summary_iterator(os.path.join(result.logdir, name)):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(logdir, name)):
                 for value in event.summary.value:
                     if value.metadata.plugin_data.plugin_name == "hparams":
                         data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
                         for key, hparam in data.session_start_info.hparams.items():
                             recorded[key] = getattr(hparam, hparam.WhichOneof("kind"))
+    return recorded
+
+
+def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
+    result = runner.Runner(tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3), print_fn=quiet).run()
+    recorded = _recorded_hparams(result.logdir)
     assert recorded == {
+        "task": "gan",
         "precision": "float32",
         "loss_scale": "none",
         "xla": False,
@@ -162,6 +171,54 @@ def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
         "generator_learning_rate": pytest.approx(1e-3),
         "discriminator_learning_rate": pytest.approx(1e-4),
     }
+
+
+def test_the_tasks_name_leads_the_first_line_and_names_the_run_directory_and_hparams(tmp_path):
+    # Not the trainer's Keras name (gan_trainer): the task's, made safe for a directory name.
+    config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), steps_per_epoch=1)
+    lines = []
+    result = runner.Runner(tasks.GANTask(config, name="digits gan/v2"), print_fn=lines.append).run()
+    assert lines[0].startswith("training digits gan/v2: precision=float32 loss_scale=none ")
+    assert re.fullmatch(r"\d{8}-\d{6}_digits_gan_v2_float32_ls-none", os.path.basename(result.logdir))
+    assert _recorded_hparams(result.logdir)["task"] == "digits gan/v2"
+
+
+def _scalars(directory):
+    """`{tag: [(step, value), ...]}` of the scalars in the event files of `directory`."""
+    values = {}
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("events"):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+                for value in event.summary.value:
+                    if value.metadata.plugin_data.plugin_name == "scalars":
+                        values.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
+    return values
+
+
+def test_each_optimizers_learning_rate_is_a_curve_beside_its_loss_scale_and_in_the_epoch_line(tmp_path):
+    lines = []
+    result = runner.Runner(tiny(tmp_path, run_name="run", log_every=1), print_fn=lines.append).run()
+    rates = {"generator": np.float32(1e-3), "discriminator": np.float32(1e-4)}  # the tutorial's, as float32
+    for run, rate in rates.items():
+        scalars = _scalars(os.path.join(result.logdir, run))
+        assert scalars["batch_learning_rate"] == [(1, rate), (2, rate)], run
+        assert scalars["epoch_learning_rate"] == [(0, rate)], run
+    assert "learning_rate" not in " ".join(_scalars(result.logdir))  # not at the run's root
+    (epoch_line,) = [line for line in lines if line.startswith("epoch 1/1: ")]
+    assert "d_learning_rate 0.0001" in epoch_line and "g_learning_rate 0.001" in epoch_line, epoch_line
+
+
+def test_a_task_of_your_own_counts_examples_in_the_console_tensorboard_and_its_logs(tmp_path):
+    import families
+
+    task = families.CNN_TASK.replace(logdir=str(tmp_path), run_name="run", epochs=1, warmup_steps=0)
+    lines = []
+    result = runner.Runner(task, print_fn=lines.append).run()
+    assert "examples_per_sec" in result.logs and "images_per_sec" not in result.logs
+    tags = set(_scalars(os.path.join(result.logdir, "train")))
+    assert {"batch_examples_per_sec", "epoch_examples_per_sec"} <= tags and not [t for t in tags if "images" in t]
+    shown = "\n".join(lines)
+    assert "ex/s" in shown and "img/s" not in shown and "images_per_sec" not in shown
 
 
 @pytest.mark.parametrize(

@@ -880,7 +880,7 @@ def test_a_fresh_start_prints_no_tensorflow_log_line_before_the_runs_first_line(
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     lines = proc.stdout.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("training gan_trainer: precision=float32"))
+    first = next(i for i, line in enumerate(lines) if line.startswith("training gan: precision=float32"))
     before = lines[:first]
     assert not [line for line in before if re.match(r"^[EIW]0000 ", line) or "absl::InitializeLog" in line], before
     assert not [line for line in lines if line.startswith("note: float16")]

@@ -83,7 +83,7 @@ def test_train_runs_a_task_of_your_own_and_resume_continues_it(tmp_path):
     flags = [CNN, "--precision=mixed_float16", f"--logdir={tmp_path}", "--run_name=run", "--console=lines"]
     first = _run("train.py", *flags, "--epochs=1")
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "training bn_cnn_trainer: precision=mixed_float16 loss_scale=dynamic" in first.stdout
+    assert "training bn_cnn: precision=mixed_float16 loss_scale=dynamic" in first.stdout
     assert "ex/s" in first.stdout and "img/s" not in first.stdout  # examples, not images, of a task of your own
     assert [STEP_LINE.match(line).groups()[:2] for line in first.stdout.splitlines() if STEP_LINE.match(line)] == [
         ("0", "0"),

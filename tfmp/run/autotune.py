@@ -179,6 +179,9 @@ class Choice:
         not_cached: Why a measurement could not be cached (the cache
             directory is not writable); empty when it was, or nothing was
             measured.
+        unit: What the figures count, as printed: `img/s`, or `ex/s` for
+            a model that does not take images (the cache keeps them under
+            `images_per_sec` either way).
     """
 
     precision: str
@@ -189,6 +192,7 @@ class Choice:
     reason: str = ""
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     not_cached: str = ""
+    unit: str = "img/s"
 
     def __str__(self) -> str:
         if not self.images_per_sec:
@@ -197,7 +201,7 @@ class Choice:
         figures = []
         for precision, value in self.images_per_sec.items():
             ratio = f" ({value / base:.2f}x)" if precision != "float32" and base > 0 else ""
-            figures.append(f"{self.labels.get(precision, precision)} {value:.0f} img/s{ratio}")
+            figures.append(f"{self.labels.get(precision, precision)} {value:.0f} {self.unit}{ratio}")
         if self.cached:
             source = f"cached in {self.path}"
         elif self.not_cached:
@@ -228,6 +232,7 @@ def choose(
     hardware: Hardware | None = None,
     path: str | None = None,
     labels: Mapping[str, str] | None = None,
+    unit: str = "img/s",
 ) -> Choice:
     """Picks the fastest candidate precision, measuring only on a cache miss.
 
@@ -235,12 +240,13 @@ def choose(
         signature: What identifies the workload: the model's architecture,
             batch size and anything else that changes its speed (loss
             scaling, XLA, TF32).
-        measure: Returns the images per second of a few training steps in
+        measure: Returns the images (or examples) per second of a few training steps in
             the given precision, trained as the run will train.
         hardware: The device; default `detect_hardware()`. It sets the
             candidates (`candidates`) and, with the signature, the cache key.
         path: The cache file; default `cache_file()`.
         labels: Display names for candidates in the printed line.
+        unit: What `measure` counts, for the printed line (`Choice.unit`).
 
     Returns:
         The `Choice`; ties go to the earlier candidate (float32 first, then
@@ -251,7 +257,9 @@ def choose(
     path = path or cache_file()
     labels = dict(labels or {})
     if len(wanted) == 1:
-        return Choice(wanted[0], {}, False, path, hardware.description, _nothing_to_measure(hardware), labels)
+        return Choice(
+            wanted[0], {}, False, path, hardware.description, _nothing_to_measure(hardware), labels, unit=unit
+        )
     key = hashlib.sha256(f"{hardware.key}\n{signature}".encode()).hexdigest()[:20]
     entries = _cache.load(path, _CACHE_VERSION)
     figures = _cached_figures(entries.get(key), wanted)
@@ -269,4 +277,4 @@ def choose(
             "measured": datetime.datetime.now().isoformat(timespec="seconds"),
         }
         not_cached = _cache.store(path, _CACHE_VERSION, entries)
-    return Choice(best, figures, cached, path, hardware.description, "", labels, not_cached)
+    return Choice(best, figures, cached, path, hardware.description, "", labels, not_cached, unit)

@@ -268,8 +268,8 @@ class TrainConfig:
     logdir: str = option("logs", "Parent directory of the TensorBoard runs.", "logs and console")
     run_name: str = option(
         "",
-        "Run directory under {logdir} (a relative path inside it, e.g. sweep/lr-3); default: time, precision "
-        "and loss scale. One run at a time: a second run in the same directory is refused.",
+        "Run directory under {logdir} (a relative path inside it, e.g. sweep/lr-3); default: time, the task's "
+        "name, precision and loss scale. One run at a time: a second run in the same directory is refused.",
         "logs and console",
     )
     seed: int = option(0, "Seed of weights, noise, shuffling and splits.", "training")

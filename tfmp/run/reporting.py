@@ -72,6 +72,7 @@ class ThroughputRecord(Protocol):
         images_per_sec_max: The fastest round's throughput, or None.
         ratio_to_float32: The ratio to the float32 row's throughput, or None.
         ratio_to_hand_written: The ratio to the hand-written step's throughput, or None.
+        unit: What the throughput counts (`img/s` or `ex/s`; the axis label).
     """
 
     model: str
@@ -83,6 +84,7 @@ class ThroughputRecord(Protocol):
     images_per_sec_max: float | None
     ratio_to_float32: float | None
     ratio_to_hand_written: float | None
+    unit: str
 
 
 class TimingSettings(Protocol):
@@ -158,11 +160,11 @@ def plot(
     config: TimingSettings | None = None,
     device: str | None = None,
 ) -> str:
-    """Writes a PNG bar chart of the trainer's images/s per model and precision.
+    """Writes a PNG bar chart of the trainer's throughput (img/s or ex/s) per model and precision.
 
     One panel per model (their scales differ); within a panel one group of
     bars per (XLA, batch size) and one bar per precision, labelled with its
-    images/s, its ratio to float32 (`1.41x float32`) and its ratio to the
+    throughput, its ratio to float32 (`1.41x float32`) and its ratio to the
     hand-written step (`0.98x hand-written`). The title names the device and
     the method (median of `repeats` rounds of `steps` steps); each bar has a
     whisker from its slowest to its fastest round (records without the
@@ -238,7 +240,7 @@ def plot(
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels([f"xla={str(x).lower()}\nbatch {b}" for x, b in groups])
         ax.set_title(model)
-        ax.set_ylabel("images/s (tfmp trainer)")
+        ax.set_ylabel(f"{' or '.join(dict.fromkeys(r.unit for r in rows))} (tfmp trainer)")
         ax.margins(y=0.3)
         ax.legend(fontsize=8)
     method = (
@@ -248,8 +250,8 @@ def plot(
     )
     figure.suptitle(f"tfmp trainer throughput by precision\n{device}; {method}", fontsize=10)
     figure.supxlabel(  # supxlabel, unlike a free text, gets room from the constrained layout
-        "bar labels: images/s (median; whisker and (a-b): slowest to fastest round); "
-        "Nx float32 = images/s / float32's (same model, XLA, batch);\n"
+        "bar labels: throughput (median; whisker and (a-b): slowest to fastest round); "
+        "Nx float32 = throughput / float32's (same model, XLA, batch);\n"
         "Nx hand-written = tfmp trainer / a hand-written tf.function step (same model, precision, XLA, batch)",
         fontsize=7,
     )

@@ -68,9 +68,11 @@ class RunResult:
 
     Attributes:
         logs: The last epoch's logs (losses, metrics, loss scales, skipped
-            steps, `images_per_sec`).
-        images_per_sec: Mean throughput after the warm-up steps (None if
-            every step was warm-up).
+            steps, learning rates, and the throughput: `images_per_sec`, or
+            `examples_per_sec` for a task whose `example_unit` is `"ex"`).
+        images_per_sec: Mean throughput after the warm-up steps, in the
+            task's unit (images or examples per second; None if every step
+            was warm-up).
         steps: Training steps run.
         warmup_steps: Steps left out of `images_per_sec`.
         logdir: The run's TensorBoard directory.
@@ -338,7 +340,7 @@ class Runner:
             )
             described_data = f"{described} " if (described := task.describe_data()) else ""
             print_fn(
-                f"training {trainer.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
+                f"training {task.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
                 f"tf32={config.tf32} {described_data}batch_size={config.batch_size} "
                 f"strategy={config.strategy} replicas={strategy.num_replicas_in_sync} "
                 f"steps/epoch={steps} logdir={run_dir}"
@@ -348,7 +350,9 @@ class Runner:
                 if warnings:
                     print_fn(warnings)
             position = self._restore(checkpoint)
-            timer = callbacks_lib.StepTimer(config.batch_size * trainer.images_per_example, config.warmup_steps)
+            timer = callbacks_lib.StepTimer(
+                config.batch_size * trainer.images_per_example, config.warmup_steps, task.example_unit
+            )
             console = callbacks_lib.ConsoleLogger(
                 timer,
                 task.console_fields,
@@ -359,7 +363,6 @@ class Runner:
                 # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
                 progress=callbacks_lib.console_mode(config.console, sys.stdout if print_fn is print else None)
                 == "progress",
-                unit=task.example_unit,
             )
             # At the global step, so that a resumed run continues its per-step curves.
             summaries = callbacks_lib.Summaries(
@@ -400,9 +403,10 @@ class Runner:
         )
 
     def _hparams(self, setting: Setting, strategy: tf.distribute.Strategy) -> dict[str, Any]:
-        """The run's hyperparameters for TensorBoard's HParams: the run's settings, then the task's."""
+        """The run's hyperparameters for TensorBoard's HParams: the task's name, the run's settings, the task's own."""
         config = self.config
         return {
+            "task": self.task.name,
             "precision": setting.precision,
             "loss_scale": str(setting.loss_scale),
             "xla": setting.jit_compile,

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -28,10 +29,22 @@ from tfmp.run.tasks import Built, Task
 __all__ = ["Setting", "default_run_name", "resolve"]
 
 
-def default_run_name(precision: str, loss_scale: str | float) -> str:
-    """A timestamp plus the precision and loss-scale settings."""
+def default_run_name(precision: str, loss_scale: str | float, name: str = "") -> str:
+    """A timestamp, the task's name, then the precision and loss-scale settings.
+
+    `20261126-185627_text_classifier_mixed_float16_ls-dynamic`: the timestamp
+    first, so that runs sort by time. The name is made safe for one path
+    component (each run of characters other than letters, digits, `.`, `_`
+    and `-` becomes one `_`); without a name it is left out.
+
+    Args:
+        precision: The resolved precision.
+        loss_scale: The resolved loss scale.
+        name: The task's name (`tfmp.run.tasks.Task.name`).
+    """
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}_{precision}_ls-{loss_scale}"
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return f"{stamp}_{safe + '_' if safe else ''}{precision}_ls-{loss_scale}"
 
 
 @dataclasses.dataclass
@@ -95,7 +108,7 @@ def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = Tru
             "steps are expected and skipped while the scale adapts. Use on_nonfinite=skip, or a fixed loss_scale. "
             f"Received: on_nonfinite='stop', precision={precision!r}, loss_scale='dynamic'"
         )
-    run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale))
+    run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale, name=task.name))
     return Setting(precision, loss_scale, jit_compile, data, run_dir)
 
 
@@ -171,6 +184,7 @@ def _measured_precision(
         signature = json.dumps(described, sort_keys=True, default=str)
     capability = hardware.compute_capability
     tf32 = config.tf32 and capability is not None and capability >= (8, 0)
-    choice = autotune.choose(signature, measure, hardware, labels={"float32": "float32 with TF32"} if tf32 else None)
+    labels = {"float32": "float32 with TF32"} if tf32 else None
+    choice = autotune.choose(signature, measure, hardware, labels=labels, unit=f"{task.example_unit}/s")
     print_fn(str(choice))
     return choice.precision

@@ -117,8 +117,10 @@ class Task(abc.ABC):
     Attributes:
         name: The model's name (run descriptions, benchmark rows, messages).
         console_fields: `(label, log key)` pairs of each console line.
-        example_unit: What the console's throughput counts: `"ex"`
-            (examples per second), `"img"` for an image model.
+        example_unit: What the throughput counts: `"ex"` (examples per
+            second: `ex/s` in the console and the benchmark, the
+            `examples_per_sec` tag in TensorBoard), `"img"` for an image
+            model (`img/s`, `images_per_sec`).
     """
 
     name: str = "task"

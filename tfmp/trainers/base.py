@@ -103,9 +103,10 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
     presents them is `tfmp.run.tasks`'s business):
 
     Attributes:
-        loss_scale_prefixes: One log-key prefix per optimizer; the logs hold
+        loss_scale_prefixes: One log-key prefix per optimizer; the training
+            logs hold `<prefix>learning_rate` for each optimizer, and
             `<prefix>loss_scale` and `<prefix>skipped_steps` for each
-            loss-scaled optimizer.
+            loss-scaled one.
         images_per_example: Images processed per example of a batch (the GAN
             counts real and fake images, as its seed does).
     """
@@ -268,6 +269,20 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         if optimizer.dynamic or optimizer.initial_scale != 1:
             logs[f"{prefix}loss_scale"] = optimizer.loss_scale
         return logs
+
+    @staticmethod
+    def learning_rate_logs(optimizer: keras.optimizers.Optimizer, prefix: str = "") -> dict[str, tf.Tensor]:
+        """`<prefix>learning_rate`: the learning rate `optimizer` applies at its next step, as float32.
+
+        Read from the optimizer's `learning_rate` (for a `LossScaleOptimizer`,
+        the inner optimizer's), which Keras evaluates at the optimizer's
+        `iterations` when it is a `LearningRateSchedule`. Read after the
+        update, it is the value Keras's `TensorBoard` logs as
+        `epoch_learning_rate`; a skipped step does not advance a schedule.
+        """
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            optimizer = optimizer.inner_optimizer
+        return {f"{prefix}learning_rate": keras.ops.cast(optimizer.learning_rate, "float32")}
 
     @property
     def networks(self) -> dict[str, keras.Model]:

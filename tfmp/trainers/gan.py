@@ -360,6 +360,8 @@ class GANTrainer(MixedPrecisionTrainer):
         logs.update(
             self.undefined_until_counted(self.discriminator_optimizer, self.d_loss_tracker, {"d_loss": logs["d_loss"]})
         )
+        logs.update(self.learning_rate_logs(self.generator_optimizer, "g_"))
+        logs.update(self.learning_rate_logs(self.discriminator_optimizer, "d_"))
         return logs
 
     def _discriminator_step_loss(self, real: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:

@@ -29,8 +29,8 @@ class Trainer(MixedPrecisionTrainer):
       optimizer's slots *and* what the forward pass wrote (BatchNorm's moving
       statistics) keep their values (`tfmp.undo_if_skipped`);
     * its loss and metrics stay out of the epoch's means, and the logs hold
-      `loss_scale` and `skipped_steps`, so Keras's `TensorBoard`,
-      `CSVLogger`, `History` and progress bar show them.
+      `loss_scale`, `skipped_steps` and `learning_rate`, so Keras's
+      `TensorBoard`, `CSVLogger`, `History` and progress bar show them.
 
     The model's inputs and targets may be anything Keras takes (arrays,
     dicts of inputs, integer tokens, regression targets). Its output should
@@ -152,6 +152,7 @@ class Trainer(MixedPrecisionTrainer):
         self.unless_skipped(self.optimizer, update_metrics)
         logs = self.undefined_until_counted(self.optimizer, loss_tracker, self.get_metrics_result())
         logs.update(self.loss_scale_logs(self.optimizer))
+        logs.update(self.learning_rate_logs(self.optimizer))
         return logs
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 
 import keras
+import numpy as np
 import pytest
 from benchmark_tiny import (
     BATCH,
@@ -43,6 +44,7 @@ KEYS = [
     "images_per_sec",
     "images_per_sec_min",
     "images_per_sec_max",
+    "unit",
     "step_ms",
     "ratio_to_float32",
     "ratio_to_float32_min",
@@ -81,6 +83,25 @@ def test_records_have_exactly_the_json_keys_and_types(records):
         ):
             assert isinstance(row[key], float) and row[key] > 0, (key, row[key])
         assert row["peak_gpu_mb"] is None  # no GPU here
+        assert row["unit"] == "img/s"  # an image classifier
+
+
+def _dense():
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", dtype="float32")(inputs))
+
+
+def test_a_task_of_your_own_is_measured_in_examples_per_second_and_named_by_the_task():
+    rng = np.random.default_rng(0)
+    data = (rng.normal(size=(32, 4)).astype(np.float32), rng.integers(0, 2, 32).astype(np.int32))
+    config = config_lib.TrainConfig(batch_size=BATCH)
+    spec = tasks.SupervisedTask(_dense, data, loss="sparse_categorical_crossentropy", config=config, name="dense")
+    lines = []
+    (record,) = benchmark.compare(tiny_config(models=("dense",), precisions=("fp32",)), {"dense": spec}, lines.append)
+    assert record.model == "dense" and record.unit == "ex/s"
+    row = reporting.markdown_table([record]).splitlines()[2]
+    assert row.startswith("| dense | float32 | false | 8 | ") and " | ex/s | " in row
+    assert f"{record.images_per_sec:.1f} ex/s (hand-written " in lines[0] and "img/s" not in lines[0]
 
 
 class _Clock:
@@ -250,6 +271,7 @@ def test_input_pipeline_mode_compares_the_real_pipeline_with_synthetic_tensors()
         "batch_size",
         "pipeline_images_per_sec",
         "synthetic_images_per_sec",
+        "unit",
         "ratio",
     ]
     assert (row["model"], row["dataset"], row["precision"], row["batch_size"]) == (

@@ -119,3 +119,15 @@ def test_console_logger_progress_bar_replaces_the_step_lines(capsys):
     assert lines[0] == "Epoch 1/1"
     assert not [line for line in lines if line.startswith("(")], lines  # no seed step lines
     assert lines[1].startswith("epoch 1/1: ")
+
+
+def test_console_logger_counts_in_the_timers_unit_unless_told():
+    lines = []
+    timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0, unit="ex")
+    console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),), print_fn=lines.append)
+    console.set_params({"epochs": 1, "steps": 1})
+    console.on_epoch_begin(0)
+    timer.step_times.append(0.5)
+    console.on_train_batch_end(0, {"loss": 1.0})
+    assert lines[0].endswith("throughput: 16.000 ex/s")
+    assert callbacks.ConsoleLogger(timer, (), unit="img").unit == "img/s"

@@ -110,3 +110,22 @@ def test_image_grid_separates_tiles_with_gaps_of_a_constant_value():
     ]
     with pytest.raises(ValueError, match="gap=-1"):
         callbacks.image_grid(images, gap=-1)
+
+
+def test_the_learning_rate_is_described_as_the_rate_of_the_next_step():
+    assert "the one its next step applies" in callbacks.describe("g_learning_rate", per_step=True)
+    assert "end of the epoch" in callbacks.describe("learning_rate", per_step=False)
+
+
+def test_summaries_name_the_throughput_of_examples_examples_per_sec(tmp_path):
+    timer = callbacks.StepTimer(images_per_step=10, warmup_steps=0, unit="ex")
+    summaries = callbacks.Summaries(str(tmp_path), lambda key: ("", key), timer=timer)
+    summaries.on_train_begin()
+    timer.step_times.append(0.5)
+    summaries.on_train_batch_end(0, {"loss": 1.0})
+    summaries.on_epoch_end(0, {"loss": 1.0, "examples_per_sec": 20.0})
+    summaries.on_train_end()
+    scalars = _read_scalars(tmp_path)
+    assert scalars["batch_examples_per_sec"] == [(1, 20.0)] and scalars["epoch_examples_per_sec"] == [(0, 20.0)]
+    assert not [tag for tag in scalars if "images" in tag]
+    assert "examples per second" in _descriptions(tmp_path)["batch_examples_per_sec"]

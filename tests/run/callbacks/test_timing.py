@@ -42,3 +42,15 @@ def test_step_timer_leaves_an_all_warmup_epoch_without_throughput():
     timer.step_times.extend([0.5, 0.25, 0.25])  # the third step of the run is still warm-up
     timer.on_epoch_end(1, logs)
     assert logs["images_per_sec"] == pytest.approx(20 / 0.5)
+
+
+def test_a_timer_counting_examples_logs_examples_per_sec_and_refuses_other_units():
+    timer = callbacks.StepTimer(images_per_step=10, warmup_steps=0, unit="ex")
+    timer.on_train_begin()
+    timer.on_epoch_begin(0)
+    timer.step_times.extend([0.25, 0.25])
+    logs = {}
+    timer.on_epoch_end(0, logs)
+    assert logs == {"examples_per_sec": 40.0} and timer.log_key == "examples_per_sec"
+    with pytest.raises(ValueError, match="Received: unit='examples'"):
+        callbacks.StepTimer(images_per_step=10, unit="examples")

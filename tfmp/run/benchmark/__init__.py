@@ -1,7 +1,7 @@
 """Throughput benchmarks: tfmp's trainers per precision, against a hand-written step.
 
 Four modes, each returning a list of dataclass records: `compare` (a
-`Record` per model, precision, XLA and batch size: images per second, the
+`Record` per model, precision, XLA and batch size: images (or examples) per second, the
 ratios to float32 and to a hand-written `tf.function` step, peak memory),
 `input_pipeline` (a `PipelineRecord`: the real `tf.data` pipeline against
 in-memory tensors), `ceiling` (a `CeilingRecord` per 16-bit precision: the

@@ -81,6 +81,11 @@ def _build(
     return build_workload(task, precision, xla, task.config.steps_per_epoch, hand_written=hand_written)
 
 
+def _unit(spec: tasks.Task) -> str:
+    """What the model's throughput counts, as printed: `img/s` or `ex/s`."""
+    return f"{spec.example_unit}/s"
+
+
 def _kept(float32_layers: int) -> str:
     return f", {float32_layers} float32 layers" if float32_layers else ""
 
@@ -200,6 +205,7 @@ def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: 
         ratio_to_hand_written_min=hand_written_min,
         ratio_to_hand_written_max=hand_written_max,
         runs=len(runs),
+        unit=_unit(spec),
     )
 
 
@@ -256,7 +262,7 @@ def compare(
                     else " (no hand-written step)"
                 )
                 progress(
-                    f"{label}{of}: {statistics.median(row_run.trainer):.1f} img/s{hand}, "
+                    f"{label}{of}: {statistics.median(row_run.trainer):.1f} {_unit(spec)}{hand}, "
                     f"peak RSS {row_run.peak_host_mb:.0f} MB, {time.perf_counter() - start:.0f} s"
                 )
     records = [
@@ -275,7 +281,7 @@ def compare(
 def _measure_pipeline_row(
     spec: tasks.Task, precision: str, xla: bool, batch_size: int, pipeline: Pipeline, config: BenchmarkConfig
 ) -> tuple[float, float]:
-    """Times one row; returns (pipeline img/s, synthetic img/s)."""
+    """Times one row; returns (pipeline, synthetic) throughputs, in the model's unit."""
     with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
         keras.utils.set_random_seed(config.seed)
         workload = _build(spec, precision, xla, batch_size, config, hand_written=False)
@@ -340,11 +346,13 @@ def input_pipeline(
             pipeline_images_per_sec=real,
             synthetic_images_per_sec=synthetic,
             ratio=real / synthetic,
+            unit=_unit(spec),
         )
         records.append(record)
         if progress is not None:
             progress(
-                f"{_label(spec, precision, xla, batch_size)} on {dataset}: pipeline {real:.1f} img/s, "
-                f"synthetic {synthetic:.1f} img/s, ratio {record.ratio:.3f}, {time.perf_counter() - start:.0f} s"
+                f"{_label(spec, precision, xla, batch_size)} on {dataset}: pipeline {real:.1f} {record.unit}, "
+                f"synthetic {synthetic:.1f} {record.unit}, ratio {record.ratio:.3f}, "
+                f"{time.perf_counter() - start:.0f} s"
             )
     return records

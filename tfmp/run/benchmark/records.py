@@ -23,10 +23,12 @@ class Record:
         xla: Whether the step was compiled with XLA (`jit_compile`).
         batch_size: Examples per batch.
         images_per_sec: The tfmp trainer's throughput, median over the
-            rounds of every run.
+            rounds of every run, in `unit` (the name is kept for every model).
         images_per_sec_min: The slowest round's throughput (the spread's
             low end).
         images_per_sec_max: The fastest round's throughput.
+        unit: What the throughput counts: `img/s`, or `ex/s` for a model
+            that does not take images (`tfmp.run.tasks.Task.example_unit`).
         step_ms: Milliseconds per step at that throughput.
         ratio_to_float32: The trainer's median throughput over that of the
             float32 row of the same model, XLA setting and batch size in the
@@ -63,14 +65,16 @@ class Record:
     ratio_to_hand_written_min: float | None = None
     ratio_to_hand_written_max: float | None = None
     runs: int = 1
+    unit: str = "img/s"
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict, one key per attribute (each spread after its median)."""
+        """The record as a JSON-ready dict, one key per attribute (each spread after its median, the unit after
+        the throughput's spread)."""
         row = dataclasses.asdict(self)
-        keys = [k for k in row if not k.endswith(("_min", "_max"))]
+        keys = [k for k in row if not k.endswith(("_min", "_max")) and k != "unit"]
         for median in ("images_per_sec", "ratio_to_float32", "ratio_to_hand_written"):
             at = keys.index(median) + 1
-            keys[at:at] = [f"{median}_min", f"{median}_max"]
+            keys[at:at] = [f"{median}_min", f"{median}_max"] + (["unit"] if median == "images_per_sec" else [])
         return {k: row[k] for k in keys}
 
 
@@ -91,6 +95,8 @@ class PipelineRecord:
             the same shape.
         ratio: `pipeline_images_per_sec / synthetic_images_per_sec`; 1.0 means
             the pipeline costs nothing (the target is >= 0.95).
+        unit: What both throughputs count: `img/s`, or `ex/s` for a model
+            that does not take images.
     """
 
     model: str
@@ -101,10 +107,14 @@ class PipelineRecord:
     pipeline_images_per_sec: float
     synthetic_images_per_sec: float
     ratio: float
+    unit: str = "img/s"
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict, one key per attribute."""
-        return dataclasses.asdict(self)
+        """The record as a JSON-ready dict, one key per attribute (the unit after the two throughputs)."""
+        row = dataclasses.asdict(self)
+        keys = [k for k in row if k != "unit"]
+        keys.insert(keys.index("synthetic_images_per_sec") + 1, "unit")
+        return {k: row[k] for k in keys}
 
 
 @dataclasses.dataclass

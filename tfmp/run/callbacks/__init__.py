@@ -1,7 +1,8 @@
 """Callbacks: the side effects of a training run, one concern per file.
 
-* `timing.py`: `StepTimer` times every training step and adds
-  `images_per_sec` (warm-up excluded) to each epoch's logs;
+* `timing.py`: `StepTimer` times every training step and adds the throughput
+  (`images_per_sec`, or `examples_per_sec` for a model that does not take
+  images; warm-up excluded) to each epoch's logs;
 * `console.py`: `ConsoleLogger` prints the GAN tutorial's per-step line (or a
   progress bar, `console_mode`) and a closing summary;
 * `tensorboard.py`: `Summaries` writes the logs to TensorBoard every few
@@ -21,7 +22,7 @@
 * `segments.py`: `RunSegment` presents one `fit()` call of a run split over
   several (a resumed, partial epoch first) to a callback as part of one run.
 
-Put `StepTimer` before the callbacks that read `images_per_sec`, and
+Put `StepTimer` before the callbacks that read the throughput, and
 `Checkpointing` last.
 """
 
@@ -32,10 +33,11 @@ from tfmp.run.callbacks.nonfinite import NonFiniteStepError, NonFiniteStop
 from tfmp.run.callbacks.profiling import ProfileSteps
 from tfmp.run.callbacks.segments import RunSegment
 from tfmp.run.callbacks.tensorboard import GeneratorSamples, GradientDiagnostics, Summaries, describe, image_grid
-from tfmp.run.callbacks.timing import StepTimer
+from tfmp.run.callbacks.timing import THROUGHPUT_KEYS, StepTimer
 
 __all__ = [
     "CONSOLE_MODES",
+    "THROUGHPUT_KEYS",
     "Checkpointing",
     "ConsoleLogger",
     "GeneratorSamples",

@@ -60,7 +60,8 @@ class ConsoleLogger(keras.callbacks.Callback):
         print_fn: Where lines go.
         progress: Show a progress bar rather than the step lines.
         unit: What the throughput counts, per second: `"img"` (images), or
-            `"ex"` (examples) for a model that does not take images.
+            `"ex"` (examples) for a model that does not take images; None:
+            the timer's (`StepTimer.unit`), so the console and TensorBoard agree.
     """
 
     def __init__(
@@ -72,7 +73,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         logdir: str | None = None,
         print_fn: Callable[[str], None] = print,
         progress: bool = False,
-        unit: str = "img",
+        unit: str | None = None,
     ):
         super().__init__()
         if log_every < 1:
@@ -84,7 +85,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         self.logdir = logdir
         self.print_fn = print_fn
         self.progress = bool(progress)
-        self.unit = f"{unit}/s"
+        self.unit = f"{timer.unit if unit is None else unit}/s"
         self.final_logs: dict[str, Any] = {}
         self._epoch = 0
         self._steps_in_epoch: int | None = None

@@ -23,7 +23,7 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
 from tfmp.run import diagnostics
-from tfmp.run.callbacks.timing import StepTimer
+from tfmp.run.callbacks.timing import THROUGHPUT_KEYS, StepTimer
 
 __all__ = ["GeneratorSamples", "GradientDiagnostics", "Summaries", "describe", "image_grid"]
 
@@ -44,10 +44,22 @@ _DESCRIPTIONS = (
         "The optimizer's loss scale at the end of the epoch.",
     ),
     (
+        "learning_rate",
+        "The optimizer's learning rate after this step: the one its next step applies (a schedule's value at the "
+        "optimizer's step count, which a skipped step does not advance).",
+        "The optimizer's learning rate at the end of the epoch (as Keras's TensorBoard callback logs it).",
+    ),
+    (
         "images_per_sec",
         "Training throughput in images per second over the steps since the previous point, the run's warm-up "
         "steps (tracing, compilation) excluded.",
         "Training throughput in images per second over the epoch's steps, the run's warm-up steps excluded.",
+    ),
+    (
+        "examples_per_sec",
+        "Training throughput in examples per second over the steps since the previous point, the run's warm-up "
+        "steps (tracing, compilation) excluded.",
+        "Training throughput in examples per second over the epoch's steps, the run's warm-up steps excluded.",
     ),
     (
         "loss",
@@ -90,8 +102,9 @@ class Summaries(keras.callbacks.Callback):
     end of each epoch, at the epoch index (from 0). Each log key is sent
     where `route(key)` says: a `(sub-run, name)` pair, the sub-run being a
     directory under `logdir` ("" for `logdir` itself). Every scalar carries a
-    description (`describe`). With a `StepTimer`, `batch_images_per_sec` is
-    the throughput since the previous point, warm-up steps excluded (not
+    description (`describe`). With a `StepTimer`, `batch_images_per_sec`
+    (`batch_examples_per_sec` for a timer counting examples: its `log_key`)
+    is the throughput since the previous point, warm-up steps excluded (not
     written while every step since is warm-up). The hyperparameters go to
     `logdir` with the HParams plugin, so runs can be compared in its table.
 
@@ -125,7 +138,7 @@ class Summaries(keras.callbacks.Callback):
         self.step = int(step)
         self.timer = timer
         self._writers: dict[str, Any] = {}
-        self._timed = 0  # the timer's steps already covered by a batch_images_per_sec point
+        self._timed = 0  # the timer's steps already covered by a per-step throughput point
 
     def writer(self, run: str):
         """The summary writer of a sub-run, created on first use."""
@@ -153,12 +166,12 @@ class Summaries(keras.callbacks.Callback):
         self.step += 1
         if self.step % self.log_every:
             return
-        logs = {k: v for k, v in (logs or {}).items() if k != "images_per_sec"}
+        logs = {k: v for k, v in (logs or {}).items() if k not in THROUGHPUT_KEYS.values()}
         if self.timer is not None:
             throughput = self.timer.images_per_sec_since(self._timed)
             self._timed = len(self.timer.step_times)
             if throughput is not None:
-                logs["images_per_sec"] = throughput
+                logs[self.timer.log_key] = throughput
         self._write(logs, "batch", self.step)
 
     def on_epoch_end(self, epoch, logs=None):
