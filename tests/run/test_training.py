@@ -79,6 +79,27 @@ def test_train_gan_runs_for_every_precision(precision, loss_scale, tmp_path):
     assert os.path.basename(result.logdir).endswith(f"{precision}_ls-{result.loss_scale}")
 
 
+@pytest.mark.skipif(tiny.HAS_GPU, reason="a GPU is never routed")
+def test_a_float16_gan_epoch_with_every_convolution_gradient_in_float32_trains_on_any_cpu(tmp_path, monkeypatch):
+    # The AVX512-FP16 class's measurement, injected: its convolution gradient kernels are 100-800x float32's.
+    from tfmp import cpu_kernels
+
+    ms = {kernel: {"float32": 1.0, "float16": 1.0} for kernel in cpu_kernels.KERNELS}
+    ms["conv2d d/filter"]["float16"], ms["depthwise d/filter"]["float16"] = 810.0, 133.0
+    times = cpu_kernels.KernelTimes(cpu_kernels.machine_id(), ms, bfloat16_native=True, float16_native=True)
+    monkeypatch.setenv("TFMP_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    entries = {times.machine: times.to_json()}
+    (tmp_path / "cache" / "cpu_kernels.json").write_text(json.dumps({"version": 1, "entries": entries}))
+    lines = []
+    config = dataclasses.replace(TINY_GAN, precision="mixed_float16", epochs=1, logdir=str(tmp_path / "logs"))
+    result = training.train_gan(config, print_fn=lines.append)
+    assert result.steps == 2  # one epoch of two steps: a bound on the work, not on the time
+    assert math.isfinite(result.logs["g_loss"]) and math.isfinite(result.logs["d_loss"])
+    assert result.logs["g_loss_scale"] == result.logs["d_loss_scale"] == 32768.0
+    assert result.logs["g_skipped_steps"] == result.logs["d_skipped_steps"] == 0
+
+
 @pytest.mark.slow
 def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tmp_path):
     config = dataclasses.replace(
