@@ -106,8 +106,9 @@ def _input_name(part: str, path: tuple[Any, ...]) -> str:
 def _named_inputs(data: Any) -> list[tuple[str, Any]]:
     """Every tensor of a batch with its name (`_input_name`), in `tf.nest` order (a dict's keys sorted)."""
     parts = tuple(data) if isinstance(data, list) else data
-    if not (isinstance(parts, tuple) and 1 <= len(parts) <= 3 and not hasattr(parts, "_fields")):
-        parts = (data,)  # one structure: all of it is x
+    # A plain tuple is (x, y, sample_weight); a namedtuple, like any other structure, is all x.
+    if not (type(parts) is tuple and 1 <= len(parts) <= 3):
+        parts = (data,)
     return [
         (_input_name(part, tuple(path)), tensor)
         for part, structure in zip(_BATCH_PARTS, parts)
