@@ -294,7 +294,7 @@ def with_cpu_note(
 
     def sixteen_bit(precision: str) -> str | None:
         try:
-            name = tfmp.canonical_precision(precision)
+            name = tfmp.precision.canonical_precision(precision)
         except ValueError:
             return None  # the run refuses it, naming it
         return name if name in ("mixed_float16", "mixed_bfloat16") else None

@@ -105,7 +105,7 @@ def main(argv):
         common.run(training.diagnose, _task())
         return
     if _TUTORIAL_VARIANTS.value:
-        _tutorial_variants(tfmp.canonical_precision(_FLAGS["precision"].value))
+        _tutorial_variants(tfmp.precision.canonical_precision(_FLAGS["precision"].value))
         return
     config = common.config_from_flags(_CONFIGS[_MODEL.value], _model_flags())
     common.run(training.diagnose_run, config)

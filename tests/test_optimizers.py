@@ -17,7 +17,10 @@ INF = float("inf")
 def test_wrap_optimizer_grid(precision, loss_scale):
     inner = keras.optimizers.Adam()
     wrapped = tfmp.wrap_optimizer(inner, precision, loss_scale)
-    needs_scaling = tfmp.canonical_precision(precision) == "mixed_float16" and loss_scale not in ("none", None)
+    needs_scaling = tfmp.precision.canonical_precision(precision) == "mixed_float16" and loss_scale not in (
+        "none",
+        None,
+    )
     if not needs_scaling:
         assert wrapped is inner
         return

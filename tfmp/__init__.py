@@ -30,18 +30,9 @@ are `tfmp.models`.
 from tfmp import _moved, cpu_kernels, mixed_precision, trainers
 from tfmp.fit_logs import LogLossScale
 from tfmp.loss_scale import LossScaleOptimizer
-from tfmp.optimizers import parse_loss_scale, wrap_optimizer
-from tfmp.precision import (
-    PRECISIONS,
-    canonical_precision,
-    precision_scope,
-    resolve_jit_compile,
-    resolve_precision,
-    set_precision,
-    set_tf32,
-    tf32_scope,
-)
-from tfmp.trainers import ClassifierTrainer, GANTrainer, Trainer
+from tfmp.optimizers import wrap_optimizer
+from tfmp.precision import PRECISIONS, precision_scope, resolve_precision, set_precision, set_tf32, tf32_scope
+from tfmp.trainers import GANTrainer, Trainer
 from tfmp.transaction import undo_if_skipped
 
 __version__ = "0.2.0"
@@ -49,17 +40,13 @@ __version__ = "0.2.0"
 _moved.install()
 
 __all__ = [
-    "ClassifierTrainer",
     "GANTrainer",
     "LogLossScale",
     "LossScaleOptimizer",
     "PRECISIONS",
-    "canonical_precision",
     "cpu_kernels",
     "mixed_precision",
-    "parse_loss_scale",
     "precision_scope",
-    "resolve_jit_compile",
     "resolve_precision",
     "set_precision",
     "set_tf32",
@@ -69,3 +56,27 @@ __all__ = [
     "undo_if_skipped",
     "wrap_optimizer",
 ]
+
+# Names tfmp 0.1 exported at the top level: reachable, with a warning naming where they live now.
+_MOVED_NAMES = {
+    "ClassifierTrainer": ("tfmp.trainers", "Trainer", "tfmp.Trainer"),
+    "canonical_precision": ("tfmp.precision", "canonical_precision", "tfmp.precision.canonical_precision"),
+    "resolve_jit_compile": ("tfmp.precision", "resolve_jit_compile", "tfmp.precision.resolve_jit_compile"),
+    "parse_loss_scale": ("tfmp.optimizers", "parse_loss_scale", "tfmp.optimizers.parse_loss_scale"),
+}
+
+
+def __getattr__(name: str):
+    """tfmp 0.1's top-level names that are not part of `tfmp`'s API any more, with a DeprecationWarning."""
+    if name not in _MOVED_NAMES:
+        raise AttributeError(f"module 'tfmp' has no attribute {name!r}")
+    import importlib
+    import warnings
+
+    module, attribute, instead = _MOVED_NAMES[name]
+    warnings.warn(
+        f"`tfmp.{name}` is deprecated; use `{instead}`. It will be removed in tfmp 0.3.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(module), attribute)

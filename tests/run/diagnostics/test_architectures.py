@@ -102,7 +102,7 @@ def test_float32_copy_computes_what_a_float32_build_computes(name):
 def test_gradient_report_and_the_whole_diagnosis_run(name):
     model = _mixed(name)
     with tfmp.precision_scope("mixed_float16"):
-        trainer = tfmp.ClassifierTrainer(model)
+        trainer = tfmp.Trainer(model)
         trainer.compile(loss="sparse_categorical_crossentropy")
     batch = (_batch(name), _LABELS)
     before = [v.numpy() for v in trainer.variables]
