@@ -32,7 +32,7 @@ quiet_start.import_tensorflow_quietly()
 import tensorflow as tf
 
 import tfmp
-from tfmp.run import callbacks, checkpoint, preemption, rundir, tasks, training
+from tfmp.run import callbacks, checkpoint, distribute, preemption, rundir, tasks, training
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
 
@@ -136,6 +136,103 @@ def load_task(spec: str, holders: dict[str, flags.FlagHolder]) -> tasks.Task:
             f"Received: --task={spec}"
         )
     return task.replace(**_values(type(task.config), given))
+
+
+# What make_strategy is made from: the settings a strategy made before the task must share with the task's config.
+_STRATEGY_SETTINGS = ("strategy", "cluster", "slurm_port_base", "worker_timeout")
+
+
+def load_task_and_strategy(
+    spec: str,
+    holders: dict[str, flags.FlagHolder],
+    make_strategy: Callable[..., tf.distribute.Strategy] = distribute.make_strategy,
+) -> tuple[tasks.Task, tf.distribute.Strategy | None]:
+    """`load_task`, with the strategy that TensorFlow allows only first made before the task's module is imported.
+
+    A task module may run TensorFlow operations when imported (the "Your own
+    model" guide builds its optimizer at module level), and
+    `MultiWorkerMirroredStrategy` must come before any
+    (`tfmp.run.distribute.FIRST`). So with `--strategy=multi_worker` on the
+    command line the strategy is made first, from the command line's
+    `--cluster`, `--slurm_port_base` and `--worker_timeout` (given, or their
+    defaults), and the task's config must then agree with them. When only
+    the task's config asks for such a strategy, it is made right after the
+    import; should the module have run TensorFlow operations, the usage
+    error says to pass `--strategy` on the command line.
+
+    Args:
+        spec: `--task`'s value.
+        holders: The script's flags, by config field.
+        make_strategy: Makes the strategy (`tfmp.run.distribute.make_strategy`).
+
+    Returns:
+        The task, and the strategy to hand to `tfmp.run.training.train`
+        (None: the run makes the one the config names).
+
+    Raises:
+        app.UsageError: as `load_task`; for a strategy that cannot be made
+            (a bad `TF_CONFIG`, naming it), or a task config that disagrees
+            with the strategy made before it.
+    """
+    named = holders.get("strategy")
+    first = None
+    if named is not None and named.present and named.value in distribute.FIRST:
+        first = {name: holders[name].value for name in _STRATEGY_SETTINGS}
+        try:
+            training.TrainConfig(**first).validate()
+        except training.ConfigError as e:
+            raise app.UsageError(in_flag_terms(e)) from None
+    strategy = None if first is None else _make_strategy_first(make_strategy, first)
+    task = load_task(spec, holders)
+    wanted = {name: getattr(task.config, name) for name in _STRATEGY_SETTINGS}
+    if first is not None:
+        differing = [name for name in _STRATEGY_SETTINGS if wanted[name] != first[name]]
+        if differing:
+            settings = " ".join(f"--{name}={wanted[name]}" for name in differing)
+            made = ", ".join(f"--{name}={first[name]}" for name in differing)
+            raise app.UsageError(
+                f"--strategy={first['strategy']} is made before the task's module is imported, from the command "
+                f"line ({made}), but the task's config says otherwise: pass {settings} too. Received: --task={spec}"
+            )
+    elif wanted["strategy"] in distribute.FIRST:
+        try:
+            task.config.validate()
+        except training.ConfigError as e:
+            raise app.UsageError(in_flag_terms(e)) from None
+        try:
+            strategy = _make_strategy_first(make_strategy, wanted)
+        except RuntimeError:
+            raise app.UsageError(
+                f"--task: the task's config sets strategy={wanted['strategy']!r}, which TensorFlow lets a process "
+                "start only before any other TensorFlow operation, and loading the task already ran some (its "
+                "module builds its optimizer, or another TensorFlow object, when imported): pass "
+                f"--strategy={wanted['strategy']} on the command line, so that the strategy is made before the "
+                f"module is imported. Received: --task={spec!r}"
+            ) from None
+    return task, strategy
+
+
+def _make_strategy_first(
+    make_strategy: Callable[..., tf.distribute.Strategy], settings: dict[str, Any]
+) -> tf.distribute.Strategy:
+    """`make_strategy` of `settings`: a bad cluster is a usage error, Ctrl-C while waiting for workers a clean exit."""
+    try:
+        return make_strategy(
+            settings["strategy"],
+            cluster=settings["cluster"],
+            slurm_port_base=settings["slurm_port_base"],
+            worker_timeout=settings["worker_timeout"],
+        )
+    except ValueError as e:
+        raise app.UsageError(to_flags(str(e))) from None
+    except KeyboardInterrupt:
+        print(
+            "interrupted by SIGINT (Ctrl-C) while starting the strategy, before the task was loaded: nothing was "
+            "trained or written. Run the same command again to start.",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(128 + signal.SIGINT)
 
 
 def check_no_arguments(argv: list[str]) -> None:

@@ -13,6 +13,8 @@ the shipped models has, the task's run has: console and TensorBoard,
 checkpoints and --resume, SIGTERM/SIGINT, several GPUs and hosts.
 """
 
+import functools
+
 from absl import flags
 
 # common first: importing it imports TensorFlow quietly.
@@ -35,7 +37,9 @@ flags.adopt_module_key_flags(common)  # --help lists common's flags too
 
 def main(argv):
     common.check_no_arguments(argv)
-    common.run(training.train, common.load_task(_TASK.value, _FLAGS))
+    # The strategy before the task: its module may build TensorFlow objects (its optimizer) when imported.
+    task, strategy = common.load_task_and_strategy(_TASK.value, _FLAGS)
+    common.run(functools.partial(training.train, strategy=strategy), task)
 
 
 # --help cannot know the task's config before --task is loaded: it says whose defaults it lists.

@@ -308,9 +308,11 @@ class ModelWorkarounds:
         # strategy.reduce(MEAN, axis=0), which fails for the scalar logs every
         # step returns ("Invalid reduction dimension 0 for input with 0
         # dimensions", tensorflow/tensorflow#72388). Shaped (1,), they reduce
-        # to the scalar mean over all replicas.
+        # to the scalar mean over all replicas. Only then: a cluster of one
+        # worker is not multi-worker to Keras, which would hand the (1,) on.
         resolver = getattr(self.distribute_strategy, "cluster_resolver", None)
-        if resolver is not None and resolver.cluster_spec().as_dict():
+        spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+        if len(spec.get("chief", [])) + len(spec.get("worker", [])) > 1:  # TensorFlow's worker_count
             step = step_function
 
             def step_function(data: Any) -> Any:

@@ -152,6 +152,27 @@ def test_a_run_refuses_an_unknown_strategy_and_an_uneven_global_batch(tmp_path):
         training.train_gan(uneven, print_fn=lambda line: None)
 
 
+def test_a_run_trains_under_the_strategy_it_is_handed_and_makes_none(mirrored, tmp_path, monkeypatch):
+    def no_second_strategy(*args, **kwargs):
+        raise AssertionError(f"make_strategy called with a strategy handed in: {args} {kwargs}")
+
+    monkeypatch.setattr(distribute, "make_strategy", no_second_strategy)
+    lines = []
+    task = tiny.tiny(tmp_path, strategy="mirrored", batch_size=16, epochs=1, steps_per_epoch=2)
+    result = training.train(task, print_fn=lines.append, strategy=mirrored)
+    assert result.steps == 2 and result.trainer.distribute_strategy is mirrored
+    assert any("strategy=mirrored replicas=2" in line for line in lines)
+    # The config's name labels the run: a strategy of another kind is refused, naming both.
+    with pytest.raises(training.ConfigError, match=r"a MirroredStrategy \('mirrored'\).*Received: strategy='default'"):
+        training.train(tiny.tiny(tmp_path, run_name="other"), print_fn=tiny.quiet, strategy=mirrored)
+
+
+def test_name_of_names_a_strategys_kind(mirrored):
+    assert distribute.name_of(mirrored) == "mirrored"
+    assert distribute.name_of(tf.distribute.get_strategy()) == "default"
+    assert distribute.name_of(tf.distribute.OneDeviceStrategy("/cpu:0")) == "default"
+
+
 # --- the distributed step equals the single-device step ------------------------------
 # Tiny models without BatchNorm or Dropout, trained with SGD: the only
 # difference between one device and two replicas is then the order of
@@ -419,6 +440,54 @@ def test_mirrored_gan_run_matches_one_device(tmp_path):
 
 def _event_files(directory):
     return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files if f.startswith("events")]
+
+
+# A task module whose optimizer is a TensorFlow object built at import (the "Your own model" guide's way).
+OPTIMIZER_AT_IMPORT = """
+import keras
+import numpy as np
+
+from tfmp.run import config, tasks
+
+OPTIMIZER = keras.optimizers.Adam(1e-2)
+
+
+def build_model():
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", dtype="float32")(hidden))
+
+
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+TASK = tasks.SupervisedTask(
+    name="optimizer_at_import",
+    model=build_model,
+    train_data=(x, (x[:, 0] > 0).astype("int32")),
+    loss="sparse_categorical_crossentropy",
+    optimizer=OPTIMIZER,
+    config=config.TrainConfig(precision="float32", batch_size=16, warmup_steps=0),
+)
+"""
+
+
+@pytest.mark.slow
+def test_two_workers_train_a_task_module_that_builds_its_optimizer_at_import(tmp_path):
+    module = tmp_path / "optimizer_at_import.py"
+    module.write_text(OPTIMIZER_AT_IMPORT)
+    logdir = tmp_path / "logs"
+    flags = [f"--task={module}:TASK", "--strategy=multi_worker", "--epochs=1", "--steps_per_epoch=2"]
+    flags += [f"--logdir={logdir}", "--run_name=mw", "--console=lines"]
+    outputs = workers.Workers(tmp_path, flags, script="train.py").wait(timeout=300)
+    for code, out in outputs:
+        assert code == 0, out[-3000:]
+        assert "training optimizer_at_import: precision=float32" in out and "strategy=multi_worker replicas=2" in out
+    worker_1_run = tmp_path / "tmp1" / "tfmp_workertemp_worker_1" / str(logdir / "mw").lstrip(os.sep)
+    chief_state = workers.latest_checkpoint(str(logdir / "mw" / "checkpoints"))
+    worker_state = workers.latest_checkpoint(str(worker_1_run / "checkpoints"))
+    assert chief_state.keys() == worker_state.keys()
+    assert tf.train.latest_checkpoint(str(logdir / "mw" / "checkpoints")).endswith("ckpt-2")
+    for key, value in chief_state.items():
+        np.testing.assert_array_equal(worker_state[key], value, err_msg=key)
 
 
 @pytest.mark.slow

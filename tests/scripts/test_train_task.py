@@ -154,6 +154,138 @@ def test_benchmark_and_parity_take_the_task(tmp_path):
     assert folds.returncode == 1 and "folds belongs to the MobileNetV2 classifier's design" in folds.stderr
 
 
+# --- the strategy before the task's module (scripts/common.py load_task_and_strategy) ------------
+
+# A task module as the "Your own model" guide writes one: its optimizer is a TensorFlow object built at import.
+OPTIMIZER_AT_IMPORT = """
+import keras
+import numpy as np
+
+import {log}
+from tfmp.run import config, tasks
+
+{log}.EVENTS.append("module")
+OPTIMIZER = keras.optimizers.Adam(1e-2)
+
+
+def build_model():
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", dtype="float32")(hidden))
+
+
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+TASK = tasks.SupervisedTask(
+    name="optimizer_at_import",
+    model=build_model,
+    train_data=(x, (x[:, 0] > 0).astype("int32")),
+    loss="sparse_categorical_crossentropy",
+    optimizer=OPTIMIZER,
+    config=config.TrainConfig({settings}),
+)
+"""
+
+
+def _task_module(tmp_path, monkeypatch, name, settings="precision='float32', batch_size=16, warmup_steps=0"):
+    """Writes task module `name` and its event log beside it; returns (its --task, the log's EVENTS)."""
+    log = f"{name}_log"
+    (tmp_path / f"{log}.py").write_text("EVENTS = []\n")
+    (tmp_path / f"{name}.py").write_text(OPTIMIZER_AT_IMPORT.format(log=log, settings=settings))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module in (name, log):  # imported afresh here, and forgotten after the test
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    events = __import__(log).EVENTS
+    return f"{tmp_path / name}.py:TASK", events
+
+
+def _holders(*argv):
+    """train.py's strategy settings (and a few others) as flag holders, parsed from `argv`."""
+    from absl import flags
+
+    from tfmp.run import config
+
+    defaults, flag_values = config.TrainConfig(), flags.FlagValues()
+    define = {str: flags.DEFINE_string, int: flags.DEFINE_integer, float: flags.DEFINE_float}
+    names = ("strategy", "cluster", "slurm_port_base", "worker_timeout", "epochs", "logdir", "run_name")
+    holders = {
+        name: define[type(getattr(defaults, name))](name, getattr(defaults, name), "", flag_values=flag_values)
+        for name in names
+    }
+    holders["steps_per_epoch"] = flags.DEFINE_integer("steps_per_epoch", None, "", flag_values=flag_values)
+    flag_values(["train.py", *argv])
+    return holders
+
+
+def _recording(events, make=None):
+    """A make_strategy that logs its call in `events` and returns `make`'s strategy (default: a stand-in)."""
+
+    def make_strategy(name, **settings):
+        events.append(("make_strategy", name, settings))
+        return make(name, **settings) if make else f"<{name} strategy>"
+
+    return make_strategy
+
+
+def test_multi_worker_is_made_before_the_task_module_that_builds_its_optimizer_at_import(tmp_path, monkeypatch):
+    from scripts import common
+
+    task_spec, events = _task_module(tmp_path, monkeypatch, "mw_first_task")
+    holders = _holders("--strategy=multi_worker", "--epochs=1", "--steps_per_epoch=2")
+    task, strategy = common.load_task_and_strategy(task_spec, holders, make_strategy=_recording(events))
+    settings = {"cluster": "tf_config", "slurm_port_base": 8888, "worker_timeout": 30.0}
+    assert events == [("make_strategy", "multi_worker", settings), "module"]
+    assert strategy == "<multi_worker strategy>"
+    assert (task.config.strategy, task.config.epochs, task.config.steps_per_epoch) == ("multi_worker", 1, 2)
+    # Other strategies need not come first: the run makes them, after the task (as before).
+    task_spec, events = _task_module(tmp_path, monkeypatch, "mirrored_later_task")
+    task, strategy = common.load_task_and_strategy(
+        task_spec, _holders("--strategy=mirrored"), make_strategy=_recording(events)
+    )
+    assert (events, strategy, task.config.strategy) == (["module"], None, "mirrored")
+
+
+def test_a_strategy_made_first_trains_the_task_whose_optimizer_was_built_at_import(tmp_path, monkeypatch):
+    """In process: mirrored (conftest's two CPUs) stands in for multi_worker, which must be a process's first op."""
+    from scripts import common
+    from tfmp.run import distribute, training
+
+    monkeypatch.setattr(distribute, "FIRST", distribute.FIRST | {"mirrored"})
+    task_spec, events = _task_module(tmp_path, monkeypatch, "made_first_task")
+    flags = ("--strategy=mirrored", "--epochs=1", "--steps_per_epoch=2", f"--logdir={tmp_path}", "--run_name=r")
+    make_strategy = _recording(events, distribute.make_strategy)
+    task, strategy = common.load_task_and_strategy(task_spec, _holders(*flags), make_strategy=make_strategy)
+    assert [event if event == "module" else event[0] for event in events] == ["make_strategy", "module"]
+    assert strategy is distribute.make_strategy("mirrored")  # the process's one, handed on
+    lines = []
+    result = training.train(task, print_fn=lines.append, strategy=strategy)
+    assert result.steps == 2 and any("strategy=mirrored replicas=2" in line for line in lines)
+    assert result.trainer.distribute_strategy is strategy
+    assert os.path.exists(tmp_path / "r" / "checkpoints" / "ckpt-2.index")
+
+
+def test_a_strategy_that_must_come_first_named_only_by_the_tasks_config_says_to_pass_it_as_a_flag(
+    tmp_path, monkeypatch
+):
+    from absl import app
+
+    from scripts import common
+
+    task_spec, events = _task_module(tmp_path, monkeypatch, "mw_in_config_task", "strategy='multi_worker'")
+
+    def too_late(name, **settings):  # as make_strategy after the module built its optimizer
+        raise RuntimeError("MultiWorkerMirroredStrategy must be created before any other TensorFlow operation")
+
+    with pytest.raises(app.UsageError) as error:
+        common.load_task_and_strategy(task_spec, _holders(), make_strategy=too_late)
+    assert "pass --strategy=multi_worker on the command line, so that the strategy is made before" in str(error.value)
+    # Made first from the command line, the strategy's settings must be the task's.
+    task_spec, events = _task_module(
+        tmp_path, monkeypatch, "slurm_in_config_task", "strategy='multi_worker', cluster='slurm'"
+    )
+    with pytest.raises(app.UsageError, match="the task's config says otherwise: pass --cluster=slurm too"):
+        common.load_task_and_strategy(task_spec, _holders("--strategy=multi_worker"), make_strategy=_recording(events))
+
+
 def _help_note(text):
     """The paragraph that opens the flags of a script's --help (between `flags:` and the first section)."""
     return " ".join(text.split("\nflags:\n", 1)[1].split("\n\n", 1)[0].split())

@@ -52,11 +52,13 @@ from tfmp.run.config import CLUSTERS, SLURM_PORT_BASE, STRATEGIES
 
 __all__ = [
     "CLUSTERS",
+    "FIRST",
     "STRATEGIES",
     "AverageReplicaStatistics",
     "average_across_replicas",
     "is_chief",
     "make_strategy",
+    "name_of",
     "per_replica_batch",
     "replica_averager",
     "task",
@@ -71,6 +73,12 @@ __all__ = [
 # a second server on the task's port; so `make_strategy` returns the one it
 # made before.
 _STRATEGIES: dict[tuple[Any, ...], tf.distribute.Strategy] = {}
+
+# The strategies TensorFlow lets a process create only before its first
+# operation: whoever runs user code that may build TensorFlow objects (a task
+# module building its optimizer at import) makes these first, then hands
+# the strategy on (`tfmp.run.training.train(task, strategy=...)`).
+FIRST = frozenset({"multi_worker"})
 
 
 def make_strategy(
@@ -146,6 +154,20 @@ def make_strategy(
                 f"make_strategy('multi_worker') first. Received: {e}"
             ) from None
     return _STRATEGIES[key]
+
+
+def name_of(strategy: tf.distribute.Strategy) -> str:
+    """The name in `STRATEGIES` of the kind of strategy `strategy` is.
+
+    `multi_worker` for a `MultiWorkerMirroredStrategy`, `mirrored` for a
+    `MirroredStrategy`, and `default` for any other (TensorFlow's default
+    strategy, or one a caller made itself such as `OneDeviceStrategy`).
+    """
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "multi_worker"
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        return "mirrored"
+    return "default"
 
 
 def task(strategy: tf.distribute.Strategy) -> tuple[str | None, int | None]:

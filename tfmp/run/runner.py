@@ -3,8 +3,11 @@
 `Runner(task).run()` is what `tfmp.run.training.train_gan` and
 `train_classifier` do. In order:
 
-1. `config.validate()` (pure), then the `tf.distribute` strategy (first:
-   `MultiWorkerMirroredStrategy` must precede other TensorFlow ops);
+1. `config.validate()` (pure), then the `tf.distribute` strategy: the one
+   the runner was handed, or else made here (first:
+   `MultiWorkerMirroredStrategy` must precede other TensorFlow ops, so a
+   caller that imports user code first makes it before that and hands it
+   on, as `scripts/train.py` does for `--task`);
 2. `tfmp.run.setting.resolve`: the data, the steps of an epoch, and the
    precision, loss scale and XLA setting (`auto` precision measured on this
    device by training each candidate briefly, cached per device and model);
@@ -214,6 +217,13 @@ class Runner:
         print_fn: Where the run's lines go.
         callbacks: More callbacks for this run, after the task's own (they
             see every segment of a resumed run as one run).
+        strategy: The run's `tf.distribute` strategy, made by the caller
+            (`tfmp.run.distribute.make_strategy`) before anything that may
+            run TensorFlow operations, such as importing the task's module;
+            it must be of the kind `config.strategy` names
+            (`tfmp.run.distribute.name_of`). None: the runner makes the one
+            the config names (`make_strategy` returns the one this process
+            made before, if any).
     """
 
     def __init__(
@@ -221,11 +231,13 @@ class Runner:
         task: Task,
         print_fn: Callable[[str], None] = print,
         callbacks: Sequence[keras.callbacks.Callback] = (),
+        strategy: tf.distribute.Strategy | None = None,
     ):
         self.task = task
         self.config = task.config
         self.print_fn = print_fn
         self.extra_callbacks = list(callbacks)
+        self.strategy = strategy
 
     def run(self) -> RunResult:
         """Trains the task as its config says; see the module docstring.
@@ -255,15 +267,32 @@ class Runner:
             ) from None
 
     def _make_strategy(self) -> tf.distribute.Strategy:
-        """The run's `tf.distribute` strategy, with the global batch checked against its replicas."""
+        """The run's `tf.distribute` strategy (handed in, or made), with the global batch checked against its replicas.
+
+        Raises:
+            ConfigError: for a strategy `make_strategy` refuses, a handed
+                strategy of another kind than `config.strategy`, or a global
+                batch that does not split across the replicas.
+        """
+        config = self.config
         try:
-            strategy = distribute.make_strategy(
-                self.config.strategy,
-                cluster=self.config.cluster,
-                slurm_port_base=self.config.slurm_port_base,
-                worker_timeout=self.config.worker_timeout,
-            )
-            distribute.per_replica_batch(self.config.batch_size, strategy)
+            strategy = self.strategy
+            if strategy is None:
+                strategy = distribute.make_strategy(
+                    config.strategy,
+                    cluster=config.cluster,
+                    slurm_port_base=config.slurm_port_base,
+                    worker_timeout=config.worker_timeout,
+                )
+            elif distribute.name_of(strategy) != config.strategy:
+                # The config's name labels the run (start line, hparams, checkpoint settings): it must not lie.
+                raise ValueError(
+                    f"The strategy handed to the run is a {type(strategy).__name__} "
+                    f"({distribute.name_of(strategy)!r}), not the one the config names; make it with "
+                    f"make_strategy(config.strategy) or set strategy={distribute.name_of(strategy)!r}. "
+                    f"Received: strategy={config.strategy!r}"
+                )
+            distribute.per_replica_batch(config.batch_size, strategy)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         return strategy

@@ -35,6 +35,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import keras
+import tensorflow as tf
 
 from tfmp import precision as precision_lib
 from tfmp.run import diagnostics, rundir, tasks
@@ -74,35 +75,70 @@ __all__ = [
 ]
 
 
-def train(task: tasks.Task, print_fn: Callable[[str], None] = print) -> RunResult:
+def train(
+    task: tasks.Task, print_fn: Callable[[str], None] = print, *, strategy: tf.distribute.Strategy | None = None
+) -> RunResult:
     """Trains `task` as its config says; see the module docstring.
+
+    Args:
+        task: The model and its config.
+        print_fn: Where the run's lines go.
+        strategy: The `tf.distribute` strategy to train under, of the kind
+            `task.config.strategy` names, made before the task (a
+            `MultiWorkerMirroredStrategy` must come before any other
+            TensorFlow operation, and a task module may build its optimizer
+            when imported):
+
+            ```python
+            strategy = distribute.make_strategy("multi_worker")
+            task = tasks.load("my_tasks.py:TASK").replace(strategy="multi_worker")
+            training.train(task, strategy=strategy)
+            ```
+
+            None: the run makes the one the config names
+            (`tfmp.run.distribute.make_strategy`, which returns the one this
+            process made before, if any).
 
     Raises:
         ConfigError: for an impossible setting, before training.
         tfmp.run.data.DatasetNotFoundError: when a shipped dataset is not available.
         tfmp.run.runner.Interrupted, tfmp.run.preemption.Preempted: see `tfmp.run.runner.Runner.run`.
     """
-    return runner_lib.Runner(task, print_fn).run()
+    return runner_lib.Runner(task, print_fn, strategy=strategy).run()
 
 
-def train_gan(config: GANConfig, print_fn: Callable[[str], None] = print) -> RunResult:
+def train_gan(
+    config: GANConfig, print_fn: Callable[[str], None] = print, *, strategy: tf.distribute.Strategy | None = None
+) -> RunResult:
     """Trains the original tutorial's GAN as `config` says; see the module docstring.
 
+    Args:
+        config: The run's settings.
+        print_fn: Where the run's lines go.
+        strategy: The strategy to train under, made before (see `train`); None: the one `config.strategy` names.
+
     Raises:
         ConfigError: for an impossible setting, before training.
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
     """
-    return train(tasks.GANTask(config), print_fn)
+    return train(tasks.GANTask(config), print_fn, strategy=strategy)
 
 
-def train_classifier(config: ClassifierConfig, print_fn: Callable[[str], None] = print) -> RunResult:
+def train_classifier(
+    config: ClassifierConfig, print_fn: Callable[[str], None] = print, *, strategy: tf.distribute.Strategy | None = None
+) -> RunResult:
     """Trains the MobileNetV2 classifier as `config` says; see the module docstring.
 
+    Args:
+        config: The run's settings.
+        print_fn: Where the run's lines go.
+        strategy: The strategy to train under, made before (see `train`); None: the one `config.strategy` names.
+
     Raises:
         ConfigError: for an impossible setting, before training.
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
     """
-    return train(tasks.ClassifierTask(config), print_fn)
+    return train(tasks.ClassifierTask(config), print_fn, strategy=strategy)
 
 
 def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = print) -> diagnostics.Diagnosis:
