@@ -108,3 +108,45 @@ TRANSFORMER_TASK = _task(  # a function returning batches
 GRU_TASK = _task("gru", gru, token_batches, _validation_tokens(), "adam")
 
 TASKS = {"bn_cnn": CNN_TASK, "transformer": TRANSFORMER_TASK, "gru": GRU_TASK}
+
+
+# A task module whose optimizer is a TensorFlow object built at import, the "Your own model" guide's way: a module
+# that must be imported after the strategy is made (multi-worker) to train on several hosts.
+OPTIMIZER_AT_IMPORT = """
+import keras
+import numpy as np
+{imports}
+from tfmp.run import config, tasks
+{first}
+OPTIMIZER = keras.optimizers.Adam(1e-2)
+
+
+def build_model():
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(8, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", dtype="float32")(hidden))
+
+
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+TASK = tasks.SupervisedTask(
+    name="optimizer_at_import",
+    model=build_model,
+    train_data=(x, (x[:, 0] > 0).astype("int32")),
+    loss="sparse_categorical_crossentropy",
+    optimizer=OPTIMIZER,
+    config=config.TrainConfig({settings}),
+)
+"""
+
+
+def optimizer_at_import(
+    settings: str = "precision='float32', batch_size=16, warmup_steps=0", event_log: str | None = None
+) -> str:
+    """The source of that task module, with `settings` as its `TrainConfig` arguments.
+
+    With `event_log` (a module name), the module imports it first and appends
+    `"module"` to its `EVENTS` at import, so a test sees when it was imported.
+    """
+    imports = f"\nimport {event_log}" if event_log else ""
+    first = f'\n{event_log}.EVENTS.append("module")' if event_log else ""
+    return OPTIMIZER_AT_IMPORT.format(imports=imports, first=first, settings=settings)

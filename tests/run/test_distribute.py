@@ -13,6 +13,7 @@ import re
 import tempfile
 import types
 
+import families
 import keras
 import numpy as np
 import pytest
@@ -442,38 +443,10 @@ def _event_files(directory):
     return [os.path.join(d, f) for d, _, files in os.walk(directory) for f in files if f.startswith("events")]
 
 
-# A task module whose optimizer is a TensorFlow object built at import (the "Your own model" guide's way).
-OPTIMIZER_AT_IMPORT = """
-import keras
-import numpy as np
-
-from tfmp.run import config, tasks
-
-OPTIMIZER = keras.optimizers.Adam(1e-2)
-
-
-def build_model():
-    inputs = keras.Input((4,))
-    hidden = keras.layers.Dense(8, activation="relu")(inputs)
-    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", dtype="float32")(hidden))
-
-
-x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
-TASK = tasks.SupervisedTask(
-    name="optimizer_at_import",
-    model=build_model,
-    train_data=(x, (x[:, 0] > 0).astype("int32")),
-    loss="sparse_categorical_crossentropy",
-    optimizer=OPTIMIZER,
-    config=config.TrainConfig(precision="float32", batch_size=16, warmup_steps=0),
-)
-"""
-
-
 @pytest.mark.slow
 def test_two_workers_train_a_task_module_that_builds_its_optimizer_at_import(tmp_path):
     module = tmp_path / "optimizer_at_import.py"
-    module.write_text(OPTIMIZER_AT_IMPORT)
+    module.write_text(families.optimizer_at_import())
     logdir = tmp_path / "logs"
     flags = [f"--task={module}:TASK", "--strategy=multi_worker", "--epochs=1", "--steps_per_epoch=2"]
     flags += [f"--logdir={logdir}", "--run_name=mw", "--console=lines"]

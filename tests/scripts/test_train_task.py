@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 
+import families
 import numpy as np
 import pytest
 
@@ -156,41 +157,15 @@ def test_benchmark_and_parity_take_the_task(tmp_path):
 
 # --- the strategy before the task's module (scripts/common.py load_task_and_strategy) ------------
 
-# A task module as the "Your own model" guide writes one: its optimizer is a TensorFlow object built at import.
-OPTIMIZER_AT_IMPORT = """
-import keras
-import numpy as np
-
-import {log}
-from tfmp.run import config, tasks
-
-{log}.EVENTS.append("module")
-OPTIMIZER = keras.optimizers.Adam(1e-2)
-
-
-def build_model():
-    inputs = keras.Input((4,))
-    hidden = keras.layers.Dense(8, activation="relu")(inputs)
-    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", dtype="float32")(hidden))
-
-
-x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
-TASK = tasks.SupervisedTask(
-    name="optimizer_at_import",
-    model=build_model,
-    train_data=(x, (x[:, 0] > 0).astype("int32")),
-    loss="sparse_categorical_crossentropy",
-    optimizer=OPTIMIZER,
-    config=config.TrainConfig({settings}),
-)
-"""
-
 
 def _task_module(tmp_path, monkeypatch, name, settings="precision='float32', batch_size=16, warmup_steps=0"):
-    """Writes task module `name` and its event log beside it; returns (its --task, the log's EVENTS)."""
+    """Writes task module `name` (`families.optimizer_at_import`) and its event log beside it.
+
+    Returns (its --task, the log's EVENTS).
+    """
     log = f"{name}_log"
     (tmp_path / f"{log}.py").write_text("EVENTS = []\n")
-    (tmp_path / f"{name}.py").write_text(OPTIMIZER_AT_IMPORT.format(log=log, settings=settings))
+    (tmp_path / f"{name}.py").write_text(families.optimizer_at_import(settings, event_log=log))
     monkeypatch.syspath_prepend(str(tmp_path))
     for module in (name, log):  # imported afresh here, and forgotten after the test
         monkeypatch.delitem(sys.modules, module, raising=False)
