@@ -5,10 +5,11 @@ import pytest
 import tensorflow as tf
 
 from tfmp.run import data
+from tfmp.run.data import digits
 
 
 def test_embedded_digits_are_the_real_dataset():
-    images, labels = data._raw_digits()
+    images, labels = digits._raw_digits()
     assert images.shape == (1797, 8, 8) and images.dtype == np.uint8
     assert images.min() == 0 and images.max() == 16
     # Class counts of the UCI test set as shipped by scikit-learn.
@@ -26,7 +27,7 @@ def test_load_digits_shapes_and_range(size, channels):
 
 
 def test_native_size_is_pixels_over_16_and_split_is_a_permutation():
-    images, labels = data._raw_digits()
+    images, labels = digits._raw_digits()
     split = data.load_digits(image_size=(8, 8), validation_fraction=0.25, seed=3)
     x = np.concatenate([split.x_train, split.x_val])[..., 0]
     assert sorted(np.round(x.reshape(len(x), -1) * 16).astype(int).tolist()) == sorted(
