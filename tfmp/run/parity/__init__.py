@@ -47,14 +47,15 @@ The measured figures and what they mean are in [Numerics](../../NUMERICS.md).
 
 One module per concept: `design` (the arms, units and levers, and the
 k-fold splits), `task` (the classifier task of one run), `runs` (what a run
-starts from, the pairing check and `run_parity`), `gaps` (the paired
+starts from, the pairing check and `run_parity`), `record` (one run's result), `gaps` (the paired
 statistics) and `table` (the Markdown table). Their public names are all
 importable from here.
 """
 
 from tfmp.run.parity.design import CONTROL, DEFAULT_CLASSIFIER, Arm, ParityConfig, fold_split
 from tfmp.run.parity.gaps import PairedGap, paired_gaps
-from tfmp.run.parity.runs import PairedStart, PairingError, ParityRecord, paired_start, run_parity
+from tfmp.run.parity.record import ParityRecord
+from tfmp.run.parity.runs import PairedStart, PairingError, paired_start, run_parity
 from tfmp.run.parity.table import parity_table
 from tfmp.run.parity.task import parity_task
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from tfmp.run.parity.design import REFERENCE
+from tfmp.run.parity.record import ParityRecord
 from tfmp.run.reporting import Gap
-
-if TYPE_CHECKING:
-    from tfmp.run.parity.runs import ParityRecord
 
 __all__ = ["PairedGap", "by_arm", "paired_gaps"]
 

@@ -20,10 +20,11 @@ from tfmp import precision as precision_lib
 from tfmp.run import runner, tasks, training
 from tfmp.run import setting as setting_lib
 from tfmp.run.parity.design import REFERENCE, ParityConfig
+from tfmp.run.parity.record import ParityRecord
 from tfmp.run.parity.table import scale_text
 from tfmp.run.parity.task import parity_task
 
-__all__ = ["PairedStart", "PairingError", "ParityRecord", "paired_start", "run_parity"]
+__all__ = ["PairedStart", "PairingError", "paired_start", "run_parity"]
 
 
 class PairingError(RuntimeError):
@@ -44,44 +45,6 @@ class _Evaluations(keras.callbacks.Callback):
             self.loss.append(float(logs["val_loss"]))
             if "val_accuracy" in logs:
                 self.accuracy.append(float(logs["val_accuracy"]))
-
-
-@dataclasses.dataclass(frozen=True)
-class ParityRecord:
-    """One run's result.
-
-    Attributes:
-        arm: The arm's name (`Arm.name`).
-        precision: Canonical precision name.
-        seed: The run's seed.
-        fold: The validation fold (0 without folds).
-        val_accuracy: Validation accuracy, averaged over the evaluations
-            after the last `average_last` epochs; None for a model that logs
-            no `accuracy`.
-        val_loss: Validation loss (mean negative log-likelihood), averaged
-            likewise.
-        skipped_steps: Steps whose non-finite gradients were skipped.
-        final_loss_scale: The loss scale at the end (`mixed_float16` with a
-            loss scale); None otherwise.
-        accuracy_by_epoch: The validation accuracy after every epoch.
-        loss_by_epoch: The validation loss after every epoch.
-        seconds: The run's wall time.
-    """
-
-    arm: str
-    precision: str
-    seed: int
-    fold: int
-    val_accuracy: float | None
-    val_loss: float
-    skipped_steps: int
-    final_loss_scale: float | None
-    accuracy_by_epoch: tuple[float, ...] = ()
-    loss_by_epoch: tuple[float, ...] = ()
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,14 +5,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from tfmp.run.parity.design import REFERENCE
 from tfmp.run.parity.gaps import by_arm, paired_gaps
+from tfmp.run.parity.record import ParityRecord
 from tfmp.run.reporting import Gap
-
-if TYPE_CHECKING:
-    from tfmp.run.parity.runs import ParityRecord
 
 __all__ = ["parity_table", "scale_text"]
 
