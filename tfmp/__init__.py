@@ -27,7 +27,9 @@ This package is the core: it imports nothing of the run framework. Whole runs
 are `tfmp.models`.
 """
 
-from tfmp import _moved, cpu_kernels, mixed_precision, trainers
+import os as _os
+
+from tfmp import cpu_kernels, mixed_precision, trainers
 from tfmp.fit_logs import LogLossScale
 from tfmp.loss_scale import LossScaleOptimizer
 from tfmp.optimizers import wrap_optimizer
@@ -37,7 +39,11 @@ from tfmp.transaction import undo_if_skipped
 
 __version__ = "0.2.0"
 
-_moved.install()
+# tfmp 0.1's paths of the run framework's modules (`import tfmp.training`) are small modules in `_moved/`
+# that alias the new ones with a DeprecationWarning; the package's own search path finds them, so importing
+# tfmp installs no import hook and loads none of them.
+__path__.append(_os.path.join(_os.path.dirname(__file__), "_moved"))
+del _os
 
 __all__ = [
     "GANTrainer",

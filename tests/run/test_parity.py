@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tfmp import loss_scale
-from tfmp.run import parity, training
+from tfmp.run import data, parity, training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Tiny but real: the embedded digits, a few steps of the narrowest MobileNetV2.
@@ -70,7 +70,7 @@ def test_every_arm_starts_from_the_same_weights_and_batches(tmp_path):
 def test_the_folds_of_a_seed_validate_every_image_once():
     x = np.arange(23, dtype=np.float32).reshape(23, 1, 1, 1)
     y = np.arange(23, dtype=np.int32)
-    split = parity.data.Split(x[:18], y[:18], x[18:], y[18:])
+    split = data.Split(x[:18], y[:18], x[18:], y[18:])
     folds = [parity.fold_split(split, 7, f, 5) for f in range(5)]
     assert sorted(len(f.y_val) for f in folds) == [4, 4, 5, 5, 5]
     assert sorted(np.concatenate([f.y_val for f in folds]).tolist()) == list(range(23))  # each image once

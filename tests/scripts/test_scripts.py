@@ -712,7 +712,7 @@ def test_to_flags_turns_real_library_messages_into_flag_terms():
     assert common.to_flags(stopped, flag_values).endswith(
         "ckpt-12. To resume, start the run again with --resume (and the same --run_name)."
     )
-    assert "(--dataset='digits')" in common.to_flags(data._DIGITS_HINT, flag_values)
+    assert "(--dataset='digits')" in common.to_flags(data._common.DIGITS_HINT, flag_values)
     # A script without a --run_name flag keeps the setting's name.
     assert "the same run_name" in common.to_flags(stopped, _flag_values(booleans=("resume",)))
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfmp import _compat
+from tfmp.run import _compat
 from tfmp.run.config import CLUSTERS, SLURM_PORT_BASE
 
 __all__ = ["SlurmResolver", "resolver", "slurm_resolver", "tf_config_example", "tf_config_resolver"]

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
-from tfmp import _compat
+from tfmp.run import _compat
 
 __all__ = ["op_determinism"]
 

@@ -43,7 +43,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfmp import _compat
+from tfmp.run import _compat
 from tfmp.run import cluster as cluster_lib
 from tfmp.run.cluster import tf_config_example  # still importable from here
 

@@ -9,8 +9,7 @@ import keras
 import pytest
 from benchmark_tiny import tiny_config, tiny_specs
 
-from tfmp import _compat
-from tfmp.run import benchmark, reporting
+from tfmp.run import _compat, benchmark, reporting
 from tfmp.run.benchmark import kernel_ceiling
 
 

@@ -26,9 +26,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfmp import _compat
 from tfmp import precision as precision_lib
-from tfmp.run import tasks
+from tfmp.run import _compat, tasks
 from tfmp.run.benchmark import modes
 from tfmp.run.benchmark.settings import BenchmarkConfig, canonical_models, canonical_precisions, dedupe
 from tfmp.run.benchmark.timing import trainer_driver

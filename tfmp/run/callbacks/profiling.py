@@ -7,7 +7,7 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
-from tfmp import _compat
+from tfmp.run import _compat
 
 __all__ = ["ProfileSteps"]
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import keras
 
-from tfmp import _compat
 from tfmp.precision import layer_paths
+from tfmp.run import _compat
 from tfmp.run.diagnostics._common import Source, is_graph_model, networks, table
 
 __all__ = ["ALIGNMENT", "MISALIGNMENT_COST", "AlignmentFinding", "AlignmentReport", "tensor_core_report"]

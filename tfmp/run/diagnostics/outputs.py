@@ -14,9 +14,9 @@ from typing import Any
 
 import keras
 
-from tfmp import _compat
 from tfmp import trainers as trainers_lib
 from tfmp.precision import layer_paths
+from tfmp.run import _compat
 from tfmp.run.diagnostics._common import Source, is_graph_model, networks, table
 
 __all__ = ["OutputFinding", "OutputReport", "float32_output_report"]

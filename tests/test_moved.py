@@ -1,0 +1,73 @@
+"""Tests for tfmp/_moved/: tfmp 0.1's module paths still import, with a warning, and `import tfmp` installs nothing."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfmp import _moved
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _python(code):
+    """Runs `code` in a fresh interpreter at the checkout's root; returns its last stdout line, parsed as JSON."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_tfmp_installs_no_import_hook_and_loads_no_run_module():
+    unchanged, hooks_unchanged, loaded = _python(
+        "import json, sys\n"
+        "import keras, tensorflow\n"  # what they install is theirs
+        "finders, hooks = list(sys.meta_path), list(sys.path_hooks)\n"
+        "import tfmp\n"
+        "print(json.dumps([sys.meta_path == finders, sys.path_hooks == hooks,\n"
+        "                  sorted(m for m in sys.modules if m.startswith(('tfmp.run', 'tfmp._moved')))]))\n"
+    )
+    assert unchanged and hooks_unchanged
+    assert loaded == []
+
+
+def test_every_old_path_is_the_new_module_with_a_warning_naming_it():
+    found = _python(
+        "import importlib, json, sys, warnings\n"
+        "import tfmp\n"
+        "found = {}\n"
+        f"for name in {list(_moved.MOVED)!r}:\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n"
+        "        warnings.simplefilter('always')\n"
+        "        old = importlib.import_module('tfmp.' + name)\n"
+        "    new = importlib.import_module('tfmp.run.' + name)\n"
+        "    found[name] = [old is new, getattr(tfmp, name) is new,\n"
+        "                   [str(w.message) for w in caught if w.category is DeprecationWarning]]\n"
+        "print(json.dumps(found))\n"
+    )
+    modules = found
+    assert sorted(modules) == sorted(_moved.MOVED) and len(_moved.MOVED) == 16
+    for name, (same, attribute, messages) in modules.items():
+        assert same and attribute, name
+        assert [m for m in messages if f"`tfmp.{name}` moved" in m] == [
+            f"`tfmp.{name}` moved to `tfmp.run.{name}` in tfmp 0.2; import it from there. "
+            "The old path will be removed in tfmp 0.3."
+        ]
+
+
+def test_each_old_path_has_its_module_and_no_other_module_is_there():
+    assert sorted(f.removesuffix(".py") for f in os.listdir(_moved.FOLDER) if f.endswith(".py")) == sorted(
+        ("__init__", *_moved.MOVED)
+    )
+
+
+def test_a_name_that_did_not_move_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"'tfmp\.nonsense' is not an old path of tfmp: expected tfmp\.<one of"):
+        _moved.alias("tfmp.nonsense")
+
+
+def test_a_name_that_never_existed_is_still_a_module_not_found_error():
+    with pytest.raises(ModuleNotFoundError, match="tfmp.nonsense"):
+        import tfmp.nonsense  # noqa: F401

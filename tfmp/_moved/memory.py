@@ -1,0 +1,5 @@
+"""`tfmp.memory`: tfmp 0.1's path of `tfmp.run.memory`, with a DeprecationWarning."""
+
+from tfmp._moved import alias
+
+alias(__name__)

@@ -1,0 +1,5 @@
+"""`tfmp.rundir`: tfmp 0.1's path of `tfmp.run.rundir`, with a DeprecationWarning."""
+
+from tfmp._moved import alias
+
+alias(__name__)

@@ -1,0 +1,195 @@
+"""Every private Keras and TensorFlow API the run framework relies on, in one place.
+
+The run framework works around TensorFlow and Keras where their public API
+has no answer: a lost worker's heartbeat, Slurm's node lists without
+`scontrol`, the op-determinism switch, the profiler's step markers and trace
+format, a functional layer's graph edges. Each use is wrapped here with the
+version it was checked against, why it is needed and the public alternative,
+if any; the rest of `tfmp.run` imports these wrappers (and the core's it
+needs, re-exported from `tfmp._compat`) and touches no private name itself.
+
+`PRIVATE_APIS` lists what this module reaches into, and `check()` raises an
+`ImportError` naming each one the installed Keras or TensorFlow no longer
+has (`tests/run/test_run_compat.py` runs it). One private use is not an attribute
+and has nothing to check: `step_trace` passes the profiler's `_r` key, which
+`tf.profiler.experimental.Trace` takes through `**kwargs` as trace metadata.
+If TensorFlow stops reading it, the key is kept as plain metadata and the
+profiler's step view loses its step markers; nothing fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2 as _coordination_config  # TF 2.21
+from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as _tf_slurm  # TF 2.21
+from tensorflow.python.eager import context as _tf_context  # TF 2.21
+from tensorflow.python.framework import config as _tf_config  # TF 2.21
+from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TF 2.21: the profiler's trace format
+
+from tfmp._compat import PrivateAPI, child_layers, missing, missing_error
+
+__all__ = [
+    "PRIVATE_APIS",
+    "check",
+    "child_layers",
+    "configure_worker_heartbeat",
+    "disable_op_determinism",
+    "expand_slurm_hostlist",
+    "expand_slurm_tasks_per_node",
+    "inbound_nodes",
+    "is_op_determinism_enabled",
+    "step_trace",
+    "xplane_pb2",
+]
+
+PRIVATE_APIS = (
+    PrivateAPI("keras.layers.Layer", "_inbound_nodes", "a functional layer's graph edges (inbound_nodes)"),
+    PrivateAPI(
+        "tensorflow.python.framework.config",
+        "disable_op_determinism",
+        "restore op determinism after a run (no public off switch)",
+    ),
+    PrivateAPI(
+        "tensorflow.python.framework.config",
+        "is_op_determinism_enabled",
+        "read the op-determinism setting (no public getter)",
+    ),
+    PrivateAPI(
+        "tensorflow.python.eager.context.Context",
+        "configure_coordination_service",
+        "the heartbeat timeout after which a lost worker stops the others (configure_worker_heartbeat)",
+    ),
+    PrivateAPI(
+        "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2",
+        "CoordinatedJob",
+        "the jobs the coordination service watches (configure_worker_heartbeat)",
+    ),
+    PrivateAPI(
+        "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver",
+        "expand_hostlist",
+        "Slurm's node list without scontrol (expand_slurm_hostlist)",
+    ),
+    PrivateAPI(
+        "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver",
+        "expand_tasks_per_node",
+        "Slurm's tasks per node (expand_slurm_tasks_per_node)",
+    ),
+    PrivateAPI(
+        "tensorflow.tsl.profiler.protobuf.xplane_pb2",
+        "XSpace",
+        "the TensorFlow profiler's trace, read by the benchmark's ceiling mode",
+    ),
+)
+
+
+def check() -> None:
+    """Raises `ImportError` naming every private API in `PRIVATE_APIS` that is gone.
+
+    Raises:
+        ImportError: listing each missing `owner.name` and what the run
+            framework used it for, with the installed and the checked versions.
+    """
+    owners = {
+        "tensorflow.python.framework.config": _tf_config,
+        "tensorflow.python.eager.context.Context": _tf_context.Context,
+        "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2": _coordination_config,
+        "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver": _tf_slurm,
+        "tensorflow.tsl.profiler.protobuf.xplane_pb2": xplane_pb2,
+    }
+    # Set in __init__ rather than on the class: checked on a fresh instance.
+    instances = {"keras.layers.Layer": keras.layers.Dense(1)}
+    gone = missing(PRIVATE_APIS, owners, instances)
+    if gone:
+        raise missing_error(gone, "tfmp/run/_compat.py")
+
+
+# -- Keras ------------------------------------------------------------------------------------
+
+
+def inbound_nodes(layer: keras.layers.Layer) -> list[Any]:
+    """The functional-graph nodes that call `layer` (each has `input_tensors`, `output_tensors`).
+
+    No public alternative in Keras 3.
+    """
+    return list(layer._inbound_nodes)
+
+
+# -- TensorFlow -------------------------------------------------------------------------------
+
+
+def configure_worker_heartbeat(cluster: dict[str, list[str]], timeout_seconds: float) -> None:
+    """Makes `MultiWorkerMirroredStrategy`'s coordination service declare a worker lost after `timeout_seconds`.
+
+    Call it before creating the strategy, which then keeps this
+    configuration instead of its own (the same service, leader and jobs, with
+    TensorFlow's default heartbeat timeout). A task that sends no heartbeat
+    for that long is reported to every other task, whose collectives then
+    fail with `tf.errors.UnavailableError` naming it. No public alternative:
+    `tf.distribute.experimental.CommunicationOptions(timeout_seconds=...)`
+    bounds each collective instead, which would also stop a healthy run
+    whose worker takes longer (validation, a checkpoint write) to reach the
+    next collective.
+
+    Args:
+        cluster: The `TF_CONFIG` cluster: `chief` and `worker` address lists.
+        timeout_seconds: Seconds without a heartbeat before a task is lost.
+    """
+    jobs = [
+        _coordination_config.CoordinatedJob(name=job, num_tasks=len(cluster[job]))
+        for job in ("chief", "worker")
+        if cluster.get(job)
+    ]
+    leader = "/job:chief/replica:0/task:0" if cluster.get("chief") else "/job:worker/replica:0/task:0"
+    _tf_context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=leader,
+        heartbeat_timeout_in_ms=int(timeout_seconds * 1000),
+        coordinated_jobs=jobs,
+    )
+
+
+def expand_slurm_hostlist(text: str) -> list[str]:
+    """Slurm's compressed node list (`node[1-3],gpu7`) as host names, with TensorFlow's own parser.
+
+    No public alternative without `scontrol show hostnames`, which containers often lack.
+    """
+    return _tf_slurm.expand_hostlist(text)
+
+
+def expand_slurm_tasks_per_node(text: str) -> list[int]:
+    """Slurm's tasks per node (`2(x3),1`) as one count per node, with TensorFlow's own parser."""
+    return _tf_slurm.expand_tasks_per_node(text)
+
+
+def is_op_determinism_enabled() -> bool:
+    """Whether `tf.config.experimental.enable_op_determinism` is on (no public getter)."""
+    return _tf_config.is_op_determinism_enabled()
+
+
+def disable_op_determinism() -> None:
+    """Turns op determinism off again (no public off switch)."""
+    _tf_config.disable_op_determinism()
+
+
+def step_trace(name: str, step: int) -> tf.profiler.experimental.Trace:
+    """A profiler trace event that marks training step `step` (enter it around the step).
+
+    `_r=1` marks the event as a step's root, so the profile plugin's
+    step-time view groups the step's work under it (tf.keras 2's `fit()`
+    traced every step this way; the example in `Trace`'s docstring passes it
+    too). It is a private metadata key, not a parameter, so `check()` cannot
+    see it. Public alternative: `tf.profiler.experimental.Trace(name,
+    step_num=step)`, as Keras 3's TensorBoard callback does, which leaves the
+    profiler to find the step boundaries by itself.
+
+    Args:
+        name: The trace event's name.
+        step: The step number shown in the profile.
+
+    Returns:
+        The `Trace`, not yet entered.
+    """
+    return tf.profiler.experimental.Trace(name, step_num=step, _r=1)
