@@ -16,7 +16,7 @@ from tfmp import precision as precision_lib
 from tfmp.models.resnet50 import MIN_INPUT_SIZE
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
-from tfmp.run import tasks
+from tfmp.run import shipped, tasks
 
 __all__ = [
     "BenchmarkConfig",
@@ -208,7 +208,7 @@ def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[st
     """
     classifier = config_lib.ClassifierConfig()
     return {
-        "gan": tasks.GANTask(config_lib.GANConfig(batch_size=512)),
-        "mobilenet_v2": tasks.ClassifierTask(dataclasses.replace(classifier, batch_size=128)),
-        "resnet50": tasks.resnet50_task(dataclasses.replace(classifier, batch_size=32), resnet_input_size),
+        "gan": shipped.GANTask(config_lib.GANConfig(batch_size=512)),
+        "mobilenet_v2": shipped.ClassifierTask(dataclasses.replace(classifier, batch_size=128)),
+        "resnet50": shipped.resnet50_task(dataclasses.replace(classifier, batch_size=32), resnet_input_size),
     }
