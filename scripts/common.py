@@ -32,7 +32,7 @@ quiet_start.import_tensorflow_quietly()
 import tensorflow as tf
 
 import tfmp
-from tfmp.run import callbacks, checkpoint, distribute, preemption, rundir, tasks, training
+from tfmp.run import callbacks, checkpoint, distribute, preemption, rundir, task_loader, tasks, training
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
 
@@ -117,13 +117,13 @@ def config_from_flags(config_cls: type, holders: dict[str, flags.FlagHolder], **
 
 
 def load_task(spec: str, holders: dict[str, flags.FlagHolder]) -> tasks.Task:
-    """The task `--task` names (`tfmp.run.tasks.load`), with only the flags given on the command line over its config.
+    """The task `--task` names (`tfmp.run.task_loader.load`), with only the flags given on the command line over it.
 
     Raises:
         app.UsageError: for a bad `--task` (naming it) or a flag the task's config has no field for.
     """
     try:
-        task = tasks.load(spec)
+        task = task_loader.load(spec)
     except training.ConfigError as e:  # about --task, a flag of the script rather than a config field
         terms = FlagTerms()
         terms.flags.add("task")

@@ -184,10 +184,10 @@ RUN_LAYERS = (
     ),  # leaves
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts
-    ("distribute", "checkpoint", "diagnostics"),  # run services
+    ("distribute", "checkpoint", "diagnostics", "epochs"),  # run services
     ("callbacks",),  # a run's side effects, built on the services
-    ("task_loader",),  # finding what --task=MODULE:NAME names
-    ("tasks",),  # what one config builds
+    ("tasks",),  # the public Task: what the user writes
+    ("task_loader", "shipped"),  # finding what --task=MODULE:NAME names; the shipped tasks
     ("setting",),  # what a config resolves to before any model is built
     ("runner",),  # one run
     ("training", "benchmark", "reporting"),  # entry points

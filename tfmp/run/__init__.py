@@ -8,9 +8,11 @@ table is in docs/guides/architecture.md and tests/test_layering.py):
 * paired runs: `parity`;
 * entry points: `training` (`train_gan`, `train_classifier`, `diagnose_run`, ...),
   `benchmark`, `reporting`;
-* one run: `runner`; what a config resolves to: `setting`; what it builds: `tasks`;
+* one run: `runner`; what a config resolves to: `setting`;
+* the shipped tasks: `shipped`; loading `--task=MODULE:NAME`: `task_loader`;
+* what a task is: `tasks` (`Task`, `SupervisedTask`);
 * a run's side effects: `callbacks`;
-* run services: `checkpoint`, `distribute`, `diagnostics`;
+* run services: `checkpoint`, `distribute`, `diagnostics`, `epochs`;
 * settings: `config` (with the choices it checks, e.g. `STRATEGIES`, `CONSOLE_MODES`);
 * leaves: `data`, `legacy_checkpoint` (tfmp 0.1's layout), `determinism`, `rundir`,
   `preemption`, `autotune`, `memory`.

@@ -39,6 +39,7 @@ import hashlib
 import math
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import tensorflow as tf
 
@@ -58,11 +59,24 @@ __all__ = [
     "cpu_has_bfloat16",
     "cpu_has_float16",
     "detect_hardware",
+    "float32_pattern",
     "machine_id",
 ]
 
 _CACHE_NAME = "auto_precision.json"
 _CACHE_VERSION = 1
+
+
+def float32_pattern(task: Any, precision: str) -> str:
+    """The `float32_layers` pattern a run of `task` at `precision` applies ("" = none).
+
+    The task's `config.float32_layers`, where `"auto"` is the model's advice
+    for bfloat16 on a CPU: the task's `cpu_bfloat16_float32_layers`
+    attribute, if it has one (a string; "" for none), and none otherwise
+    (`tfmp.precision.resolve_float32_layers`).
+    """
+    advice = getattr(task, "cpu_bfloat16_float32_layers", "")
+    return precision_lib.resolve_float32_layers(task.config.float32_layers, precision, advice)
 
 
 def cache_file() -> str:

@@ -3,8 +3,9 @@
 A minimal `tf.function` update of a trainer's networks, of the kind a user
 would write by hand, that deliberately shares no code with `tfmp.trainers`:
 the benchmark's `ratio_to_hand_written` is the trainer's cost over it. A
-`tfmp.run.tasks.Task` returns one from `hand_written_step`; `supervised`
-serves any model with one loss, `gan` the original tutorial's GAN.
+task's is `hand_written_step(task, ...)`: `supervised` for a `tfmp.Trainer`
+(any model with one loss), `gan` for the original tutorial's GAN, or the
+task's own `hand_written_step` method when it defines one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tensorflow as tf
 from tfmp import cpu_kernels, trainers
 from tfmp import loss_scale as loss_scale_lib
 
-__all__ = ["HandWritten", "gan", "supervised"]
+__all__ = ["HandWritten", "gan", "hand_written_step", "supervised"]
 
 
 @dataclasses.dataclass
@@ -158,3 +159,27 @@ def gan(
         return g_loss, d_loss
 
     return HandWritten(step, (g_opt, d_opt))
+
+
+def hand_written_step(
+    task: Any, trainer: trainers.MixedPrecisionTrainer, precision: str, jit_compile: bool, steps_per_epoch: int
+) -> HandWritten | None:
+    """The benchmark's baseline for `trainer`, built by `task` (a `tfmp.run.tasks.Task`); None when there is none.
+
+    The task's own `hand_written_step(trainer, precision, jit_compile,
+    steps_per_epoch)` when it defines one; otherwise, from the trainer's
+    kind and fresh copies of the task's optimizers (`task.optimizers`):
+    `supervised` for a `tfmp.Trainer` (with the task's `loss()`, or the
+    trainer's compiled loss), `gan` for a `tfmp.GANTrainer` (seeded by
+    `config.seed`), and None for any other trainer.
+    """
+    if hasattr(task, "hand_written_step"):
+        return task.hand_written_step(trainer, precision, jit_compile, steps_per_epoch)
+    optimizers = tuple(task.optimizers(steps_per_epoch))
+    if isinstance(trainer, trainers.GANTrainer):
+        return gan(trainer, optimizers, precision, jit_compile, task.config.seed)
+    if isinstance(trainer, trainers.Trainer):
+        (optimizer,) = optimizers
+        loss = task.loss() if hasattr(task, "loss") else trainer.loss
+        return supervised(trainer.network, optimizer, loss, precision, jit_compile)
+    return None

@@ -49,6 +49,8 @@ from tfmp import trainers
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
 from tfmp.run import determinism, diagnostics, distribute, preemption, rundir
+from tfmp.run import epochs as epochs_lib
+from tfmp.run.callbacks.display import console_fields, describe_data, example_unit, summary_route
 from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig
 from tfmp.run.setting import Setting, resolve
 from tfmp.run.tasks import Built, Task
@@ -347,7 +349,7 @@ class Runner:
             setting.data,
         )
         run_dir = dirs.run_dir
-        steps = task.steps_per_epoch(data)
+        steps = epochs_lib.steps_per_epoch(task, data)
 
         keras.utils.set_random_seed(config.seed)
         with (
@@ -367,7 +369,7 @@ class Runner:
                 dirs.run_checkpoints,
                 print_fn=print_fn,
             )
-            described_data = f"{described} " if (described := task.describe_data()) else ""
+            described_data = f"{described} " if (described := describe_data(task)) else ""
             print_fn(
                 f"training {task.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
                 f"tf32={config.tf32} {described_data}batch_size={config.batch_size} "
@@ -380,11 +382,11 @@ class Runner:
                     print_fn(warnings)
             position = self._restore(checkpoint)
             timer = callbacks_lib.StepTimer(
-                config.batch_size * trainer.images_per_example, config.warmup_steps, task.example_unit
+                config.batch_size * trainer.images_per_example, config.warmup_steps, example_unit(task)
             )
             console = callbacks_lib.ConsoleLogger(
                 timer,
-                task.console_fields,
+                console_fields(task),
                 trainer.loss_scale_prefixes,
                 config.log_every,
                 setting.run_dir,
@@ -395,7 +397,7 @@ class Runner:
             )
             # At the global step, so that a resumed run continues its per-step curves.
             summaries = callbacks_lib.Summaries(
-                run_dir, task.summary_route, self._hparams(setting, strategy), config.log_every, position, timer
+                run_dir, summary_route(task), self._hparams(setting, strategy), config.log_every, position, timer
             )
             others = self._callbacks(trainer, data, run_dir, position)
             dirs.training_started = True  # from here on SIGINT/SIGTERM finish the step and checkpoint
@@ -457,11 +459,12 @@ class Runner:
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
         callbacks = [distribute.AverageReplicaStatistics(), *task.callbacks(trainer, run_dir), *self.extra_callbacks]
         if config.diagnose_every:
-            callbacks.append(callbacks_lib.GradientDiagnostics(task.probe(data), config.diagnose_every, run_dir))
+            probe = diagnostics.probe(task, data)
+            callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, run_dir))
         if config.profile_steps:
             callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, run_dir, self.print_fn))
         if config.on_nonfinite == "stop":
-            callbacks.append(callbacks_lib.NonFiniteStop(lambda index: task.batch_at(data, index), position))
+            callbacks.append(callbacks_lib.NonFiniteStop(lambda step: epochs_lib.batch_at(task, data, step), position))
         return callbacks
 
     def _restore(self, checkpoint: checkpoint_lib.RunCheckpoint) -> int:
@@ -511,7 +514,7 @@ class Runner:
             segments.append((epoch, epochs, steps, 0))
         for i, (first_epoch, end_epoch, segment_steps, offset) in enumerate(segments):
             trainer.fit(
-                self.task.stream(data, position),
+                epochs_lib.stream(self.task, data, position),
                 validation_data=validation,
                 initial_epoch=first_epoch,
                 epochs=end_epoch,

@@ -21,8 +21,10 @@ import tensorflow as tf
 
 from tfmp import precision as precision_lib
 from tfmp import trainers
-from tfmp.run import autotune
+from tfmp.run import autotune, diagnostics
 from tfmp.run import callbacks as callbacks_lib
+from tfmp.run import epochs as epochs_lib
+from tfmp.run.callbacks.display import example_unit
 from tfmp.run.config import ConfigError, loss_scale_is_set, resolved_loss_scale
 from tfmp.run.tasks import Built, Task
 
@@ -84,7 +86,7 @@ def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = Tru
     config.validate()
     data = task.load_data()
     if check_steps:
-        task.steps_per_epoch(data)
+        epochs_lib.steps_per_epoch(task, data)
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
     precision = precision_lib.canonical_precision(config.precision)
     loss_scale = resolved_loss_scale(config.loss_scale)
@@ -151,7 +153,7 @@ def _measured_precision(
     config = task.config
     candidates = autotune.candidates(hardware)
     built: dict[str, Built] = {}
-    probe = task.probe(data)
+    probe = diagnostics.probe(task, data)
 
     def build(precision: str) -> Built:
         if precision not in built:
@@ -174,7 +176,7 @@ def _measured_precision(
             "networks": {name: net.get_config() for name, net in trainer.networks.items()},
             "batch_size": config.batch_size,
             "xla": jit_compile,
-            "float32_layers": task.float32_pattern("mixed_bfloat16"),
+            "float32_layers": autotune.float32_pattern(task, "mixed_bfloat16"),
         }
         # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
         if "mixed_float16" in candidates:
@@ -185,6 +187,6 @@ def _measured_precision(
     capability = hardware.compute_capability
     tf32 = config.tf32 and capability is not None and capability >= (8, 0)
     labels = {"float32": "float32 with TF32"} if tf32 else None
-    choice = autotune.choose(signature, measure, hardware, labels=labels, unit=f"{task.example_unit}/s")
+    choice = autotune.choose(signature, measure, hardware, labels=labels, unit=f"{example_unit(task)}/s")
     print_fn(str(choice))
     return choice.precision

@@ -1,26 +1,34 @@
-"""Finding the object `--task=MODULE:NAME` names: importing the module, and naming what was found.
+"""Loading the task `--task=MODULE:NAME` names: `load`.
 
-`tfmp.run.tasks.load` checks that the object is a Task; this module does the
-rest, so that each mistake a user makes with the spec is one line about the
-setting `task`: a missing module or file, a module that does not import (a
+Each mistake a user makes with the spec is one line about the setting
+`task`: a missing module or file, a module that does not import (a
 SyntaxError, an ImportError, with the file and line), and an object of the
-wrong kind, named as what it is (`kind`).
+wrong kind, named as what it is (`kind`). A .py file is imported by path,
+leaving `sys.path` as it was (`import_file`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import keras
 
 from tfmp.run.config import ConfigError
+from tfmp.run.tasks import Task
 
-__all__ = ["import_module", "kind", "task_error"]
+__all__ = ["import_file", "import_files", "import_module", "imported_files", "kind", "load", "task_error"]
+
+# The task files imported by path in this process: module name -> absolute path.
+_FILES: dict[str, str] = {}
 
 
 def task_error(problem: str, spec: str) -> ConfigError:
@@ -66,12 +74,56 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+@contextlib.contextmanager
+def _folder_on_path(directory: str) -> Iterator[None]:
+    """`directory` first on `sys.path` while the block runs (so a task file imports its neighbours), then not."""
+    sys.path.insert(0, directory)
+    try:
+        yield
+    finally:
+        sys.path.remove(directory)
+
+
+def import_file(module_name: str, path: str) -> types.ModuleType:
+    """The module `module_name` executed from the .py file `path`, kept in `sys.modules` under that name.
+
+    Imported once: the same name from the same file is the module already
+    imported. Its folder is on `sys.path` only while it imports. A fresh
+    process (the benchmark's rows) gets the files the parent imported this
+    way from `imported_files()`, and imports them again with this function.
+    """
+    loaded = sys.modules.get(module_name)
+    if loaded is not None and os.path.abspath(getattr(loaded, "__file__", None) or "") == path:
+        return loaded
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        with _folder_on_path(os.path.dirname(path)):
+            spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    _FILES[module_name] = path
+    return module
+
+
+def imported_files() -> dict[str, str]:
+    """`{module name: path}` of each task file `import_module` imported from a path in this process."""
+    return dict(_FILES)
+
+
+def import_files(files: dict[str, str]) -> None:
+    """Imports each task file of `imported_files()` (another process's) under its module name."""
+    for module_name, path in files.items():
+        import_file(module_name, path)
+
+
 def import_module(module_name: str, spec: str) -> types.ModuleType:
     """The module `module_name` (a dotted name on the path, or a .py file) of the task spec `spec`.
 
-    A .py file is imported by its name from its folder (put first on
-    `sys.path`), so that a fresh process (the benchmark's rows) imports it
-    again.
+    A .py file is imported under its file's name (`import_file`), leaving
+    `sys.path` as it was.
 
     Raises:
         ConfigError: about the setting `task`, naming `spec`: for a missing
@@ -84,10 +136,10 @@ def import_module(module_name: str, spec: str) -> types.ModuleType:
         module_file = os.path.abspath(module_name)
         if not os.path.isfile(module_file):
             raise task_error(f"no such file {module_name!r}.", spec)
-        directory, module_name = os.path.split(module_file[: -len(".py")])
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
+        module_name = os.path.basename(module_file)[: -len(".py")]
     try:
+        if module_file is not None:
+            return import_file(module_name, module_file)
         return importlib.import_module(module_name)
     except SyntaxError as e:  # in the module, or in a module it imports: the file and line are the error's
         where = f"{_shown(e.filename)} line {e.lineno}" if e.filename else module_name
@@ -125,3 +177,74 @@ def kind(value: Any) -> str:
     if isinstance(value, (bool, int, float, str)) and len(shown) <= 40:
         return f"{_article(type(value).__name__)} ({shown})"
     return _article(type(value).__name__)
+
+
+_NAME_MUST_BE = (
+    "NAME must be a tfmp.run.tasks.Task, a Task subclass (made with its default config), or a function "
+    "taking no arguments that returns a Task"
+)
+
+
+def load(spec: str) -> Task:
+    """The task `spec` names: `"MODULE:NAME"` (a module on the Python path, or a path to a .py file).
+
+    This is what `tfmp-train --task=...` (and the benchmark, diagnose and
+    parity commands) call. `NAME` may be a `Task`, a `Task` subclass (made
+    with its default config), or a function taking no arguments that
+    returns a `Task`.
+
+    Args:
+        spec: e.g. `"my_tasks:TEXT_MODEL"` or `"path/to/my_tasks.py:TEXT_MODEL"`.
+
+    Returns:
+        The task.
+
+    Raises:
+        ConfigError: for a spec without `:`, a missing module or file, a
+            module that does not import (a SyntaxError or an ImportError:
+            the file, the line and the error), a missing attribute, or an
+            attribute of the wrong kind (named as what it is), about the
+            setting `task`, naming `spec` and what NAME must be.
+    """
+    if not isinstance(spec, str) or spec.count(":") < 1 or not all(spec.rpartition(":")[::2]):
+        raise task_error(
+            "must be MODULE:NAME (a module on the Python path or a .py file, and the name of its task); "
+            f"{_NAME_MUST_BE}.",
+            spec,
+        )
+    module_name, _, name = spec.rpartition(":")
+    module = import_module(module_name, spec)
+    if not hasattr(module, name):
+        found = sorted(k for k, v in vars(module).items() if isinstance(v, Task) and not k.startswith("_"))
+        listed = f" It defines these tasks: {', '.join(found)}." if found else " It defines no Task."
+        raise task_error(f"module {module.__name__!r} has no attribute {name!r}.{listed}", spec)
+    value = getattr(module, name)
+    if inspect.isclass(value):
+        if not issubclass(value, Task):
+            raise task_error(f"{name} is {kind(value)} that is not a Task subclass; {_NAME_MUST_BE}.", spec)
+        if inspect.isabstract(value):
+            missing = ", ".join(sorted(value.__abstractmethods__))
+            raise task_error(f"{name} is an abstract Task subclass (it lacks {missing}); {_NAME_MUST_BE}.", spec)
+        return value()
+    if inspect.isroutine(value) or isinstance(value, functools.partial):
+        try:
+            inspect.signature(value).bind()
+        except (TypeError, ValueError):
+            raise task_error(f"{name} is a function that takes arguments; {_NAME_MUST_BE}.", spec) from None
+        result = value()
+        if not isinstance(result, Task):
+            raise task_error(f"{name} is a function that returned {kind(result)}, not a Task; {_fix(result)}", spec)
+        return result
+    if not isinstance(value, Task):
+        raise task_error(f"{name} is {kind(value)}, not a Task; {_fix(value)}", spec)
+    return value
+
+
+def _fix(value: Any) -> str:
+    """What to do about a NAME that is (or returned) `value` rather than a Task: for a model, wrap its builder."""
+    if isinstance(value, keras.Model):
+        return (
+            "give the function that builds the model to tfmp.run.tasks.SupervisedTask(model=..., train_data=..., "
+            "loss=...) and name that task."
+        )
+    return f"{_NAME_MUST_BE}."

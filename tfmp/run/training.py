@@ -38,9 +38,10 @@ import keras
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import diagnostics, rundir, tasks
+from tfmp.run import diagnostics, rundir, shipped, tasks
 from tfmp.run import runner as runner_lib
 from tfmp.run import setting as setting_lib
+from tfmp.run.callbacks import display
 from tfmp.run.config import (
     LR_SCHEDULES,
     ON_NONFINITE,
@@ -91,7 +92,7 @@ def train(
 
             ```python
             strategy = distribute.make_strategy("multi_worker")
-            task = tasks.load("my_tasks.py:TASK").replace(strategy="multi_worker")
+            task = task_loader.load("my_tasks.py:TASK").replace(strategy="multi_worker")
             training.train(task, strategy=strategy)
             ```
 
@@ -121,7 +122,7 @@ def train_gan(
         ConfigError: for an impossible setting, before training.
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
     """
-    return train(tasks.GANTask(config), print_fn, strategy=strategy)
+    return train(shipped.GANTask(config), print_fn, strategy=strategy)
 
 
 def train_classifier(
@@ -138,12 +139,12 @@ def train_classifier(
         ConfigError: for an impossible setting, before training.
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
     """
-    return train(tasks.ClassifierTask(config), print_fn, strategy=strategy)
+    return train(shipped.ClassifierTask(config), print_fn, strategy=strategy)
 
 
 def diagnose_run(config: TrainConfig, print_fn: Callable[[str], None] | None = print) -> diagnostics.Diagnosis:
-    """`diagnose` of the shipped model `config` describes (`tfmp.run.tasks.task_for`)."""
-    return diagnose(tasks.task_for(config), print_fn)
+    """`diagnose` of the shipped model `config` describes (`tfmp.run.shipped.task_for`)."""
+    return diagnose(shipped.task_for(config), print_fn)
 
 
 def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -> diagnostics.Diagnosis:
@@ -177,13 +178,13 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
         with precision_lib.precision_scope(setting.precision):
             built = task.build(setting.precision, setting.loss_scale, False, 1, setting.data)
             runner_lib.announce_float32_layers(task, built, setting.precision, print_fn)
-            described_data = f" {described}" if (described := task.describe_data()) else ""
+            described_data = f" {described}" if (described := display.describe_data(task)) else ""
             print_fn(
                 f"diagnosing {built.trainer.name}: precision={setting.precision} "
                 f"loss_scale={setting.loss_scale} batch_size={config.batch_size}{described_data}\n"
             )
             diagnosis = diagnostics.diagnose(
-                built.trainer, task.probe(setting.data), batch_size=config.batch_size, print_fn=print_fn
+                built.trainer, diagnostics.probe(task, setting.data), batch_size=config.batch_size, print_fn=print_fn
             )
         if config.run_name:
             diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)

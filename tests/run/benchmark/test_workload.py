@@ -7,7 +7,8 @@ import tensorflow as tf
 from benchmark_tiny import BATCH, tiny_specs
 
 import tfmp
-from tfmp.run import benchmark
+from tfmp.run import benchmark, tasks
+from tfmp.run import config as config_lib
 
 
 @pytest.mark.parametrize(
@@ -38,3 +39,26 @@ def test_hand_written_step_is_the_trainers_math(model, precision):
     scaled = [isinstance(o, tfmp.LossScaleOptimizer) for o in workload.hand_written_optimizers]
     assert scaled == [precision == "mixed_float16"] * (2 if model == "tiny_gan" else 1)
     assert workload.images_per_step == (2 if model == "tiny_gan" else 1) * BATCH
+
+
+def _dense():
+    x = keras.Input((4,))
+    return keras.Model(x, keras.layers.Dense(3, activation="softmax", dtype="float32")(x))
+
+
+def test_a_user_task_without_the_benchmarks_hooks_gets_its_first_batch_and_the_supervised_step():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(20, 4)).astype(np.float32), rng.integers(0, 3, 20)
+    task = tasks.SupervisedTask(
+        _dense, (x, y), loss="sparse_categorical_crossentropy", config=config_lib.TrainConfig(batch_size=8)
+    )
+    assert not hasattr(task, "benchmark_batch") and not hasattr(task, "hand_written_step")
+    first = next(iter(task.train_data(None)))
+    np.testing.assert_array_equal(benchmark.benchmark_batch(task)[0].numpy(), first[0].numpy())
+    with tfmp.precision_scope("float32"):
+        workload = benchmark.build_workload(task, "float32", False)
+    assert workload.batch[0].shape == (8, 4) and len(workload.hand_written_optimizers) == 1
+    before = [v.numpy() for v in workload.trainer.trainable_variables]
+    loss = workload.hand_written_step(workload.batch)
+    assert np.isfinite(float(loss))
+    assert any(not np.array_equal(a, v.numpy()) for a, v in zip(before, workload.trainer.trainable_variables))

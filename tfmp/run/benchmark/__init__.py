@@ -37,14 +37,14 @@ from tfmp.run.benchmark.settings import (
     canonical_precisions,
     default_specs,
 )
-from tfmp.run.benchmark.workload import Workload, build_workload
+from tfmp.run.benchmark.workload import Workload, benchmark_batch, build_workload
 
 # fmt: off
 __all__ = [  # by defining module: settings, records, workload, pipeline, modes, kernel_ceiling, resident_memory
     "BenchmarkConfig", "DEFAULT_RESNET_INPUT_SIZE", "MODELS", "MODES", "PIPELINE_MODELS", "PRECISIONS",
     "canonical_models", "canonical_precisions", "default_specs",
     "PipelineRecord", "Record", "ResidentRecord",
-    "Workload", "build_workload",
+    "Workload", "benchmark_batch", "build_workload",
     "Pipeline", "epoch_batch_sizes", "training_pipeline",
     "compare", "input_pipeline",
     "CeilingRecord", "ceiling",

@@ -22,12 +22,14 @@ import keras
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import tasks
+from tfmp.run import config as config_lib
+from tfmp.run import task_loader, tasks
 from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record
 from tfmp.run.benchmark.settings import BenchmarkConfig, canonical_models, canonical_precisions, dedupe, default_specs
 from tfmp.run.benchmark.timing import hand_written_driver, interleave, trainer_driver
 from tfmp.run.benchmark.workload import Workload, build_workload
+from tfmp.run.callbacks import display
 from tfmp.run.memory import GpuPeakMemory, HostPeakMemory
 
 __all__ = ["compare", "input_pipeline"]
@@ -83,7 +85,7 @@ def _build(
 
 def _unit(spec: tasks.Task) -> str:
     """What the model's throughput counts, as printed: `img/s` or `ex/s`."""
-    return f"{spec.example_unit}/s"
+    return f"{display.example_unit(spec)}/s"
 
 
 def _kept(float32_layers: int) -> str:
@@ -157,10 +159,15 @@ def _in_fresh_process(function: Callable[..., _T], *args: Any) -> _T:
 
     Spawned rather than forked: forking a process whose TensorFlow runtime has
     started its thread pools is unsafe. The process exits when it returns, and
-    with it everything TensorFlow kept.
+    with it everything TensorFlow kept. It first imports the task files this
+    process loaded by path (`tfmp.run.task_loader.imported_files`), so that a
+    task defined in one unpickles there.
     """
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+    files = task_loader.imported_files()
+    with concurrent.futures.ProcessPoolExecutor(
+        max_workers=1, mp_context=context, initializer=task_loader.import_files, initargs=(files,)
+    ) as pool:
         return pool.submit(function, *args).result()
 
 
@@ -333,7 +340,7 @@ def input_pipeline(
         key = (spec.name, batch_size)
         if key not in pipelines:
             # The shipped image models read the benchmark's dataset; a task of your own reads its own data.
-            changes = {"dataset": dataset} if isinstance(spec, tasks.ImageTask) else {}
+            changes = {"dataset": dataset} if isinstance(spec.config, config_lib.ImageConfig) else {}
             pipelines[key] = training_pipeline(_row_task(spec, batch_size, config, **changes))
         gc.collect()
         real, synthetic = _measure_pipeline_row(spec, precision, xla, batch_size, pipelines[key], config)

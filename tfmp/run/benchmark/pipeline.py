@@ -7,6 +7,7 @@ import dataclasses
 import tensorflow as tf
 
 from tfmp.run import tasks
+from tfmp.run.config import ImageConfig
 
 __all__ = ["Pipeline", "epoch_batch_sizes", "training_pipeline"]
 
@@ -56,8 +57,8 @@ def training_pipeline(task: tasks.Task) -> Pipeline:
     any other task one epoch of the pipeline is read once to count them.
     """
     data = task.load_data()
-    if isinstance(task, tasks.ImageTask):
-        sizes = epoch_batch_sizes(len(data.x_train), task.config.batch_size, task.drop_remainder)
+    if isinstance(task.config, ImageConfig):
+        sizes = epoch_batch_sizes(len(data.x_train), task.config.batch_size, getattr(task, "drop_remainder", False))
     else:
         sizes = tuple(int(tf.nest.flatten(batch)[0].shape[0]) for batch in task.train_data(data))
     return Pipeline(task.train_data(data).repeat(), sizes)

@@ -16,7 +16,7 @@ from tfmp import precision as precision_lib
 from tfmp.models.resnet50 import MIN_INPUT_SIZE
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
-from tfmp.run import tasks
+from tfmp.run import shipped, tasks
 
 __all__ = [
     "BenchmarkConfig",
@@ -196,19 +196,19 @@ class BenchmarkConfig:
 def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[str, tasks.Task]:
     """The benchmark's models, by name: the tasks training runs, at the benchmark's default batch sizes.
 
-    * `gan`: the original tutorial's GAN (`tfmp.run.tasks.GANTask` of the default
+    * `gan`: the original tutorial's GAN (`tfmp.run.shipped.GANTask` of the default
       `GANConfig`), batch 512 by default;
     * `mobilenet_v2`: the default `ClassifierConfig`'s MobileNetV2 at
       32x32x3, 10 classes, alpha 1.0, BatchNorm momentum 0.9, cosine
       learning rate, batch 128; under bfloat16 on a CPU the depthwise
       convolutions of `tfmp.models.mobilenet_v2.cpu_bfloat16_float32_layers`
       in float32 (as training);
-    * `resnet50`: `tfmp.run.tasks.resnet50_task` at `resnet_input_size`
+    * `resnet50`: `tfmp.run.shipped.resnet50_task` at `resnet_input_size`
       squared, 10 classes, batch 32.
     """
     classifier = config_lib.ClassifierConfig()
     return {
-        "gan": tasks.GANTask(config_lib.GANConfig(batch_size=512)),
-        "mobilenet_v2": tasks.ClassifierTask(dataclasses.replace(classifier, batch_size=128)),
-        "resnet50": tasks.resnet50_task(dataclasses.replace(classifier, batch_size=32), resnet_input_size),
+        "gan": shipped.GANTask(config_lib.GANConfig(batch_size=512)),
+        "mobilenet_v2": shipped.ClassifierTask(dataclasses.replace(classifier, batch_size=128)),
+        "resnet50": shipped.resnet50_task(dataclasses.replace(classifier, batch_size=32), resnet_input_size),
     }

@@ -111,7 +111,7 @@ class Summaries(keras.callbacks.Callback):
     Args:
         logdir: The run's directory.
         route: Maps a log key to `(sub-run, name)`; a task's
-            `summary_route` (`tfmp.run.tasks`).
+            `summary_route` (`tfmp.run.callbacks.display`).
         hparams: Hyperparameters to record (str, bool, int or float values).
         log_every: Write the per-step scalars every this many global steps.
         step: Training steps done before this `fit()` (the restored step).

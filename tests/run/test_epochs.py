@@ -1,0 +1,81 @@
+"""Tests for tfmp/run/epochs.py: an epoch's length, the stream a resume replays, and the batch at a step."""
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfmp.run import config as config_lib
+from tfmp.run import epochs, shipped, tasks
+
+TINY_CLASSIFIER = config_lib.ClassifierConfig(dataset="digits", batch_size=16, alpha=0.35, epochs=3)
+
+
+def _dense_model(inputs=4, outputs=3, activation="softmax"):
+    def build():
+        x = keras.Input((inputs,), name="features")
+        y = keras.layers.Dense(outputs, kernel_initializer=keras.initializers.GlorotUniform(0))(x)
+        return keras.Model(x, keras.layers.Activation(activation, dtype="float32")(y))
+
+    return build
+
+
+def _arrays(n=20, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)
+
+
+def test_a_user_task_without_the_hooks_gets_its_epochs_stream_and_batches_from_its_pipeline():
+    x, y = _arrays()
+    task = tasks.SupervisedTask(_dense_model(), (x, y), loss="mse", config=config_lib.TrainConfig(batch_size=8))
+    assert not hasattr(task, "stream") and not hasattr(task, "steps_per_epoch")
+    assert epochs.steps_per_epoch(task, None) == 3
+    first = [b[1].numpy().tolist() for b in task.train_data(None)]
+    resumed = [b[1].numpy().tolist() for b in epochs.stream(task, None, 2).take(2)]
+    assert resumed[0] == first[2] and resumed[1] != first[0]  # step 3 is the next epoch's, reshuffled
+    assert epochs.batch_at(task, None, 2)[1].numpy().tolist() == first[2]
+
+
+def test_batch_at_is_the_streams_batch_of_that_step_across_epochs():
+    task = shipped.ClassifierTask(dataclasses.replace(TINY_CLASSIFIER, batch_size=512))
+    split = task.load_data()
+    steps = epochs.steps_per_epoch(task, len(split.x_train))
+    stream = [x.numpy() for x, _ in epochs.stream(task, split).take(2 * steps + 1)]
+    for index in (0, steps - 1, steps, 2 * steps):
+        np.testing.assert_array_equal(epochs.batch_at(task, split, index)[0].numpy(), stream[index])
+    # A new epoch is reshuffled: its first batch is not the first epoch's.
+    assert not np.array_equal(stream[0], stream[steps])
+
+
+class _AsFlags(config_lib.Terms):
+    """Settings named as a command line names them (`--steps_per_epoch`), as the scripts' terms do."""
+
+    def name(self, field):
+        return f"--{field}"
+
+
+def test_a_pipeline_that_repeats_forever_is_told_to_set_steps_per_epoch_and_an_unknown_length_its_cardinality():
+    def forever(batch_size, seed):
+        return tf.data.Dataset.from_tensor_slices(_arrays()).batch(batch_size).repeat()
+
+    def unknown(batch_size, seed):
+        return tf.data.Dataset.from_tensor_slices(_arrays()).filter(lambda x, y: y >= 0).batch(batch_size)
+
+    endless = tasks.SupervisedTask(_dense_model(), forever, loss="mse", name="endless")
+    with pytest.raises(config_lib.ConfigError) as raised:
+        epochs.steps_per_epoch(endless, None)
+    assert raised.value.in_terms(_AsFlags()) == (
+        "The training pipeline of 'endless' repeats forever, so an epoch has no end: set --steps_per_epoch to the "
+        "steps of an epoch, or make the pipeline give one epoch (no repeat()). Received: --steps_per_epoch=None"
+    )
+    assert "cardinality" not in str(raised.value) and "assert_cardinality" not in str(raised.value)
+    unsized = tasks.SupervisedTask(_dense_model(), unknown, loss="mse", name="unsized")
+    with pytest.raises(config_lib.ConfigError, match=r"'unsized'.*not known \(tf.data cardinality -2\)") as raised:
+        epochs.steps_per_epoch(unsized, None)
+    assert "assert_cardinality" in str(raised.value)
+    assert (
+        epochs.steps_per_epoch(endless.replace(steps_per_epoch=4), None),
+        epochs.steps_per_epoch(unsized.replace(steps_per_epoch=2), None),
+    ) == (4, 2)

@@ -1,0 +1,36 @@
+"""The shipped tasks: the original tutorial's GAN and the image classifiers, apart from the public task API.
+
+* `gan.py`: `GANTask`, the tutorial's GAN (`tfmp.models.gan`);
+* `classifier.py`: `ClassifierTask`, MobileNetV2 or another image network
+  (`resnet50_task`);
+* `images.py`: the image data both use (a dataset by name, its epochs, its
+  probe and a synthetic batch), as functions they call.
+
+`task_for(config)` is the shipped task a config describes. Each is a
+`tfmp.run.tasks.Task` subclass, as a user's model would be.
+"""
+
+from __future__ import annotations
+
+from tfmp.run.config import ClassifierConfig, ConfigError, GANConfig, TrainConfig
+from tfmp.run.shipped.classifier import ClassifierTask, NetworkBuilder, resnet50_task
+from tfmp.run.shipped.gan import GANTask
+from tfmp.run.tasks import Task
+
+__all__ = ["ClassifierTask", "GANTask", "NetworkBuilder", "resnet50_task", "task_for"]
+
+
+def task_for(config: TrainConfig) -> Task:
+    """The shipped task a config describes: `GANTask` for a `GANConfig`, `ClassifierTask` for a `ClassifierConfig`.
+
+    Raises:
+        ConfigError: for another kind of config, naming it.
+    """
+    if isinstance(config, GANConfig):
+        return GANTask(config)
+    if isinstance(config, ClassifierConfig):
+        return ClassifierTask(config)
+    raise ConfigError(
+        "No shipped model for this config; use GANConfig or ClassifierConfig, or give your model as a "
+        f"tfmp.run.tasks.Task. Received: {type(config).__name__}"
+    )

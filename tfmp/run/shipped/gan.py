@@ -1,0 +1,130 @@
+"""The original tutorial's GAN as a task: `tfmp.models.gan`'s networks, trained by `tfmp.GANTrainer`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfmp import trainers
+from tfmp.models.gan import build_discriminator, build_generator
+from tfmp.run import data as data_lib
+from tfmp.run.callbacks.tensorboard import GeneratorSamples
+from tfmp.run.config import GANConfig
+from tfmp.run.shipped import images
+from tfmp.run.tasks import Task
+
+__all__ = ["GANTask", "gan_route"]
+
+
+def gan_route(key: str) -> tuple[str, str]:
+    """The tutorial's TensorBoard layout: the generator's and discriminator's curves overlay.
+
+    `g_x` goes to `generator/x`, `d_x` to `discriminator/x` (tags `batch_x`
+    and `epoch_x`, see `tfmp.run.callbacks.Summaries`); other keys
+    (throughput) to the run's root. Validation keys get a `_validation`
+    sub-run of their own.
+    """
+    validation = key.startswith("val_")
+    if validation:
+        key = key[4:]
+    for prefix, run in (("g_", "generator"), ("d_", "discriminator")):
+        if key.startswith(prefix):
+            return (f"{run}_validation" if validation else run), key[len(prefix) :]
+    return ("validation" if validation else ""), key
+
+
+class GANTask(Task):
+    """The original tutorial's GAN (`tfmp.models.gan`, `tfmp.GANTrainer`) on an image dataset loaded by name.
+
+    Images only, incomplete batches dropped, as the tutorial. The benchmark's
+    batch is synthetic, so no dataset is loaded for it.
+
+    Args:
+        config: The run's settings; default `GANConfig()`.
+        name: The model's name.
+    """
+
+    name = "gan"
+    config: GANConfig
+    drop_remainder = True  # as the tutorial
+    console_fields = (("G Loss", "g_loss"), ("D Loss", "d_loss"))
+    example_unit = "img"
+
+    def __init__(self, config: GANConfig | None = None, name: str | None = None):
+        super().__init__(GANConfig() if config is None else config, name)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """`(height, width, channels)` of the model's images."""
+        return self.config.image_shape
+
+    def load_data(self) -> data_lib.Split:
+        """The config's dataset at the model's image shape, split by its seed."""
+        return images.load(self.config, self.image_shape)
+
+    def train_data(self, data: data_lib.Split) -> tf.data.Dataset:
+        c = self.config
+        return data_lib.make_dataset(data.x_train, batch_size=c.batch_size, drop_remainder=True, seed=c.seed)
+
+    def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
+        c = self.config
+        return (
+            trainers.TUTORIAL_GAN.generator_optimizer(c.generator_learning_rate),
+            trainers.TUTORIAL_GAN.discriminator_optimizer(c.discriminator_learning_rate),
+        )
+
+    def build_trainer(
+        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, data: Any
+    ) -> trainers.MixedPrecisionTrainer:
+        c = self.config
+        trainer = trainers.GANTrainer(
+            build_generator(c.latent_dim, c.generator_widths),
+            build_discriminator(c.discriminator_widths),
+            c.label_softening,
+            c.label_swap_fraction,
+            seed=c.seed,
+        )
+        trainer.compile(
+            *self.optimizers(steps_per_epoch), loss_scale=loss_scale, skip_nonfinite=True, jit_compile=jit_compile
+        )
+        return trainer
+
+    def hparams(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "dataset": c.dataset,
+            "latent_dim": c.latent_dim,
+            "generator_learning_rate": c.generator_learning_rate,
+            "discriminator_learning_rate": c.discriminator_learning_rate,
+        }
+
+    def callbacks(self, trainer: trainers.MixedPrecisionTrainer, run_dir: str) -> list[keras.callbacks.Callback]:
+        """A grid of generated images per epoch, from fixed noise (`tfmp.run.callbacks.GeneratorSamples`)."""
+        c = self.config
+        noise = np.random.default_rng(c.seed).uniform(-1, 1, (c.num_samples, c.latent_dim))
+        return [GeneratorSamples(os.path.join(run_dir, "generator"), trainer.generator, noise)]
+
+    # -- how the run framework shows and feeds it (see tfmp.run.tasks) ----------
+
+    def summary_route(self, key: str) -> tuple[str, str]:
+        """`gan_route`: the tutorial's layout."""
+        return gan_route(key)
+
+    def describe_data(self) -> str:
+        return f"dataset={self.config.dataset}"
+
+    def steps_per_epoch(self, data: data_lib.Split | int) -> int:
+        """Full batches of `data`'s training images (or that many), capped by `config.steps_per_epoch`."""
+        return images.steps_per_epoch(self.config, data, drop_remainder=True)
+
+    def probe(self, data: data_lib.Split) -> Any:
+        """The first `batch_size` training images, in the split's order."""
+        return images.probe(data, self.config.batch_size, labelled=False)
+
+    def benchmark_batch(self) -> Any:
+        """Synthetic uniform [0, 1] images, seeded by `config.seed`."""
+        return images.synthetic_batch(self.config, self.image_shape, None)
