@@ -179,7 +179,7 @@ RUN_LAYERS = (
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts
     ("distribute", "checkpoint", "diagnostics"),  # run services
-    ("callbacks",),  # a run's side effects, built on the services
+    ("callbacks", "directories"),  # a run's side effects and where it writes, built on the services
     ("task_loader",),  # finding what --task=MODULE:NAME names
     ("tasks",),  # what one config builds
     ("setting",),  # what a config resolves to before any model is built

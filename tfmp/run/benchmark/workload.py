@@ -17,7 +17,7 @@ from typing import Any
 import keras
 
 from tfmp import trainers
-from tfmp.run import config as config_lib
+from tfmp.run import setting as setting_lib
 from tfmp.run import tasks
 
 __all__ = ["Workload", "build_workload"]
@@ -70,7 +70,7 @@ def build_workload(
     images for the shipped image models, the first training batch of the
     task's own data otherwise.
     """
-    loss_scale = config_lib.resolved_loss_scale(task.config.loss_scale) if precision == "mixed_float16" else "none"
+    loss_scale = setting_lib.loss_scale_for(task.config.loss_scale, precision)
     built = task.build(precision, loss_scale, jit_compile, steps)
     trainer = built.trainer
     step = task.hand_written_step(trainer, precision, jit_compile, steps) if hand_written else None
