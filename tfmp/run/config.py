@@ -65,7 +65,8 @@ class ConfigError(ValueError):
 
     Args:
         problem: What is wrong. With `field`, it continues the field's name
-            (`"must be ..."`, `"needs ..."`); without, the whole message.
+            (`"must be ..."`, `"needs ..."`, or `": ..."` after a colon);
+            without, the whole message.
         field: The setting the error is about, or None.
         value: The value `field` received (default: the error names none).
 
@@ -85,7 +86,8 @@ class ConfigError(ValueError):
     def render(self, name: str) -> str:
         """The message with the field called `name` (a script passes `--epochs`)."""
         received = f" Received: {name}={self.value!r}" if self.has_value else ""
-        return f"{name} {self.problem}{received}"
+        space = "" if self.problem.startswith(":") else " "  # `task: no such file ...`
+        return f"{name}{space}{self.problem}{received}"
 
 
 def _not_valid(field: str, value: Any, error: ValueError) -> ConfigError:

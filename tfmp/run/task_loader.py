@@ -24,8 +24,8 @@ __all__ = ["import_module", "kind", "task_error"]
 
 
 def task_error(problem: str, spec: str) -> ConfigError:
-    """A `ConfigError` about the `task` setting: `task failed: problem Received: task='spec'`."""
-    return ConfigError(f"failed: {problem}", "task", spec)
+    """A `ConfigError` about the `task` setting: `task: problem Received: task='spec'`."""
+    return ConfigError(f": {problem}", "task", spec)
 
 
 def _shown(path: str) -> str:
