@@ -379,7 +379,7 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
     missing or corrupt data, checkpoint trouble, a run directory in use or a
     non-finite stop exit 1; a preemption exits 128 + the signal, as a killed
     process would (Ctrl-C during start-up: 130), or, under multi_worker, 75
-    (`preemption.CLUSTER_EXIT_CODE`); a lost worker 69. Messages in flag terms.
+    (`preemption.CLUSTER_EXIT_CODE`); a lost worker 69. A bad setting names its flag.
     """
     try:
         settings = config.config if isinstance(config, tasks.Task) else config
