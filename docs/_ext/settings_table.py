@@ -17,8 +17,8 @@ MARKER = re.compile(r"^<!-- settings-table: ([\w.]+) -->$", re.M)
 
 
 def _cell(text: str) -> str:
-    """`text` safe in a table cell: pipes escaped, on one line."""
-    return " ".join(str(text).split()).replace("|", r"\|")
+    """`text` safe in a table cell: on one line, pipes escaped, `<path>` shown rather than read as HTML."""
+    return " ".join(str(text).split()).replace("|", r"\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _choices(config: type, metadata: Any) -> str:

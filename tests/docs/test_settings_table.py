@@ -29,6 +29,8 @@ def test_the_config_page_lists_every_field_of_every_config_with_its_flag():
         assert {field.name for field in dataclasses.fields(config)} <= named
     assert any(row.startswith("| `run_name` | `''` |") and "`--run_name`" in row for row in rows)
     assert any(row.startswith("| `generator_widths` ") and "(Python only)" in row for row in rows)
+    # A path placeholder in a help is shown, not read as an HTML tag.
+    assert any("&lt;logdir&gt;/&lt;run_name&gt;/checkpoints" in row for row in rows)
 
 
 @pytest.mark.parametrize("config", [config_lib.TrainConfig, config_lib.ClassifierConfig])
