@@ -175,6 +175,7 @@ RUN_LAYERS = (
         "autotune",
         "replica_state",
         "baseline",
+        "fields",
     ),  # leaves
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts
