@@ -1,10 +1,11 @@
-"""What every script shares: flags made from the config fields, `--help`, and messages in flag terms.
+"""What every script shares: flags made from the config fields, `--help`, and errors named by flag.
 
 `define_flags` makes a script's flags from the fields of the `tfmp.run.config`
-dataclasses (each carries its help: `tfmp.run.config.option`); `in_flag_terms`
-names the settings in the library's messages as flags (`run_name` ->
-`--run_name`). Importing this module imports TensorFlow quietly, so a script
-imports it first.
+dataclasses (each carries its help: `tfmp.run.config.option`), one flag per
+field under the field's name (`run_name` -> `--run_name`). `in_flag_terms`
+says a `ConfigError` about a field with the flag's name (its `field` and
+`value`); other messages are printed as the library wrote them. Importing
+this module imports TensorFlow quietly, so a script imports it first.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def define_flags(
 def _define_flag(field: dataclasses.Field, kind: Any, defaults: Any) -> flags.FlagHolder:
     """The flag of `field`, of type `kind`, its default `defaults`' value."""
     name, meta, default = field.name, field.metadata, getattr(defaults, field.name)
-    text = FlagTerms(names=_FIELDS).format(meta["help"])  # every setting named as a flag, as the scripts offer them
+    text = meta["help"]
     bounds = {key: meta[key] for key in ("lower_bound", "upper_bound") if key in meta}
     options = [option for option in _options(kind) if option is not type(None)]
     if "choices" in meta:
@@ -125,9 +126,7 @@ def load_task(spec: str, holders: dict[str, flags.FlagHolder]) -> tasks.Task:
     try:
         task = task_loader.load(spec)
     except training.ConfigError as e:  # about --task, a flag of the script rather than a config field
-        terms = FlagTerms()
-        terms.flags.add("task")
-        raise app.UsageError(e.in_terms(terms)) from None
+        raise app.UsageError(in_flag_terms(e)) from None
     given = {name: holder for name, holder in holders.items() if holder.present}
     unknown = sorted(set(given) - {field.name for field in dataclasses.fields(task.config)})
     if unknown:
@@ -224,7 +223,7 @@ def _make_strategy_first(
             worker_timeout=settings["worker_timeout"],
         )
     except ValueError as e:
-        raise app.UsageError(to_flags(str(e))) from None
+        raise app.UsageError(in_flag_terms(e)) from None
     except KeyboardInterrupt:
         print(
             "interrupted by SIGINT (Ctrl-C) while starting the strategy, before the task was loaded: nothing was "
@@ -316,58 +315,21 @@ def entry_point(main: Callable[[list[str]], None], module_name: str, help_note: 
     return run
 
 
-class FlagTerms(config_lib.Terms):
-    """Settings named as flags (`--run_name`, `--resume` / `--noresume`): `names`, default those of `flag_values`."""
-
-    def __init__(self, names: Iterable[str] | None = None, flag_values: flags.FlagValues = flags.FLAGS):
-        self.flags = set(_FIELDS).intersection(flag_values if names is None else names)
-        self.flag_values = flag_values
-
-    def name(self, field: str) -> str:
-        return f"--{field}" if field in self.flags else field
-
-    def value(self, field: str, value: Any) -> str:
-        if isinstance(value, bool) and field in self.flags and self.flag_values[field].boolean:  # defined: named
-            return f"--{field}" if value else f"--no{field}"
-        return super().value(field, value)
-
-
 def in_flag_terms(error: BaseException) -> str:
-    """An error's message in flag terms: a `ConfigError` about a field renders itself, others go to `to_flags`."""
-    if isinstance(error, config_lib.ConfigError) and error.field is not None:
-        return error.in_terms(FlagTerms())
-    return to_flags(str(error))
+    """An error's message for the command line: a `ConfigError` about a field names its flag and value.
 
-
-def to_flags(message: str, flag_values: flags.FlagValues = flags.FLAGS) -> str:
-    """A plain-text library message (a preemption, a checkpoint's differences, a warning) in flag terms.
-
-    Read word by word, a setting is `field=value` (`resume=True` -> `--resume`),
-    a field name with an underscore, which no English word has (`another
-    run_name` -> `another --run_name`), or one opening a "must" rule. A
-    one-word name in prose ("the dataset"), paths, dotted names and settings
-    without a flag stay; `tfmp.run.training.diagnose_run` becomes its command.
+    `ConfigError("must be an integer >= 1.", "epochs", 0)` reads
+    `--epochs must be an integer >= 1. Received: --epochs=0`; any other
+    error reads as its message.
     """
-    message = message.replace("tfmp.run.training.diagnose_run", "scripts/diagnose.py (tfmp-diagnose)")
-    terms, lines = FlagTerms(flag_values=flag_values), []
-    for line in message.split("\n"):
-        words = line.split(" ")
-        for i, word in enumerate(words):
-            opening = len(word) - len(word.lstrip("("))  # `(name=...`
-            name, equals, value = word[opening:].partition("=")
-            bare, literal = name.rstrip(").,;:"), value.rstrip(").,;:")
-            if equals and name in terms.flags:
-                named = terms.value(name, literal == "True") if literal in ("True", "False") else f"--{name}={literal}"
-                words[i] = word[:opening] + named + value[len(literal) :]
-            elif not equals and bare in terms.flags and ("_" in bare or (i == 0 and words[1:2] == ["must"])):
-                words[i] = word[:opening] + f"--{bare}" + name[len(bare) :]
-        lines.append(" ".join(words))
-    return "\n".join(lines)
+    if isinstance(error, config_lib.ConfigError) and error.field is not None:
+        return error.render(f"--{error.field}")
+    return str(error)
 
 
 def print_line(line: str) -> None:
-    """Prints a line of a run; its warnings in flag terms, its records (`precision=float32 ...`) as they are."""
-    print(to_flags(line) if line.startswith("warning:") else line, flush=True)
+    """Prints a line of a run."""
+    print(line, flush=True)
 
 
 def with_cpu_note(
@@ -417,7 +379,7 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
     missing or corrupt data, checkpoint trouble, a run directory in use or a
     non-finite stop exit 1; a preemption exits 128 + the signal, as a killed
     process would (Ctrl-C during start-up: 130), or, under multi_worker, 75
-    (`preemption.CLUSTER_EXIT_CODE`); a lost worker 69. Messages in flag terms.
+    (`preemption.CLUSTER_EXIT_CODE`); a lost worker 69. A bad setting names its flag.
     """
     try:
         settings = config.config if isinstance(config, tasks.Task) else config
@@ -440,7 +402,8 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
     ) as e:
         sys.exit(f"error: {in_flag_terms(e)}")
     except (preemption.Preempted, preemption.WorkerLost) as e:
-        print(in_flag_terms(e), file=sys.stderr, flush=True)
+        # The library says how to resume in its settings' terms (resume=True); the command line's is a flag.
+        print(f"{e}\nTo resume from the command line: the same command with --resume.", file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:
         print(in_flag_terms(e) or "interrupted by SIGINT (Ctrl-C)", file=sys.stderr, flush=True)

@@ -181,11 +181,12 @@ RUN_LAYERS = (
         "autotune",
         "replica_state",
         "baseline",
+        "fields",
     ),  # leaves
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts
     ("distribute", "checkpoint", "diagnostics", "epochs"),  # run services
-    ("callbacks",),  # a run's side effects, built on the services
+    ("callbacks", "directories"),  # a run's side effects and where it writes, built on the services
     ("tasks",),  # the public Task: what the user writes
     ("task_loader", "shipped"),  # finding what --task=MODULE:NAME names; the shipped tasks
     ("setting",),  # what a config resolves to before any model is built

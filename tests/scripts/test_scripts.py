@@ -1,5 +1,5 @@
-"""The absl scripts, run as a user runs them: in a subprocess; and scripts/common.py's translation of
-library messages into flag terms, in process."""
+"""The absl scripts, run as a user runs them: in a subprocess; and scripts/common.py's errors
+named by flag, in process."""
 
 import os
 import re
@@ -633,107 +633,30 @@ def test_a_corrupt_dataset_file_is_a_clean_error_naming_it(tmp_path):
     assert "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "logs")
 
 
-# --- library messages in flag terms (scripts/common.py) --------------------------------
-
-
-def _flag_values(*names, booleans=()):
-    from absl import flags
-
-    flag_values = flags.FlagValues()
-    for name in names:
-        flags.DEFINE_string(name, None, "", flag_values=flag_values)
-    for name in booleans:
-        flags.DEFINE_bool(name, False, "", flag_values=flag_values)
-    return flag_values
-
-
-TRAINING_FLAGS = ("run_name", "checkpoint_dir", "dataset", "epochs", "seed", "batch_size", "xla", "loss_scale")
+# --- errors named by flag (scripts/common.py) -----------------------------------------
 
 
 @pytest.mark.parametrize(
-    "message, expected",
+    "field, value, problem",
     [
-        # A ConfigError: the prose names and the Received: part alike; a boolean flag as --name / --noname.
-        (
-            "resume needs the run to continue: give its run_name (or its checkpoint_dir). "
-            "Received: resume=True, run_name=None, checkpoint_dir=None",
-            "resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
-            "Received: --resume, --run_name=None, --checkpoint_dir=None",
-        ),
-        (
-            "run_name must stay inside logdir. Received: run_name='../x'",
-            "--run_name must stay inside logdir. Received: --run_name='../x'",
-        ),
-        (
-            "use the embedded dataset \"digits\" instead (dataset='digits')",
-            "use the embedded dataset \"digits\" instead (--dataset='digits')",
-        ),
-        ("Received: deterministic=False, epochs=0, xla=True", "Received: --nodeterministic, --epochs=0, --xla=True"),
-        (
-            "pitfalls found (details: tfmp.run.training.diagnose_run):",
-            "pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):",
-        ),
-        # Prose, paths, dotted names, flags already, names that are not this script's training flags: unchanged.
-        ("Pass resume to continue it; the dataset, seed and epochs must match; batch size 30",) * 2,
-        ("written to /logs/run_name/checkpoints/ckpt-3 and test_run_name0/x",) * 2,
-        ("config.batch_size: checkpoint 32, this run 64",) * 2,
-        # A one-word name opening the message as the subject of a rule is the setting.
-        (
-            "epochs must be an integer >= 1. Received: epochs=0",
-            "--epochs must be an integer >= 1. Received: --epochs=0",
-        ),
-        # A resume's differing settings, as the library names them.
-        (
-            "batch_size=32 in the checkpoint, batch_size=64 in this run; seed=0 in the checkpoint, seed=7 in this run",
-            "--batch_size=32 in the checkpoint, --batch_size=64 in this run; --seed=0 in the checkpoint, --seed=7 in "
-            "this run",
-        ),
-        ("another --run_name or --checkpoint_dir",) * 2,
-        ("json_out='x', learning_rate=inf, logdir='/tmp'",) * 2,
+        ("epochs", 0, "must be an integer >= 1."),
+        ("run_name", "../x", "must be a relative path that stays inside logdir."),
+        ("resume", True, "needs the run to continue."),
     ],
 )
-def test_to_flags_rewrites_setting_names_and_leaves_prose_alone(message, expected):
-    from scripts import common
-
-    assert (
-        common.to_flags(message, _flag_values(*TRAINING_FLAGS, "json_out", booleans=("resume", "deterministic")))
-        == expected
-    )
-
-
-def test_to_flags_turns_real_library_messages_into_flag_terms():
-    import signal as signals
-
-    from scripts import common
-    from tfmp.run import data, preemption
-
-    flag_values = _flag_values("run_name", "dataset", booleans=("resume",))
-    stopped = str(preemption.Preempted(signals.SIGTERM, 12, "/runs/a/checkpoints/ckpt-12"))
-    assert common.to_flags(stopped, flag_values).endswith(
-        "ckpt-12. To resume, start the run again with --resume (and the same --run_name)."
-    )
-    assert "(--dataset='digits')" in common.to_flags(data._common.DIGITS_HINT, flag_values)
-    # A script without a --run_name flag keeps the setting's name.
-    assert "the same run_name" in common.to_flags(stopped, _flag_values(booleans=("resume",)))
-
-
-def test_a_config_error_about_a_field_names_its_settings_as_flags_without_reading_its_text():
+def test_a_config_error_about_a_field_names_its_flag_and_value(field, value, problem):
     from scripts import common
     from tfmp.run import config
 
-    terms = common.FlagTerms(flag_values=_flag_values(*TRAINING_FLAGS, "strategy", booleans=("resume",)))
-    unknown = config.ConfigError("Unknown {strategy}. Valid: default, mirrored.", "strategy", {"strategy": "tpu"})
-    assert unknown.in_terms(terms) == "Unknown --strategy. Valid: default, mirrored. Received: --strategy='tpu'"
-    # The same message as plain text: a one-word name in prose is left to be English.
-    assert common.to_flags(str(unknown), terms.flag_values).startswith("Unknown strategy. ")
-    # A setting this script has no flag for keeps the library's name; a boolean flag reads --name / --noname.
-    error = config.ConfigError(
-        "{cluster} needs {strategy}='multi_worker'.", "cluster", {"cluster": "slurm", "resume": False}
-    )
-    assert error.in_terms(terms) == ("cluster needs --strategy='multi_worker'. Received: cluster='slurm', --noresume")
+    error = config.ConfigError(problem, field, value)
+    assert common.in_flag_terms(error) == f"--{field} {problem} Received: --{field}={value!r}"
+    # Any other error reads as the library wrote it, setting names and all.
+    plain = config.ConfigError("Pass resume=True to continue it, or choose another run_name.")
+    assert common.in_flag_terms(plain) == str(plain)
+    assert not hasattr(common, "to_flags") and not hasattr(common, "FlagTerms")
 
 
-def test_run_prints_warnings_in_flag_terms_and_keeps_the_console_choice(capsys):
+def test_run_prints_the_runs_lines_and_keeps_the_console_choice(capsys):
     from scripts import common
     from tfmp.run import training
 
@@ -749,7 +672,7 @@ def test_run_prints_warnings_in_flag_terms_and_keeps_the_console_choice(capsys):
     # Captured output is no terminal: the step lines, as the library picks for print.
     assert received == [("lines", common.print_line)]
     assert capsys.readouterr().out.splitlines() == [
-        "warning: mixed-precision pitfalls found (details: scripts/diagnose.py (tfmp-diagnose)):",
+        "warning: mixed-precision pitfalls found (details: tfmp.run.training.diagnose_run):",
         "  (batch): ...",
         "note: loss_scale=dynamic is ignored under float32",
     ]
@@ -757,13 +680,21 @@ def test_run_prints_warnings_in_flag_terms_and_keeps_the_console_choice(capsys):
     assert received[-1][0] == "progress"
 
 
-def test_a_library_error_reads_in_flag_terms_from_the_script(tmp_path):
-    proc = _run("train_gan.py", "--dataset=digits", f"--logdir={tmp_path}", "--resume")
+@pytest.mark.parametrize(
+    "flag, expected",
+    [
+        (
+            "--resume",
+            "--resume needs the run to continue: give its run_name (or its checkpoint_dir). Received: --resume=True",
+        ),
+        ("--epochs=0", "--epochs must be an integer >= 1. Received: --epochs=0"),
+        ("--strategy=tpu", "--strategy must be one of: default, mirrored, multi_worker. Received: --strategy='tpu'"),
+    ],
+)
+def test_a_bad_setting_names_its_flag_and_value_from_the_script(flag, expected, tmp_path):
+    proc = _run("train_gan.py", "--dataset=digits", f"--logdir={tmp_path}", flag)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert (
-        "resume needs the run to continue: give its --run_name (or its --checkpoint_dir). "
-        "Received: --resume, --run_name='', --checkpoint_dir=''"
-    ) in proc.stderr
+    assert f"error: {expected}" in proc.stderr, proc.stderr[-2000:]
 
 
 # --- --help, a quiet start-up and the float16-on-CPU note (scripts/common.py) ----------
@@ -819,7 +750,6 @@ def test_train_gan_help_groups_the_flags_with_their_defaults():
 def test_each_flags_help_default_and_section_are_its_config_fields():
     import dataclasses
 
-    from scripts import common
     from tfmp.run import training
 
     proc = _run("train_classifier.py", "--help")
@@ -833,7 +763,6 @@ def test_each_flags_help_default_and_section_are_its_config_fields():
             entries[name], sections[name] = match.group(2), section
         elif name and line.startswith("    "):
             entries[name] += " " + line.strip()
-    terms = common.FlagTerms(names=[field.name for field in dataclasses.fields(training.ClassifierConfig)])
     defaults = training.ClassifierConfig()
     for field in dataclasses.fields(training.ClassifierConfig):
         if not field.metadata["flag"]:
@@ -841,7 +770,7 @@ def test_each_flags_help_default_and_section_are_its_config_fields():
             continue
         assert sections[field.name] == (field.metadata["group"] or "train_classifier.py"), field.name
         # Compared without whitespace: absl wraps the help, also at hyphens.
-        assert "".join(terms.format(field.metadata["help"]).split()) in "".join(entries[field.name].split())
+        assert "".join(field.metadata["help"].split()) in "".join(entries[field.name].split())
         default = getattr(defaults, field.name)
         if default is not None:
             shown = str(default).lower() if isinstance(default, bool) else str(default)

@@ -47,13 +47,11 @@ def steps_per_epoch(task: Any, data: Any) -> int:
         )
     if batches < 0 and c.steps_per_epoch is None:
         if batches == tf.data.INFINITE_CARDINALITY:
-            named = repr(task.name).replace("{", "{{").replace("}", "}}")  # a template: braces doubled
             raise ConfigError(
-                f"The training pipeline of {named} repeats forever, so an epoch has no end: set "
-                "{steps_per_epoch} to the steps of an epoch, or make the pipeline give one epoch (no "
-                "repeat()).",
+                f"must be set: the training pipeline of {task.name!r} repeats forever, so an epoch has no "
+                "end. Set it to the steps of an epoch, or make the pipeline give one epoch (no repeat()).",
                 "steps_per_epoch",
-                {"steps_per_epoch": None},
+                None,
             )
         raise ConfigError(
             f"The length of {task.name!r}'s training pipeline is not known (tf.data cardinality "

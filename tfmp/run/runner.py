@@ -3,29 +3,33 @@
 `Runner(task).run()` is what `tfmp.run.training.train_gan` and
 `train_classifier` do. In order:
 
-1. `config.validate()` (pure), then the `tf.distribute` strategy: the one
-   the runner was handed, or else made here (first:
-   `MultiWorkerMirroredStrategy` must precede other TensorFlow ops, so a
-   caller that imports user code first makes it before that and hands it
-   on, as `scripts/train.py` does for `--task`);
-2. `tfmp.run.setting.resolve`: the data, the steps of an epoch, and the
+1. `config.validate()` (pure, once), then the `tf.distribute` strategy
+   (`build_strategy`): the one the runner was handed, or else made here
+   (first: `MultiWorkerMirroredStrategy` must precede other TensorFlow ops,
+   so a caller that imports user code first makes it before that and hands
+   it on, as `scripts/train.py` does for `--task`);
+2. `tfmp.run.setting.settle`: the data, the steps of an epoch, and the
    precision, loss scale and XLA setting (`auto` precision measured on this
    device by training each candidate briefly, cached per device and model);
-3. the directories: created once, each checked writable as it is made,
+   from here on the run reads this one `Setting` (and its `config`);
+3. the directories (`build_directories`): created once, each checked writable as it is made,
    and held with a `tfmp.run.rundir.RunDirLock` on the chief so no other run
    writes there; a failure or Ctrl-C before the first step removes what
    was created (`Interrupted`);
-4. the task's trainer, built under the precision's global policy (restored
+4. the task's trainer (`build_trainer`), built under the precision's global policy (restored
    after), TF32 and op-determinism settings, in the strategy's scope;
-5. the checkpoint (`tfmp.run.checkpoint.RunCheckpoint`): a run without
+5. the checkpoint (`build_checkpoint`, `tfmp.run.checkpoint.RunCheckpoint`): a run without
    `resume` refuses a directory that already holds checkpoints; with it,
    the newest readable one is restored and the data stream replayed to its
    step;
-6. the callbacks: step timer, console, TensorBoard summaries, the task's
+6. the callbacks (`build_callbacks`): step timer, console, TensorBoard summaries, the task's
    own, diagnostics and profiling when asked, the non-finite stop, and the
    checkpointing that SIGTERM/SIGINT (`tfmp.run.preemption`) also trigger;
-7. `fit()` in segments: a run resumed mid-epoch first finishes that epoch
+7. `fit()` in segments (`fit`), under the preemption guard
+   (`build_preemption`): a run resumed mid-epoch first finishes that epoch
    (`tfmp.run.callbacks.RunSegment` shows the callbacks one run).
+
+Each part is built by a method a subclass may override (`Runner.build_*`).
 """
 
 from __future__ import annotations
@@ -34,10 +38,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import sys
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -48,11 +50,12 @@ from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
-from tfmp.run import determinism, diagnostics, distribute, preemption, rundir
+from tfmp.run import determinism, diagnostics, directories, distribute, preemption
 from tfmp.run import epochs as epochs_lib
 from tfmp.run.callbacks.display import console_fields, describe_data, example_unit, summary_route
 from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig
-from tfmp.run.setting import Setting, resolve
+from tfmp.run.directories import Directories, make_writable_dir
+from tfmp.run.setting import Setting, settle
 from tfmp.run.tasks import Built, Task
 
 __all__ = ["Interrupted", "RunResult", "Runner", "announce_float32_layers", "make_writable_dir"]
@@ -119,54 +122,6 @@ def announce_float32_layers(task: Task, built: Built, precision: str, print_fn: 
         )
 
 
-# -- directories ------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class _Directories:
-    """Where a run writes; held by this run while it lasts (`Runner._hold_directories`)."""
-
-    run_dir: str  # this process's TensorBoard directory: the run's own on the chief, a private one elsewhere
-    run_checkpoints: str  # the run's checkpoints, which every worker resumes from
-    checkpoint_dir: str  # where this process writes its checkpoints
-    training_started: bool = False  # set once the first step is under way
-
-
-def make_writable_dir(name: str, path: str) -> list[str]:
-    """Creates `path` (and missing parents) and checks it can be written to; returns what it created.
-
-    Raises:
-        ConfigError: naming the setting `name` and `path` when it cannot;
-            whatever was created is removed again.
-    """
-    created: list[str] = []
-    try:
-        created = rundir.make_dirs(path)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as e:
-        rundir.remove_empty_dirs(created)
-        raise ConfigError(
-            f"{name} must be a directory tfmp can create and write to ({e.strerror or e}). Received: {name}={path!r}"
-        ) from None
-    return created
-
-
-def _claim_new_dir(path: str, created: list[str]) -> str:
-    """Creates `path`, or `path-2`, `path-3`... if taken (two runs started in the same second)."""
-    created += make_writable_dir("logdir", os.path.dirname(path) or os.curdir)
-    candidate, n = path, 1
-    while True:
-        try:
-            os.mkdir(candidate)
-        except FileExistsError:
-            n += 1
-            candidate = f"{path}-{n}"
-            continue
-        created.append(os.path.abspath(candidate))
-        return candidate
-
-
 # -- the run ------------------------------------------------------------------------
 
 
@@ -212,7 +167,13 @@ def _signature(config: TrainConfig, setting: Setting, trainer: trainers.MixedPre
 
 
 class Runner:
-    """Runs one task: the strategy, directories and their lock, checkpoints, resume, preemption, callbacks.
+    """Runs one task, each part built by a method a subclass may override.
+
+    `build_strategy`, `build_directories` (the run directory and its lock),
+    `build_trainer`, `build_checkpoint`, `build_callbacks`,
+    `build_preemption` and `fit` are called in that order by `run`; each
+    reads the run's resolved `tfmp.run.setting.Setting` (and its `config`),
+    never the task's config beside it.
 
     Args:
         task: The model and its config.
@@ -256,9 +217,10 @@ class Runner:
         dirs = None
         try:
             self.config.validate()
-            strategy = self._make_strategy()  # first: MultiWorkerMirroredStrategy must precede other TF ops
-            setting = resolve(self.task, self.print_fn)
-            with self._hold_directories(setting, strategy) as (setting, dirs):
+            strategy = self.build_strategy()  # first: MultiWorkerMirroredStrategy must precede other TF ops
+            setting = settle(self.task, self.print_fn)
+            with self.build_directories(setting, strategy) as dirs:
+                setting = dataclasses.replace(setting, run_dir=dirs.run_dir)
                 return self._train(strategy, setting, dirs)
         except KeyboardInterrupt:
             if dirs is not None and dirs.training_started:
@@ -268,7 +230,7 @@ class Runner:
                 "trained or written. Run the same command again to start."
             ) from None
 
-    def _make_strategy(self) -> tf.distribute.Strategy:
+    def build_strategy(self) -> tf.distribute.Strategy:
         """The run's `tf.distribute` strategy (handed in, or made), with the global batch checked against its replicas.
 
         Raises:
@@ -288,154 +250,182 @@ class Runner:
                 )
             elif distribute.name_of(strategy) != config.strategy:
                 # The config's name labels the run (start line, hparams, checkpoint settings): it must not lie.
-                raise ValueError(
-                    f"The strategy handed to the run is a {type(strategy).__name__} "
-                    f"({distribute.name_of(strategy)!r}), not the one the config names; make it with "
-                    f"make_strategy(config.strategy) or set strategy={distribute.name_of(strategy)!r}. "
-                    f"Received: strategy={config.strategy!r}"
+                raise ConfigError(
+                    f"names another kind of strategy than the {type(strategy).__name__} "
+                    f"({distribute.name_of(strategy)!r}) handed to the run; make it with "
+                    f"make_strategy(config.strategy) or set strategy={distribute.name_of(strategy)!r}.",
+                    "strategy",
+                    config.strategy,
                 )
             distribute.per_replica_batch(config.batch_size, strategy)
+        except ConfigError:
+            raise
         except ValueError as e:
             raise ConfigError(str(e)) from None
         return strategy
 
-    @contextlib.contextmanager
-    def _hold_directories(
+    def build_directories(
         self, setting: Setting, strategy: tf.distribute.Strategy
-    ) -> Iterator[tuple[Setting, _Directories]]:
-        """Creates the run's directories and holds them for this run while the block runs.
+    ) -> contextlib.AbstractContextManager[Directories]:
+        """The run's directories, created and held while the block runs (`tfmp.run.directories.hold`).
 
-        Each directory is created once and checked writable as it is made
-        (`ConfigError` naming `logdir` or `checkpoint_dir` otherwise). On the
-        chief (the process that writes the run's files) the run directory and
-        the checkpoint directory each get a `tfmp.run.rundir.RunDirLock`, so a
-        second run there is refused (`tfmp.run.rundir.RunDirInUseError`); a
-        default run name another run took in the same second gets a `-2`
-        suffix. When the block fails, or Ctrl-C interrupts it, the locks are
-        released and the directories created here removed again if still
-        empty.
-
-        Yields:
-            The setting (with the run directory claimed) and the directories.
+        The directories' `run_dir` is the run's one run directory: the
+        setting's, or, for a default run name another run took in the same
+        second, the same with a `-2` suffix.
         """
-        config = self.config
-        chief = distribute.is_chief(strategy)
-        created: list[str] = []
-        try:
-            with contextlib.ExitStack() as locks:
-                if chief and not config.run_name:
-                    setting = dataclasses.replace(setting, run_dir=_claim_new_dir(setting.run_dir, created))
-                run_dir = distribute.writable_dir(setting.run_dir, strategy)
-                created += make_writable_dir("logdir", run_dir)
-                run_checkpoints = config.checkpoint_dir or os.path.join(setting.run_dir, "checkpoints")
-                checkpoint_dir = distribute.writable_dir(run_checkpoints, strategy)
-                created += make_writable_dir("checkpoint_dir", checkpoint_dir)
-                if chief:
-                    # Both: another run may name this run's checkpoint directory as its own checkpoint_dir.
-                    for directory in dict.fromkeys(os.path.abspath(d) for d in (run_dir, checkpoint_dir)):
-                        locks.enter_context(rundir.RunDirLock(directory, self.print_fn))
-                yield setting, _Directories(run_dir, run_checkpoints, checkpoint_dir)
-        except BaseException:
-            rundir.remove_empty_dirs(created)
-            raise
+        config = setting.config
+        return directories.hold(setting.run_dir, bool(config.run_name), config.checkpoint_dir, strategy, self.print_fn)
 
-    def _train(self, strategy: tf.distribute.Strategy, setting: Setting, dirs: _Directories) -> RunResult:
-        """The run itself, once its directories are held."""
-        config, task, print_fn = self.config, self.task, self.print_fn
-        precision, loss_scale, jit_compile, data = (
-            setting.precision,
-            setting.loss_scale,
-            setting.jit_compile,
-            setting.data,
+    def build_trainer(self, setting: Setting, strategy: tf.distribute.Strategy) -> Built:
+        """The task's trainer, built in the strategy's scope under the run's precision (its scope is entered)."""
+        with strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
+            built = self.task.build(
+                setting.precision, setting.loss_scale, setting.jit_compile, setting.steps_per_epoch, setting.data
+            )
+        announce_float32_layers(self.task, built, setting.precision, self.print_fn)
+        return built
+
+    def build_checkpoint(
+        self, trainer: trainers.MixedPrecisionTrainer, setting: Setting, dirs: Directories
+    ) -> checkpoint_lib.RunCheckpoint:
+        """The run's checkpoint, signed with what a resumed run must share with this one."""
+        return checkpoint_lib.RunCheckpoint(
+            dirs.checkpoint_dir,
+            trainer,
+            _signature(setting.config, setting, trainer),
+            setting.config.keep_checkpoints,
+            dirs.run_checkpoints,
+            print_fn=self.print_fn,
         )
-        run_dir = dirs.run_dir
-        steps = epochs_lib.steps_per_epoch(task, data)
 
+    def build_callbacks(
+        self,
+        trainer: trainers.MixedPrecisionTrainer,
+        setting: Setting,
+        strategy: tf.distribute.Strategy,
+        dirs: Directories,
+        position: int,
+    ) -> list[keras.callbacks.Callback]:
+        """The step timer and the console first, the summaries, then replica statistics, the task's own and
+        the extra callbacks, gradient diagnostics and profiling when asked, and the non-finite stop.
+
+        The checkpointing comes last, from `build_preemption`.
+        """
+        config, task, data = setting.config, self.task, setting.data
+        timer = callbacks_lib.StepTimer(
+            config.batch_size * trainer.images_per_example, config.warmup_steps, example_unit(task)
+        )
+        console = callbacks_lib.ConsoleLogger(
+            timer,
+            console_fields(task),
+            trainer.loss_scale_prefixes,
+            config.log_every,
+            setting.run_dir,
+            self.print_fn,
+            # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
+            progress=callbacks_lib.console_mode(config.console, sys.stdout if self.print_fn is print else None)
+            == "progress",
+        )
+        # At the global step, so that a resumed run continues its per-step curves.
+        summaries = callbacks_lib.Summaries(
+            dirs.writes, summary_route(task), self._hparams(setting, strategy), config.log_every, position, timer
+        )
+        # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
+        callbacks = [timer, console, summaries, distribute.AverageReplicaStatistics()]
+        callbacks += [*task.callbacks(trainer, dirs.writes), *self.extra_callbacks]
+        if config.diagnose_every:
+            probe = diagnostics.probe(task, data)
+            callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, dirs.writes))
+        if config.profile_steps:
+            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, dirs.writes, self.print_fn))
+        if config.on_nonfinite == "stop":
+            callbacks.append(callbacks_lib.NonFiniteStop(lambda step: epochs_lib.batch_at(task, data, step), position))
+        return callbacks
+
+    def build_preemption(
+        self,
+        checkpoint: checkpoint_lib.RunCheckpoint,
+        position: int,
+        guard: preemption.PreemptionGuard,
+        strategy: tf.distribute.Strategy,
+        setting: Setting,
+    ) -> callbacks_lib.Checkpointing:
+        """The checkpointing callback: every `checkpoint_every` steps, at each epoch end, and when `guard` is
+        signalled (SIGTERM/SIGINT), for every worker of a multi-worker run at the same step."""
+        cluster = _cluster(strategy)
+        return callbacks_lib.Checkpointing(
+            checkpoint,
+            position,
+            setting.config.checkpoint_every,
+            guard,
+            self.print_fn,
+            cluster=preemption.ClusterStop(strategy, preemption.worker_names(cluster)) if cluster else None,
+        )
+
+    def _train(self, strategy: tf.distribute.Strategy, setting: Setting, dirs: Directories) -> RunResult:
+        """The run itself, once its directories are held."""
+        config = setting.config
         keras.utils.set_random_seed(config.seed)
         with (
-            precision_lib.precision_scope(precision),
+            precision_lib.precision_scope(setting.precision),
             precision_lib.tf32_scope(config.tf32),
             determinism.op_determinism(config.deterministic),
         ):
-            with strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
-                built = task.build(precision, loss_scale, jit_compile, steps, data)
-            trainer = built.trainer
-            announce_float32_layers(task, built, precision, print_fn)
-            checkpoint = checkpoint_lib.RunCheckpoint(
-                dirs.checkpoint_dir,
-                trainer,
-                _signature(config, setting, trainer),
-                config.keep_checkpoints,
-                dirs.run_checkpoints,
-                print_fn=print_fn,
-            )
-            described_data = f"{described} " if (described := describe_data(task)) else ""
-            print_fn(
-                f"training {task.name}: precision={precision} loss_scale={loss_scale} xla={jit_compile} "
-                f"tf32={config.tf32} {described_data}batch_size={config.batch_size} "
-                f"strategy={config.strategy} replicas={strategy.num_replicas_in_sync} "
-                f"steps/epoch={steps} logdir={run_dir}"
-            )
-            if precision != "float32":
-                warnings = diagnostics.startup_warnings(trainer, config.batch_size)
-                if warnings:
-                    print_fn(warnings)
-            position = self._restore(checkpoint)
-            timer = callbacks_lib.StepTimer(
-                config.batch_size * trainer.images_per_example, config.warmup_steps, example_unit(task)
-            )
-            console = callbacks_lib.ConsoleLogger(
-                timer,
-                console_fields(task),
-                trainer.loss_scale_prefixes,
-                config.log_every,
-                setting.run_dir,
-                print_fn,
-                # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
-                progress=callbacks_lib.console_mode(config.console, sys.stdout if print_fn is print else None)
-                == "progress",
-            )
-            # At the global step, so that a resumed run continues its per-step curves.
-            summaries = callbacks_lib.Summaries(
-                run_dir, summary_route(task), self._hparams(setting, strategy), config.log_every, position, timer
-            )
-            others = self._callbacks(trainer, data, run_dir, position)
+            trainer = self.build_trainer(setting, strategy).trainer
+            checkpoint = self.build_checkpoint(trainer, setting, dirs)
+            self._announce(trainer, setting, strategy, dirs)
+            position = self._restore(checkpoint, config.resume)
+            callbacks = self.build_callbacks(trainer, setting, strategy, dirs, position)
+            timer, console = callbacks[0], callbacks[1]
             dirs.training_started = True  # from here on SIGINT/SIGTERM finish the step and checkpoint
             with preemption.PreemptionGuard() as guard:
-                cluster = _cluster(strategy)
-                saver = callbacks_lib.Checkpointing(
-                    checkpoint,
-                    position,
-                    config.checkpoint_every,
-                    guard,
-                    print_fn,
-                    cluster=preemption.ClusterStop(strategy, preemption.worker_names(cluster)) if cluster else None,
-                )
+                saver = self.build_preemption(checkpoint, position, guard, strategy, setting)
                 try:
-                    self._fit(trainer, data, steps, position, [timer, console, summaries, *others, saver])
+                    self.fit(trainer, setting, position, [*callbacks, saver])
                 except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError) as e:
+                    cluster = _cluster(strategy)
                     if not cluster:
                         raise
-                    task_type, task_id = distribute.task(strategy)
                     newest = checkpoint.checkpoints[-1] if checkpoint.checkpoints else None
                     raise preemption.worker_lost(
-                        e, cluster, (task_type, task_id), saver.step, newest, config.worker_timeout
+                        e, cluster, distribute.task(strategy), saver.step, newest, config.worker_timeout
                     ) from None
         return RunResult(
             logs=console.final_logs,
             images_per_sec=timer.mean_images_per_sec,
             steps=len(timer.step_times),
             warmup_steps=config.warmup_steps,
-            logdir=run_dir,
-            precision=precision,
-            loss_scale=loss_scale,
-            jit_compile=jit_compile,
+            logdir=dirs.writes,
+            precision=setting.precision,
+            loss_scale=setting.loss_scale,
+            jit_compile=setting.jit_compile,
             trainer=trainer,
         )
 
+    def _announce(
+        self,
+        trainer: trainers.MixedPrecisionTrainer,
+        setting: Setting,
+        strategy: tf.distribute.Strategy,
+        dirs: Directories,
+    ) -> None:
+        """The run's start line, and the model's mixed-precision warnings."""
+        config = setting.config
+        described_data = f"{described} " if (described := describe_data(self.task)) else ""
+        self.print_fn(
+            f"training {self.task.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
+            f"xla={setting.jit_compile} tf32={config.tf32} {described_data}batch_size={config.batch_size} "
+            f"strategy={config.strategy} replicas={strategy.num_replicas_in_sync} "
+            f"steps/epoch={setting.steps_per_epoch} logdir={dirs.writes}"
+        )
+        if setting.precision != "float32":
+            warnings = diagnostics.startup_warnings(trainer, config.batch_size)
+            if warnings:
+                self.print_fn(warnings)
+
     def _hparams(self, setting: Setting, strategy: tf.distribute.Strategy) -> dict[str, Any]:
         """The run's hyperparameters for TensorBoard's HParams: the task's name, the run's settings, the task's own."""
-        config = self.config
+        config = setting.config
         return {
             "task": self.task.name,
             "precision": setting.precision,
@@ -450,30 +440,13 @@ class Runner:
             **self.task.hparams(),
         }
 
-    def _callbacks(
-        self, trainer: trainers.MixedPrecisionTrainer, data: Any, run_dir: str, position: int
-    ) -> list[keras.callbacks.Callback]:
-        """The callbacks between the summaries and the checkpointing: replica statistics, the task's own,
-        gradient diagnostics and profiling when asked, the non-finite stop."""
-        config, task = self.config, self.task
-        # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
-        callbacks = [distribute.AverageReplicaStatistics(), *task.callbacks(trainer, run_dir), *self.extra_callbacks]
-        if config.diagnose_every:
-            probe = diagnostics.probe(task, data)
-            callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, run_dir))
-        if config.profile_steps:
-            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, run_dir, self.print_fn))
-        if config.on_nonfinite == "stop":
-            callbacks.append(callbacks_lib.NonFiniteStop(lambda step: epochs_lib.batch_at(task, data, step), position))
-        return callbacks
-
-    def _restore(self, checkpoint: checkpoint_lib.RunCheckpoint) -> int:
+    def _restore(self, checkpoint: checkpoint_lib.RunCheckpoint, resume: bool) -> int:
         """Restores the newest readable checkpoint when resuming; returns the steps already done.
 
         Without `resume`, a checkpoint directory that already holds checkpoints
         is refused rather than overwritten.
         """
-        if not self.config.resume:
+        if not resume:
             # Listed in the state file or not: a lost state file must not let a new run overwrite them.
             if checkpoint.checkpoints:
                 raise ConfigError(
@@ -490,11 +463,10 @@ class Runner:
         self.print_fn(f"resumed from {found.path} at step {step}")
         return step
 
-    def _fit(
+    def fit(
         self,
         trainer: trainers.MixedPrecisionTrainer,
-        data: Any,
-        steps: int,
+        setting: Setting,
         position: int,
         callbacks: list[keras.callbacks.Callback],
     ) -> None:
@@ -503,7 +475,7 @@ class Runner:
         A run resumed inside an epoch first finishes that epoch with its own
         `fit()`; `tfmp.run.callbacks.RunSegment` shows the callbacks one run.
         """
-        epochs = self.config.epochs
+        data, steps, epochs = setting.data, setting.steps_per_epoch, setting.config.epochs
         validation = self.task.validation_data(data)
         epoch, offset = divmod(position, steps)
         segments = []

@@ -1,10 +1,12 @@
 """What a task's config resolves to before any model is built: `resolve` and its `Setting`.
 
-`resolve(task)` validates the config, loads the task's data, checks that an
-epoch has a step, and settles the precision (`auto` measured on this device by
-training each candidate briefly, cached per device and model), the loss
-scale (`"none"` unless the precision is float16) and XLA. `Runner.run`,
-`diagnose_run` and the parity benchmark all start from it.
+`resolve(task)` validates the config, then `settle(task)` loads the task's
+data, counts the steps of an epoch, and settles the precision (`auto`
+measured on this device by training each candidate briefly, cached per
+device and model), the loss scale (`"none"` unless the precision is float16)
+and XLA. The `Setting` it returns is what the rest of a run reads: `Runner.run`
+(which validates before making its strategy, then settles), `diagnose_run`
+and the parity benchmark all start from it.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from tfmp.run import autotune, diagnostics
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import epochs as epochs_lib
 from tfmp.run.callbacks.display import example_unit
-from tfmp.run.config import ConfigError, loss_scale_is_set, resolved_loss_scale
+from tfmp.run.config import ConfigError, TrainConfig, requested_loss_scale
 from tfmp.run.tasks import Built, Task
 
-__all__ = ["Setting", "default_run_name", "resolve"]
+__all__ = ["Setting", "default_run_name", "loss_scale_for", "resolve", "settle"]
 
 
 def default_run_name(precision: str, loss_scale: str | float, name: str = "") -> str:
@@ -60,6 +62,9 @@ class Setting:
         jit_compile: Whether the step is XLA-compiled.
         data: What the task's `load_data` returned.
         run_dir: The run's TensorBoard directory (not created).
+        steps_per_epoch: The training steps of an epoch (None: not counted).
+        config: The task's config these were resolved from (validated):
+            what the run reads for the settings it does not resolve.
     """
 
     precision: str
@@ -67,51 +72,79 @@ class Setting:
     jit_compile: bool
     data: Any
     run_dir: str
+    steps_per_epoch: int | None = None
+    config: TrainConfig | None = None
+
+
+def loss_scale_for(loss_scale: str | float | None, precision: str) -> str | float:
+    """The loss scale a run of `precision` uses, from a config's `loss_scale` setting.
+
+    Only `mixed_float16` is loss-scaled: there a scale the config leaves
+    `"auto"` is `"dynamic"`; every other precision gets `"none"`.
+
+    Args:
+        loss_scale: The config's setting (`tfmp.run.config.requested_loss_scale` parses it).
+        precision: The resolved precision.
+    """
+    if precision != "mixed_float16":
+        return "none"
+    requested = requested_loss_scale(loss_scale)
+    return "dynamic" if requested is None else requested
 
 
 def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = True) -> Setting:
-    """Validates the task's config, loads the data and resolves precision, loss scale and XLA.
-
-    `auto` precision is measured on this device (each candidate trains the
-    task's model briefly), except under `multi_worker`, where the
-    compute-capability rule decides (`tfmp.precision.choose_precision`):
-    every worker must run one policy. With `check_steps`, a batch size that
-    leaves no training step is refused first.
+    """Validates the task's config, then `settle`s it.
 
     Raises:
         ConfigError: for an impossible setting, naming it.
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
     """
+    task.config.validate()
+    return settle(task, print_fn, check_steps)
+
+
+def settle(task: Task, print_fn: Callable[[str], None], check_steps: bool = True) -> Setting:
+    """Loads the data of a task whose config is valid and resolves precision, loss scale and XLA.
+
+    `auto` precision is measured on this device (each candidate trains the
+    task's model briefly), except under `multi_worker`, where the
+    compute-capability rule decides (`tfmp.precision.choose_precision`):
+    every worker must run one policy. With `check_steps`, the steps of an
+    epoch are counted (a batch size that leaves no training step is refused).
+
+    Raises:
+        ConfigError: for an impossible combination of settings, naming it.
+        tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
+    """
     config = task.config
-    config.validate()
     data = task.load_data()
-    if check_steps:
-        epochs_lib.steps_per_epoch(task, data)
+    steps = epochs_lib.steps_per_epoch(task, data) if check_steps else None
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
     precision = precision_lib.canonical_precision(config.precision)
-    loss_scale = resolved_loss_scale(config.loss_scale)
+    requested = requested_loss_scale(config.loss_scale)
     if precision == "auto" and config.strategy != "multi_worker":
+        probe_scale = "dynamic" if requested is None else requested  # float16 is timed with its loss scaling
         precision = _measured_precision(
-            task, data, jit_compile, loss_scale, print_fn, autotune.detect_hardware(), _time_steps
+            task, data, jit_compile, probe_scale, print_fn, autotune.detect_hardware(), _time_steps
         )
     precision = precision_lib.resolve_precision(precision)
-    if precision != "mixed_float16":
-        # Only a scale the user set: the default ("auto") says nothing to ignore.
-        if (
-            loss_scale != "none"
-            and loss_scale_is_set(config.loss_scale)
-            and precision_lib.canonical_precision(config.precision) != "auto"
-        ):
-            print_fn(f"note: loss_scale={loss_scale} is ignored under {precision}; only float16 needs loss scaling.")
-        loss_scale = "none"
+    loss_scale = loss_scale_for(config.loss_scale, precision)
+    # Only a scale the user set: the default ("auto") says nothing to ignore, nor does an auto precision.
+    if (
+        requested not in (None, "none")
+        and loss_scale == "none"
+        and precision_lib.canonical_precision(config.precision) != "auto"
+    ):
+        print_fn(f"note: loss_scale={requested} is ignored under {precision}; only float16 needs loss scaling.")
     if config.on_nonfinite == "stop" and loss_scale == "dynamic":
         raise ConfigError(
-            "on_nonfinite='stop' cannot be used with mixed_float16 and dynamic loss scaling: there, overflowing "
-            "steps are expected and skipped while the scale adapts. Use on_nonfinite=skip, or a fixed loss_scale. "
-            f"Received: on_nonfinite='stop', precision={precision!r}, loss_scale='dynamic'"
+            "cannot be 'stop' with mixed_float16 and dynamic loss scaling: there, overflowing steps are expected "
+            "and skipped while the scale adapts. Use on_nonfinite='skip', or a fixed loss_scale.",
+            "on_nonfinite",
+            config.on_nonfinite,
         )
     run_dir = os.path.join(config.logdir, config.run_name or default_run_name(precision, loss_scale, name=task.name))
-    return Setting(precision, loss_scale, jit_compile, data, run_dir)
+    return Setting(precision, loss_scale, jit_compile, data, run_dir, steps, config)
 
 
 _PROBE_WARMUP_STEPS = 2

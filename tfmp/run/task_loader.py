@@ -32,9 +32,8 @@ _FILES: dict[str, str] = {}
 
 
 def task_error(problem: str, spec: str) -> ConfigError:
-    """A `ConfigError` about the `task` setting: `{task}: problem` (plain text), then `Received: task='spec'`."""
-    template = "{task}: " + problem.replace("{", "{{").replace("}", "}}")
-    return ConfigError(template, "task", {"task": spec})
+    """A `ConfigError` about the `task` setting: `task: problem Received: task='spec'`."""
+    return ConfigError(f": {problem}", "task", spec)
 
 
 def _shown(path: str) -> str:
