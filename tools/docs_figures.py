@@ -125,7 +125,8 @@ def _tensorboard(logdir: str) -> Iterator[int]:
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"TensorBoard did not start on port {port} (exit code {server.poll()}).") from None
+                    status = server.poll()
+                    raise RuntimeError(f"TensorBoard did not start on port {port} (exit code {status}).") from None
                 time.sleep(1)
         yield port
     finally:
@@ -181,7 +182,8 @@ def make_tensorboard(workdir: str, out: str) -> str:
 def make_benchmark(workdir: str, out: str) -> str:
     """Runs a small GAN benchmark whose own chart (`--plot_out`) is the figure; returns the PNG path."""
     path = os.path.join(out, "benchmark.png")
-    _script("benchmark", [*BENCHMARK_FLAGS, f"--json_out={os.path.join(workdir, 'benchmark.json')}", f"--plot_out={path}"])
+    records = os.path.join(workdir, "benchmark.json")
+    _script("benchmark", [*BENCHMARK_FLAGS, f"--json_out={records}", f"--plot_out={path}"])
     return path
 
 
@@ -195,12 +197,8 @@ def load_parity_records(path: str) -> list[parity.ParityRecord]:
         rows = json.load(f)
     if not isinstance(rows, list) or not rows:
         raise ValueError(f"{path} holds no parity records (a JSON list of tfmp-parity's records). Received: {rows!r}")
-    return [
-        parity.ParityRecord(
-            **{**row, "accuracy_by_epoch": tuple(row["accuracy_by_epoch"]), "loss_by_epoch": tuple(row["loss_by_epoch"])}
-        )
-        for row in rows
-    ]
+    by_epoch = ("accuracy_by_epoch", "loss_by_epoch")
+    return [parity.ParityRecord(**{**row, **{key: tuple(row[key]) for key in by_epoch}}) for row in rows]
 
 
 def plot_parity(records: Sequence[parity.ParityRecord], path: str, title: str | None = None) -> str:
@@ -276,7 +274,9 @@ def make_parity(workdir: str, out: str, records_path: str | None = None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses the arguments, remakes the chosen figures and prints their paths."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=FIGURES, action="append", help="A figure to remake (repeatable); all by default.")
+    parser.add_argument(
+        "--only", choices=FIGURES, action="append", help="A figure to remake (repeatable; default: all)."
+    )
     parser.add_argument("--out", default=IMAGES, help="Directory of the PNGs (default: docs/images).")
     parser.add_argument("--workdir", default=None, help="Directory of the runs (default: a new temporary one).")
     parser.add_argument("--parity_records", default=None, help="Plot these tfmp-parity --json_out records instead.")
