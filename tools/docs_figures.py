@@ -283,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     workdir = args.workdir or tempfile.mkdtemp(prefix="tfmp_docs_figures_")
+    os.makedirs(workdir, exist_ok=True)
     makers = {
         "tensorboard": lambda: make_tensorboard(os.path.join(workdir, "tensorboard"), args.out),
         "benchmark": lambda: make_benchmark(workdir, args.out),
