@@ -119,7 +119,7 @@ def _tensorboard(logdir: str) -> Iterator[int]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # TensorFlow imports take minutes on a loaded CPU
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/data/runs", timeout=5)
