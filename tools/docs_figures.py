@@ -84,23 +84,35 @@ def _script(name: str, flags: Sequence[str]) -> None:
     subprocess.run(command, check=True, cwd=REPO)
 
 
-def tensorboard_url(port: int, tags: Sequence[str] = TENSORBOARD_TAGS) -> str:
-    """The URL of TensorBoard's time-series dashboard showing only `tags` (an anchored regex filter).
+def tensorboard_url(port: int, tags: Sequence[str] = TENSORBOARD_TAGS, runs: str = "train") -> str:
+    """The URL of TensorBoard's time-series dashboard showing only `tags` of the runs matching `runs`.
+
+    The curves are drawn unsmoothed and as SVG (a headless browser without a GPU draws no WebGL).
 
     Args:
         port: The port TensorBoard listens on (on 127.0.0.1).
         tags: Scalar tag names, matched exactly.
+        runs: A regex on the run names (the training runs' `train/` sub-runs by default).
 
     Returns:
-        The URL, e.g. `http://127.0.0.1:6006/?darkMode=false#timeseries&tagFilter=%5E%28batch_loss%29%24`.
+        The URL, e.g. `http://127.0.0.1:6006/?darkMode=false&forceSVG=true&smoothing=0&runFilter=train&tagFilter=%5E%28batch_loss%29%24#timeseries`.
 
     Raises:
         ValueError: for no tags.
     """
     if not tags:
         raise ValueError(f"tensorboard_url needs at least one tag. Received: tags={tags!r}")
-    pattern = "^(" + "|".join(tags) + ")$"
-    return f"http://127.0.0.1:{port}/?darkMode=false#timeseries&tagFilter={urllib.parse.quote(pattern, safe='')}"
+    query = urllib.parse.urlencode(
+        {
+            "darkMode": "false",
+            "forceSVG": "true",
+            "smoothing": "0",
+            "runFilter": runs,
+            "tagFilter": "^(" + "|".join(tags) + ")$",
+        },
+        quote_via=urllib.parse.quote,
+    )
+    return f"http://127.0.0.1:{port}/?{query}#timeseries"
 
 
 def _free_port() -> int:

@@ -60,6 +60,9 @@ def test_load_parity_records_refuses_an_empty_file(tmp_path):
 
 def test_tensorboard_url_filters_exactly_the_tags():
     url = docs_figures.tensorboard_url(6006, ("batch_loss", "batch_loss_scale"))
-    assert url == "http://127.0.0.1:6006/?darkMode=false#timeseries&tagFilter=%5E%28batch_loss%7Cbatch_loss_scale%29%24"
+    assert url == (
+        "http://127.0.0.1:6006/?darkMode=false&forceSVG=true&smoothing=0&runFilter=train"
+        "&tagFilter=%5E%28batch_loss%7Cbatch_loss_scale%29%24#timeseries"
+    )
     with pytest.raises(ValueError, match="Received: tags=\\(\\)"):
         docs_figures.tensorboard_url(6006, ())
