@@ -245,7 +245,7 @@ def plot_parity(records: Sequence[parity.ParityRecord], path: str, title: str | 
             "plot_parity needs float32 and another arm over the same units, with accuracy. "
             f"Received arms: {sorted({r.arm for r in records})}"
         )
-    figure = Figure(figsize=(7, 1.2 + 0.6 * len(gaps)), layout="constrained")
+    figure = Figure(figsize=(8, 2.2 + 0.6 * len(gaps)), layout="constrained")
     FigureCanvasAgg(figure)
     ax = figure.subplots()
     ax.axvspan(-PARITY_BAND, PARITY_BAND, color="tab:green", alpha=0.12, label=f"±{PARITY_BAND:g} point")
@@ -255,7 +255,9 @@ def plot_parity(records: Sequence[parity.ParityRecord], path: str, title: str | 
         accuracy = gap.accuracy
         low, high = accuracy.interval
         if low == low:  # not nan: two or more units
-            ax.plot([low, high], [y, y], color="tab:blue", linewidth=2)
+            ax.errorbar(
+                [accuracy.mean], [y], xerr=[[accuracy.mean - low], [high - accuracy.mean]], color="tab:blue", capsize=6
+            )
             widest = max(widest, abs(low), abs(high))
             label = f"{accuracy.mean:+.2f} ({low:+.2f}..{high:+.2f}), {len(gap.units)} units"
         else:
@@ -267,7 +269,7 @@ def plot_parity(records: Sequence[parity.ParityRecord], path: str, title: str | 
     ax.set_ylim(-0.6, len(gaps) - 0.3)
     ax.set_yticks(range(len(gaps)))
     ax.set_yticklabels([g.arm for g in gaps])
-    ax.set_xlabel("validation accuracy gap to float32 (points); bar: 95% interval of the mean paired gap")
+    ax.set_xlabel("validation accuracy gap to float32 (points)\ndot: mean paired gap; bar: its 95% interval")
     ax.legend(loc="lower right", fontsize=8)
     units = max(len(g.units) for g in gaps)
     ax.set_title(title or f"Accuracy gap to float32 per arm ({units} paired units)", fontsize=10)
