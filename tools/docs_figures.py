@@ -283,7 +283,7 @@ def make_parity(workdir: str, out: str, records_path: str | None = None) -> str:
         records_path = os.path.join(workdir, "parity.json")
         _script("parity", [*PARITY_FLAGS, f"--logdir={os.path.join(workdir, 'parity')}", f"--json_out={records_path}"])
     records = load_parity_records(records_path)
-    units = len({(r.seed, r.fold) for r in records})
+    units = max((len(gap.units) for gap in parity.paired_gaps(records).values()), default=0)
     title = f"tfmp-parity {' '.join(PARITY_FLAGS)}\n({units} paired units; MobileNetV2 alpha 0.35, embedded digits)"
     return plot_parity(records, os.path.join(out, "parity.png"), title=title)
 
