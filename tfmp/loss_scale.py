@@ -157,10 +157,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             (tf.keras 2, when the first is a bool) or `initial_scale,
             dynamic_growth_steps` (Keras 3).
         dynamic: bool, tf.keras 2's switch. `False` fixes the scale at
-            `initial_scale` (non-finite steps are still skipped).
-        initial_scale: float, the starting scale. Defaults to 2**15.
+            `initial_scale` (non-finite steps are still skipped). None (not
+            given) means True.
+        initial_scale: float, the starting scale. None (not given) starts a
+            dynamic scale at 2**15; a fixed scale (`dynamic=False`) needs it.
         dynamic_growth_steps: int, finite steps between two growths of a
-            dynamic scale. Defaults to 2000.
+            dynamic scale. None (not given) means 2000.
         growth_factor: float > 1, the multiplier on growth.
         backoff_factor: float in (0, 1), the multiplier on backoff.
         hysteresis: int >= 1. After the scale last grew, the first
