@@ -111,6 +111,13 @@ _ISOLATE = flags.DEFINE_bool(
     "keeps memory from every model a process trains) and runs are independent; --noisolate runs all rows in "
     "this process.",
 )
+_CPU_BFC = flags.DEFINE_bool(
+    "cpu_bfc",
+    _DEFAULTS.cpu_bfc,
+    "--mode=compare with --isolate on a CPU: switch TensorFlow's BFC allocator on in each row's process "
+    "(TF_CPU_ALLOCATOR_USE_BFC=true) so the allocator's peak and step memory are read; --nocpu_bfc keeps "
+    "TensorFlow's default CPU allocator (no allocator figures on a CPU).",
+)
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the records to this JSON file.")
 _PLOT_OUT = flags.DEFINE_string(
     "plot_out", None, 'Write a PNG bar chart here (--mode=compare; needs pip install "tfmp[plot]").'
@@ -225,6 +232,7 @@ def _config(specs: dict[str, tasks.Task]) -> benchmark.BenchmarkConfig:
             float32_layers=_FLOAT32_LAYERS.value,
             tf32=_TF32.value,
             isolate=_ISOLATE.value,
+            cpu_bfc=_CPU_BFC.value,
         )
         config.validate(specs)
         if _MODE.value == "ceiling":

@@ -18,6 +18,8 @@ __all__ = [
     "RESIDENT",
     "dying_network",
     "leaky_classifier",
+    "small_classifier",
+    "small_network",
     "tiny_classifier",
     "tiny_config",
     "tiny_specs",
@@ -37,6 +39,18 @@ def leaky_network(shape, classes):
 def dying_network(shape, classes):
     """Ends its process at once, as the kernel's out-of-memory killer would."""
     os._exit(9)
+
+
+def small_network(shape, classes):
+    """The tiny CNN, from a module-level function so that its task pickles."""
+    return build_small_cnn(shape, classes, width=4)
+
+
+def small_classifier(name="small"):
+    """A tiny classifier that can be measured in a fresh process (its task pickles)."""
+    return tasks.ClassifierTask(
+        config_lib.ClassifierConfig(batch_size=BATCH), name, network=small_network, image_shape=(8, 8, 3)
+    )
 
 
 def leaky_classifier(name):
