@@ -79,3 +79,16 @@ def test_cpu_bfc_environment_names_the_switch_and_the_budget_in_whole_mib():
         "TF_CPU_ALLOCATOR_USE_BFC": "true",
         "TF_CPU_BFC_MEM_LIMIT_IN_MB": "300",
     }
+
+
+@pytest.mark.parametrize(
+    "text, mib", [("2GiB", 2048.0), ("512 MiB", 512.0), ("1.5GB", 1.5e9 / 2**20), ("1048576b", 1.0), ("1tib", 2**20)]
+)
+def test_memory_sizes_parse_with_their_unit_into_mib(text, mib):
+    assert memory.parse_memory_size(text) == pytest.approx(mib)
+
+
+@pytest.mark.parametrize("text", ["2", "2 GiBs", "GiB", "-1GiB", "512KiB", None])
+def test_memory_sizes_without_a_known_unit_or_below_1_mib_are_refused_naming_the_text(text):
+    with pytest.raises(ValueError, match=f"Received: {text!r}".replace("(", r"\(")):
+        memory.parse_memory_size(text)

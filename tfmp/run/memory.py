@@ -42,6 +42,7 @@ memory limit if wanted, for a process about to start).
 
 from __future__ import annotations
 
+import re
 import resource
 import sys
 import threading
@@ -56,6 +57,7 @@ __all__ = [
     "GpuPeakMemory",
     "HostPeakMemory",
     "cpu_bfc_environment",
+    "parse_memory_size",
     "resident_mb",
 ]
 
@@ -242,3 +244,39 @@ class AllocatorMemory:
 
     def __repr__(self) -> str:
         return f"AllocatorMemory({self.device!r})"
+
+
+_UNITS = {
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_memory_size(text: str) -> float:
+    """A memory size with its unit (`2GiB`, `512 MiB`, `1.5GB`, `300000000B`), in MiB.
+
+    Units, in any case: `B`; `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024);
+    `KB`, `MB`, `GB`, `TB` (powers of 1000).
+
+    Raises:
+        ValueError: for text without a number and a known unit, or a size
+            below 1 MiB, naming the text received.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]+)\s*", text) if isinstance(text, str) else None
+    unit = match and _UNITS.get(match.group(2).lower())
+    if unit is None:
+        raise ValueError(
+            "A memory size is a number and a unit: B, KiB, MiB, GiB, TiB (1024s) or KB, MB, GB, TB (1000s), "
+            f"e.g. 2GiB. Received: {text!r}"
+        )
+    mib = float(match.group(1)) * unit / _MB
+    if mib < 1:
+        raise ValueError(f"A memory budget must be at least 1 MiB. Received: {text!r}")
+    return mib

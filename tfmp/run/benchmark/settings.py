@@ -34,7 +34,7 @@ __all__ = [
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 MODELS = ("gan", "mobilenet_v2", "resnet50")
 PIPELINE_MODELS = ("gan", "mobilenet_v2")
-MODES = ("compare", "input_pipeline", "ceiling", "resident", "kernels")
+MODES = ("compare", "input_pipeline", "ceiling", "resident", "kernels", "max_batch")
 DEFAULT_RESNET_INPUT_SIZE = 64
 
 
