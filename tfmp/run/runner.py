@@ -452,7 +452,7 @@ class Runner:
         self, trainer: trainers.MixedPrecisionTrainer, data: Any, run_dir: str, position: int
     ) -> list[keras.callbacks.Callback]:
         """The callbacks between the summaries and the checkpointing: replica statistics, the task's own,
-        gradient diagnostics and profiling when asked, the non-finite stop."""
+        gradient diagnostics and profiling when asked, the non-finite stop, the allocator's peak memory."""
         config, task = self.config, self.task
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
         callbacks = [distribute.AverageReplicaStatistics(), *task.callbacks(trainer, run_dir), *self.extra_callbacks]
@@ -462,6 +462,7 @@ class Runner:
             callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, run_dir, self.print_fn))
         if config.on_nonfinite == "stop":
             callbacks.append(callbacks_lib.NonFiniteStop(lambda index: task.batch_at(data, index), position))
+        callbacks.append(callbacks_lib.PeakMemory(run_dir, self.print_fn))  # where the allocator can be read
         return callbacks
 
     def _restore(self, checkpoint: checkpoint_lib.RunCheckpoint) -> int:
