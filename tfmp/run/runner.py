@@ -48,7 +48,7 @@ from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
-from tfmp.run import determinism, diagnostics, distribute, preemption, rundir
+from tfmp.run import determinism, diagnostics, distribute, memory, preemption, rundir
 from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig
 from tfmp.run.setting import Setting, resolve
 from tfmp.run.tasks import Built, Task
@@ -452,7 +452,8 @@ class Runner:
         self, trainer: trainers.MixedPrecisionTrainer, data: Any, run_dir: str, position: int
     ) -> list[keras.callbacks.Callback]:
         """The callbacks between the summaries and the checkpointing: replica statistics, the task's own,
-        gradient diagnostics and profiling when asked, the non-finite stop, the allocator's peak memory."""
+        gradient diagnostics and profiling when asked, the non-finite stop, the allocator's peak memory where
+        it can be read."""
         config, task = self.config, self.task
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
         callbacks = [distribute.AverageReplicaStatistics(), *task.callbacks(trainer, run_dir), *self.extra_callbacks]
@@ -462,7 +463,9 @@ class Runner:
             callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, run_dir, self.print_fn))
         if config.on_nonfinite == "stop":
             callbacks.append(callbacks_lib.NonFiniteStop(lambda index: task.batch_at(data, index), position))
-        callbacks.append(callbacks_lib.PeakMemory(run_dir, self.print_fn))  # where the allocator can be read
+        allocator = memory.AllocatorMemory.of_this_process()
+        if allocator is not None:  # a GPU, or a CPU with TF_CPU_ALLOCATOR_USE_BFC=true
+            callbacks.append(callbacks_lib.PeakMemory(run_dir, self.print_fn, allocator))
         return callbacks
 
     def _restore(self, checkpoint: checkpoint_lib.RunCheckpoint) -> int:
