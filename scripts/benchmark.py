@@ -7,6 +7,8 @@ r"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written
     python3 scripts/benchmark.py --mode=input_pipeline --precisions=bf16 --xla=false
     python3 scripts/benchmark.py --mode=ceiling --models=gan --precisions=fp32,bf16
     python3 scripts/benchmark.py --mode=resident --models=mobilenet_v2 --precisions=fp32,bf16 --xla=false --runs=2
+    python3 scripts/benchmark.py --mode=max_batch --models=mobilenet_v2 --precisions=fp32,bf16 --xla=false \
+        --memory_budget=2GiB
 
 Prints a markdown table (one row per model, precision, XLA setting and batch
 size) to stdout and one progress line per row to stderr. The method is in
@@ -16,6 +18,7 @@ The comma-separated flags are parsed here (`parse_models`, ...) into the
 tuples `benchmark.BenchmarkConfig` holds.
 """
 
+import functools
 import json
 import os
 import sys
@@ -32,7 +35,7 @@ except ImportError:  # pragma: no cover
 
 import tfmp
 from tfmp import precision as precision_lib
-from tfmp.run import benchmark, reporting, tasks
+from tfmp.run import benchmark, memory, reporting, tasks
 from tfmp.run import data as data_lib
 from tfmp.run.benchmark import kernel_ceiling
 
@@ -48,7 +51,9 @@ _MODE = flags.DEFINE_enum(
     "resident: the compare rows one after another in this process, each row's peak RSS and the memory it "
     "leaves behind (what TensorFlow keeps of every model a process trains, the reason for --isolate); "
     "kernels: this CPU's float32, bfloat16 and float16 kernels (matmul, convolution and depthwise "
-    "convolution, forward and gradients) timed against each other, in seconds (also printed by ceiling).",
+    "convolution, forward and gradients) timed against each other, in seconds (also printed by ceiling); "
+    "max_batch: per model and precision the largest batch whose training step fits --memory_budget, each "
+    "trial in a fresh process with its allocator capped (a crash or out-of-memory error: does not fit).",
 )
 _MODELS = flags.DEFINE_list(
     "models",
@@ -110,6 +115,19 @@ _ISOLATE = flags.DEFINE_bool(
     "--mode=compare: measure each row of each run in a fresh process, so its peak_host_mb is its own (TensorFlow "
     "keeps memory from every model a process trains) and runs are independent; --noisolate runs all rows in "
     "this process.",
+)
+_CPU_BFC = flags.DEFINE_bool(
+    "cpu_bfc",
+    _DEFAULTS.cpu_bfc,
+    "--mode=compare with --isolate on a CPU: switch TensorFlow's BFC allocator on in each row's process "
+    "(TF_CPU_ALLOCATOR_USE_BFC=true) so the allocator's peak and step memory are read; --nocpu_bfc keeps "
+    "TensorFlow's default CPU allocator (no allocator figures on a CPU).",
+)
+_MEMORY_BUDGET = flags.DEFINE_string(
+    "memory_budget",
+    None,
+    "--mode=max_batch: the allocator's budget, a number and a unit (2GiB, 512MiB, 1.5GB). Required on a CPU "
+    "(TF_CPU_BFC_MEM_LIMIT_IN_MB in each trial); on a GPU the device's memory when not given.",
 )
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the records to this JSON file.")
 _PLOT_OUT = flags.DEFINE_string(
@@ -225,6 +243,7 @@ def _config(specs: dict[str, tasks.Task]) -> benchmark.BenchmarkConfig:
             float32_layers=_FLOAT32_LAYERS.value,
             tf32=_TF32.value,
             isolate=_ISOLATE.value,
+            cpu_bfc=_CPU_BFC.value,
         )
         config.validate(specs)
         if _MODE.value == "ceiling":
@@ -232,6 +251,17 @@ def _config(specs: dict[str, tasks.Task]) -> benchmark.BenchmarkConfig:
     except ValueError as e:
         raise app.UsageError(common.in_flag_terms(e)) from None
     return config
+
+
+def _max_batch_settings() -> benchmark.MaxBatchSettings:
+    """The largest-batch search's settings from the flags; a bad budget is a usage error naming it."""
+    try:
+        budget = None if _MEMORY_BUDGET.value is None else memory.parse_memory_size(_MEMORY_BUDGET.value)
+        settings = benchmark.MaxBatchSettings(budget_mb=budget)
+        settings.validate(has_gpu=bool(precision_lib.visible_gpus()))
+    except ValueError as e:
+        raise app.UsageError(f"--memory_budget: {e}") from None
+    return settings
 
 
 def _check_output(flag: str, path: str | None) -> None:
@@ -262,6 +292,9 @@ def main(argv):
     config = _config(specs)
     _check_output("json_out", _JSON_OUT.value)
     _check_output("plot_out", _PLOT_OUT.value)
+    settings = _max_batch_settings() if _MODE.value == "max_batch" else None
+    if _MODE.value != "max_batch" and _MEMORY_BUDGET.value is not None:
+        raise app.UsageError(f"--memory_budget is only for --mode=max_batch. Received: --mode={_MODE.value}")
     if _PLOT_OUT.value is not None:
         if _MODE.value != "compare":
             raise app.UsageError(f"--plot_out is only for --mode=compare. Received: --mode={_MODE.value}")
@@ -278,6 +311,7 @@ def main(argv):
         "input_pipeline": benchmark.input_pipeline,
         "ceiling": benchmark.ceiling,
         "resident": benchmark.resident,
+        "max_batch": functools.partial(benchmark.max_batch, settings=settings),
     }[_MODE.value]
     try:
         records = measure(config, specs, progress=progress)

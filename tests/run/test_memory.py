@@ -1,6 +1,12 @@
-"""Tests for tfmp/run/memory.py: peak host and GPU memory over a block, and the resident set now."""
+"""Tests for tfmp/run/memory.py: peak host, GPU and allocator memory over a block, and the resident set now."""
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfmp.run import memory
@@ -34,3 +40,55 @@ def test_gpu_peak_memory_is_none_without_a_gpu():
         assert gpu.has_gpu and gpu.peak_mb >= 64
     else:
         assert not gpu.has_gpu and gpu.peak_mb is None
+
+
+_ALLOCATOR_READOUT = """
+import json
+import tensorflow as tf
+from tfmp.run import memory
+allocator = memory.AllocatorMemory.of_this_process()
+before = allocator.reset()
+block = tf.ones((64 * 2**20,), tf.uint8)
+held = allocator.current_mb()
+del block
+print(json.dumps([allocator.name, before, held, allocator.peak_mb(), allocator.current_mb()]))
+"""
+
+
+def test_the_cpu_bfc_allocator_is_read_in_a_fresh_process_that_switches_it_on():
+    env = {**os.environ, **memory.cpu_bfc_environment(limit_mb=512), "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", _ALLOCATOR_READOUT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    name, before, held, peak, after = json.loads(result.stdout.splitlines()[-1])
+    assert name == "CPU:0 BFC"
+    assert held - before >= 64 and peak >= held  # the 64 MiB block, seen by the allocator
+    assert after < held - 60  # and given back when freed
+
+
+def test_the_default_cpu_allocator_cannot_be_read():
+    if os.environ.get(memory.CPU_BFC_ENV, "").lower() in ("true", "1") or tf.config.list_logical_devices("GPU"):
+        pytest.skip("this process reads an allocator: a GPU, or the BFC allocator switched on")
+    assert memory.AllocatorMemory.of_this_process() is None
+
+
+def test_cpu_bfc_environment_names_the_switch_and_the_budget_in_whole_mib():
+    assert memory.cpu_bfc_environment() == {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+    assert memory.cpu_bfc_environment(300.7) == {
+        "TF_CPU_ALLOCATOR_USE_BFC": "true",
+        "TF_CPU_BFC_MEM_LIMIT_IN_MB": "300",
+    }
+
+
+@pytest.mark.parametrize(
+    "text, mib", [("2GiB", 2048.0), ("512 MiB", 512.0), ("1.5GB", 1.5e9 / 2**20), ("1048576b", 1.0), ("1tib", 2**20)]
+)
+def test_memory_sizes_parse_with_their_unit_into_mib(text, mib):
+    assert memory.parse_memory_size(text) == pytest.approx(mib)
+
+
+@pytest.mark.parametrize("text", ["2", "2 GiBs", "GiB", "-1GiB", "512KiB", None])
+def test_memory_sizes_without_a_known_unit_or_below_1_mib_are_refused_naming_the_text(text):
+    with pytest.raises(ValueError, match=f"Received: {text!r}".replace("(", r"\(")):
+        memory.parse_memory_size(text)

@@ -32,6 +32,11 @@ KEYS = [
     "ratio_to_hand_written_max",
     "peak_host_mb",
     "peak_gpu_mb",
+    "allocator",
+    "peak_mb",
+    "step_mb",
+    "peak_ratio_to_float32",
+    "step_ratio_to_float32",
     "runs",
 ]
 

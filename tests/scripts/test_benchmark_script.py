@@ -33,6 +33,11 @@ KEYS = [
     "ratio_to_hand_written_max",
     "peak_host_mb",
     "peak_gpu_mb",
+    "allocator",
+    "peak_mb",
+    "step_mb",
+    "peak_ratio_to_float32",
+    "step_ratio_to_float32",
     "runs",
 ]
 
@@ -200,3 +205,27 @@ def test_resident_mode_end_to_end_measures_each_row_in_one_process(tmp_path):
     assert proc.stderr.count("gan float32 xla=false batch=8 (run 1/2): peak RSS") == 1
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(table) == 4 and table[2].startswith("| gan | float32 | false | 8 | 1 | ")
+
+
+def test_a_memory_budget_without_a_known_unit_is_a_usage_error_naming_it(tmp_path):
+    proc = _script("--mode=max_batch", "--models=gan", "--precisions=fp32", "--xla=false", "--memory_budget=2 gigs")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--memory_budget: A memory size is a number and a unit" in proc.stderr
+    assert "Received: '2 gigs'" in proc.stderr
+
+
+@pytest.mark.slow  # the fast twins: tests/run/benchmark/test_largest_batch.py and the usage error above
+def test_max_batch_mode_end_to_end_finds_a_batch_that_fits_and_one_above_that_does_not(tmp_path):
+    out = tmp_path / "max_batch.json"
+    flags = ("--models=gan", "--precisions=fp32", "--xla=false", "--batch_sizes=8", "--memory_budget=64MiB")
+    proc = _script("--mode=max_batch", *flags, f"--json_out={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())
+    assert (row["model"], row["precision"], row["budget_mb"], row["allocator"]) == ("gan", "float32", 64.0, "CPU:0 BFC")
+    assert row["peak_mb"] <= 64.0 and row["ratio_to_float32"] == 1.0
+    assert f"gan float32 xla=false batch={row['batch_size']}: fits" in proc.stderr
+    if row["next_tried"] is not None:  # the search may end on its trial limit before a batch fails
+        assert row["next_tried"] > row["batch_size"]
+        assert f"gan float32 xla=false batch={row['next_tried']}: does not fit" in proc.stderr
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert len(table) == 3 and table[2].startswith("| gan | float32 | false | 64.0 | CPU:0 BFC | ")

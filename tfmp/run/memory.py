@@ -1,10 +1,15 @@
-"""Peak memory over a block of code (the host's resident set and GPU:0), and the resident set now.
+"""Peak memory over a block of code (the host's resident set, GPU:0, TensorFlow's allocator), and the resident set now.
 
 ```python
 with HostPeakMemory() as host, GpuPeakMemory() as gpu:
     run()
 host.peak_mb, gpu.peak_mb    # MiB; gpu.peak_mb is None without a GPU
 resident_mb()                # MiB the process holds now; None without /proc
+
+allocator = AllocatorMemory.of_this_process()   # None where it cannot be read
+before = allocator.reset()   # MiB allocated now; the peak starts from it
+run()
+allocator.peak_mb()          # the allocator's peak since the reset
 ```
 
 `tfmp.run.benchmark` records them per row as `peak_host_mb` and `peak_gpu_mb`;
@@ -23,6 +28,13 @@ process's lifetime peak. It is the whole process: the Python interpreter
 and TensorFlow runtime, what the block allocates, and whatever earlier work
 left resident (memory freed by Python is not always returned to the system).
 
+`AllocatorMemory` reads TensorFlow's own allocator: what tensors take,
+without the runtime, code and heap the resident set includes. On a GPU that
+is always possible; on a CPU only with the BFC allocator, which TensorFlow
+uses there only when `TF_CPU_ALLOCATOR_USE_BFC=true` is in the environment
+before it starts (`CPU_BFC_ENV`; `cpu_bfc_environment()` gives it, with a
+memory limit if wanted, for a process about to start).
+
 `GpuPeakMemory.peak_mb` is
 `tf.config.experimental.get_memory_info("GPU:0")["peak"]` after
 `reset_memory_stats("GPU:0")` on entry, or None without a GPU.
@@ -30,6 +42,7 @@ left resident (memory freed by Python is not always returned to the system).
 
 from __future__ import annotations
 
+import re
 import resource
 import sys
 import threading
@@ -37,7 +50,21 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["GpuPeakMemory", "HostPeakMemory", "resident_mb"]
+__all__ = [
+    "CPU_BFC_ENV",
+    "CPU_BFC_LIMIT_ENV",
+    "AllocatorMemory",
+    "GpuPeakMemory",
+    "HostPeakMemory",
+    "cpu_bfc_environment",
+    "parse_memory_size",
+    "resident_mb",
+]
+
+CPU_BFC_ENV = "TF_CPU_ALLOCATOR_USE_BFC"
+"""Set to `true` before TensorFlow starts, it allocates CPU tensors with its BFC allocator, which can be read."""
+CPU_BFC_LIMIT_ENV = "TF_CPU_BFC_MEM_LIMIT_IN_MB"
+"""The CPU BFC allocator's budget in MiB, read when TensorFlow starts."""
 
 _MB = 2.0**20
 
@@ -150,3 +177,106 @@ class GpuPeakMemory:
     def __exit__(self, *exc: Any) -> None:
         if self.has_gpu:
             self.peak_mb = tf.config.experimental.get_memory_info("GPU:0")["peak"] / _MB
+
+
+def cpu_bfc_environment(limit_mb: float | None = None) -> dict[str, str]:
+    """The environment variables that switch TensorFlow's CPU BFC allocator on in a process about to start.
+
+    Args:
+        limit_mb: The allocator's budget in MiB (rounded down; at least 1);
+            None leaves TensorFlow's default (the machine's memory).
+
+    Returns:
+        `{CPU_BFC_ENV: "true"}`, with `CPU_BFC_LIMIT_ENV` when `limit_mb` is given.
+    """
+    env = {CPU_BFC_ENV: "true"}
+    if limit_mb is not None:
+        env[CPU_BFC_LIMIT_ENV] = str(max(1, int(limit_mb)))
+    return env
+
+
+class AllocatorMemory:
+    """TensorFlow's allocator on one device: what it holds now, and its peak since the last reset.
+
+    ```python
+    allocator = AllocatorMemory.of_this_process()
+    before = allocator.reset()
+    run()
+    allocator.peak_mb() - before     # what `run` allocated on top of what was resident
+    ```
+
+    Args:
+        device: A logical device whose allocator keeps statistics: `"GPU:0"`,
+            or `"CPU:0"` with the BFC allocator on.
+
+    Attributes:
+        device: The device read.
+        name: What is read, for reports: `"GPU:0"` or `"CPU:0 BFC"`.
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+        self.name = f"{device} BFC" if device.upper().startswith("CPU") else device
+
+    @classmethod
+    def of_this_process(cls) -> AllocatorMemory | None:
+        """GPU:0's allocator with a GPU; otherwise the CPU's if it keeps statistics (the BFC allocator); else None."""
+        if tf.config.list_logical_devices("GPU"):
+            return cls("GPU:0")
+        try:
+            tf.config.experimental.get_memory_info("CPU:0")
+        except ValueError:  # "Allocator stats not available": the default CPU allocator
+            return None
+        return cls("CPU:0")
+
+    def current_mb(self) -> float:
+        """MiB the allocator holds now."""
+        return tf.config.experimental.get_memory_info(self.device)["current"] / _MB
+
+    def reset(self) -> float:
+        """Resets the peak to what is allocated now, and returns that, in MiB."""
+        tf.config.experimental.reset_memory_stats(self.device)
+        return self.current_mb()
+
+    def peak_mb(self) -> float:
+        """The allocator's peak since the last `reset` (or since TensorFlow started), in MiB."""
+        return tf.config.experimental.get_memory_info(self.device)["peak"] / _MB
+
+    def __repr__(self) -> str:
+        return f"AllocatorMemory({self.device!r})"
+
+
+_UNITS = {
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_memory_size(text: str) -> float:
+    """A memory size with its unit (`2GiB`, `512 MiB`, `1.5GB`, `300000000B`), in MiB.
+
+    Units, in any case: `B`; `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024);
+    `KB`, `MB`, `GB`, `TB` (powers of 1000).
+
+    Raises:
+        ValueError: for text without a number and a known unit, or a size
+            below 1 MiB, naming the text received.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]+)\s*", text) if isinstance(text, str) else None
+    unit = match and _UNITS.get(match.group(2).lower())
+    if unit is None:
+        raise ValueError(
+            "A memory size is a number and a unit: B, KiB, MiB, GiB, TiB (1024s) or KB, MB, GB, TB (1000s), "
+            f"e.g. 2GiB. Received: {text!r}"
+        )
+    mib = float(match.group(1)) * unit / _MB
+    if mib < 1:
+        raise ValueError(f"A memory budget must be at least 1 MiB. Received: {text!r}")
+    return mib

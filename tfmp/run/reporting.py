@@ -73,6 +73,9 @@ class ThroughputRecord(Protocol):
         ratio_to_float32: The ratio to the float32 row's throughput, or None.
         ratio_to_hand_written: The ratio to the hand-written step's throughput, or None.
         unit: What the throughput counts (`img/s` or `ex/s`; the axis label).
+
+    `plot` also labels a bar with `peak_mb`, `step_mb` and
+    `step_ratio_to_float32` (the allocator's figures) where a record has them.
     """
 
     model: str
@@ -235,6 +238,12 @@ def plot(
                     label += f"\n{r.ratio_to_hand_written:.2f}x hand-written"
                 if spread is not None:
                     label += f"\n({r.images_per_sec_min:.0f}-{r.images_per_sec_max:.0f})"
+                peak_mb, step_mb = getattr(r, "peak_mb", None), getattr(r, "step_mb", None)
+                if peak_mb is not None and step_mb is not None:
+                    label += f"\npeak {peak_mb:.0f} / step {step_mb:.0f} MiB"
+                    step_ratio = getattr(r, "step_ratio_to_float32", None)
+                    if step_ratio is not None and precision != "float32":
+                        label += f"\nstep {step_ratio:.2f}x float32's"
                 ax.annotate(label, (x, top), ha="center", va="bottom", fontsize=6)
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.set_xticks(range(len(groups)))
@@ -252,7 +261,9 @@ def plot(
     figure.supxlabel(  # supxlabel, unlike a free text, gets room from the constrained layout
         "bar labels: throughput (median; whisker and (a-b): slowest to fastest round); "
         "Nx float32 = throughput / float32's (same model, XLA, batch);\n"
-        "Nx hand-written = tfmp trainer / a hand-written tf.function step (same model, precision, XLA, batch)",
+        "Nx hand-written = tfmp trainer / a hand-written tf.function step (same model, precision, XLA, batch);\n"
+        "peak / step = TensorFlow allocator's peak during the timed steps / that peak minus what was allocated "
+        "before them (where the allocator can be read)",
         fontsize=7,
     )
     figure.savefig(path, format="png", dpi=120)

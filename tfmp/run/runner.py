@@ -50,7 +50,7 @@ from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
-from tfmp.run import determinism, diagnostics, directories, distribute, preemption
+from tfmp.run import determinism, diagnostics, directories, distribute, memory, preemption
 from tfmp.run import epochs as epochs_lib
 from tfmp.run.callbacks.display import console_fields, describe_data, example_unit, summary_route
 from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig
@@ -340,6 +340,9 @@ class Runner:
             callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, dirs.writes, self.print_fn))
         if config.on_nonfinite == "stop":
             callbacks.append(callbacks_lib.NonFiniteStop(lambda step: epochs_lib.batch_at(task, data, step), position))
+        allocator = memory.AllocatorMemory.of_this_process()
+        if allocator is not None:  # a GPU, or a CPU with TF_CPU_ALLOCATOR_USE_BFC=true
+            callbacks.append(callbacks_lib.PeakMemory(dirs.writes, self.print_fn, allocator))
         return callbacks
 
     def build_preemption(

@@ -5,25 +5,33 @@ traced; `tiny_config` times them as briefly as the benchmark allows.
 """
 
 import os
+import time
 
 import numpy as np
 
 from tfmp.models.small_cnn import build_small_cnn
 from tfmp.run import benchmark, tasks
 from tfmp.run import config as config_lib
+from tfmp.run.benchmark import largest_batch
 
 __all__ = [
     "BATCH",
+    "CRASH_FROM",
     "LEAK_MB",
     "RESIDENT",
+    "crashing_trial",
     "dying_network",
     "leaky_classifier",
+    "small_classifier",
+    "sleeping_trial",
+    "small_network",
     "tiny_classifier",
     "tiny_config",
     "tiny_specs",
 ]
 
 BATCH = 8
+CRASH_FROM = 96
 LEAK_MB = 256
 RESIDENT: list = []  # what `leaky_network` left behind in this process
 
@@ -37,6 +45,30 @@ def leaky_network(shape, classes):
 def dying_network(shape, classes):
     """Ends its process at once, as the kernel's out-of-memory killer would."""
     os._exit(9)
+
+
+def small_network(shape, classes):
+    """The tiny CNN, from a module-level function so that its task pickles."""
+    return build_small_cnn(shape, classes, width=4)
+
+
+def small_classifier(name="small"):
+    """A tiny classifier that can be measured in a fresh process (its task pickles)."""
+    return tasks.ClassifierTask(
+        config_lib.ClassifierConfig(batch_size=BATCH), name, network=small_network, image_shape=(8, 8, 3)
+    )
+
+
+def crashing_trial(spec, precision, xla, batch_size, config, settings):
+    """Ends its process as a segmentation fault would (exit 139) from batch `CRASH_FROM` up; below, a real trial."""
+    if batch_size >= CRASH_FROM:
+        os._exit(139)
+    return largest_batch.train_at_batch(spec, precision, xla, batch_size, config, settings)
+
+
+def sleeping_trial(*args):
+    """Never returns in time."""
+    time.sleep(600)
 
 
 def leaky_classifier(name):

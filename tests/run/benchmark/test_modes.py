@@ -24,6 +24,7 @@ from benchmark_tiny import (
     RESIDENT,
     dying_network,
     leaky_classifier,
+    small_classifier,
     tiny_classifier,
     tiny_config,
     tiny_specs,
@@ -54,6 +55,11 @@ KEYS = [
     "ratio_to_hand_written_max",
     "peak_host_mb",
     "peak_gpu_mb",
+    "allocator",
+    "peak_mb",
+    "step_mb",
+    "peak_ratio_to_float32",
+    "step_ratio_to_float32",
     "runs",
 ]
 
@@ -320,6 +326,21 @@ def test_isolated_rows_measure_their_own_memory_not_what_earlier_rows_left():
     assert [r.model for r in isolated] == ["leaky_a", "leaky_b"] and all(r.images_per_sec > 0 for r in isolated)
 
 
+def test_isolated_rows_read_the_cpu_bfc_allocator_in_their_own_process_unless_told_not_to():
+    specs = {"small": small_classifier()}
+    config = tiny_config(models=("small",), isolate=True)
+    float32, bfloat16 = benchmark.compare(config, specs)
+    for record in (float32, bfloat16):
+        assert record.allocator == "CPU:0 BFC"
+        assert 0 < record.step_mb <= record.peak_mb
+    assert float32.peak_ratio_to_float32 == 1.0 and float32.step_ratio_to_float32 == 1.0
+    assert bfloat16.step_ratio_to_float32 == pytest.approx(bfloat16.step_mb / float32.step_mb)
+    row = reporting.markdown_table([float32]).splitlines()[2]
+    assert f" | CPU:0 BFC | {float32.peak_mb:.1f} | {float32.step_mb:.1f} | 1.000 | 1.000 | " in row
+    (plain,) = benchmark.compare(dataclasses.replace(config, precisions=("fp32",), cpu_bfc=False), specs)
+    assert plain.allocator is None and plain.peak_mb is None and plain.step_ratio_to_float32 is None
+
+
 def test_a_row_whose_process_dies_is_an_error_naming_the_row():
     spec = tasks.ClassifierTask(
         config_lib.ClassifierConfig(batch_size=BATCH), "dying", network=dying_network, image_shape=(8, 8, 3)
@@ -392,3 +413,5 @@ def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
 class _FakeDriver:
     images_per_sec = [1.0]
     median_images_per_sec = 1.0
+    peak_mb = None
+    step_mb = None

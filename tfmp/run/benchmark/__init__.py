@@ -7,7 +7,9 @@ ratios to float32 and to a hand-written `tf.function` step, peak memory),
 in-memory tensors), `ceiling` (a `CeilingRecord` per 16-bit precision: the
 whole-step speed-up its kernels allow, against the one measured) and
 `resident` (a `ResidentRecord` per row: the memory each `compare` row leaves
-behind in a process that runs them one after another).
+behind in a process that runs them one after another) and `max_batch` (a
+`MaxBatchRecord` per model, XLA setting and precision: the largest batch
+whose training step fits a memory budget, found by trials in fresh processes).
 `tfmp.run.reporting` presents the records.
 
 How a row is measured, and what the hand-written step is:
@@ -18,10 +20,11 @@ measure), `records` (the results), `workload` (the trainer and the
 hand-written step of one row), `pipeline` (the real input pipeline),
 `timing` (running and timing each path), `modes` (`compare`,
 `input_pipeline`), `kernel_ceiling` (the `ceiling` mode), `resident_memory`
-(the `resident` mode).
+(the `resident` mode), `largest_batch` (the `max_batch` mode).
 """
 
 from tfmp.run.benchmark.kernel_ceiling import CeilingRecord, ceiling
+from tfmp.run.benchmark.largest_batch import MaxBatchRecord, MaxBatchSettings, max_batch
 from tfmp.run.benchmark.modes import compare, input_pipeline
 from tfmp.run.benchmark.pipeline import Pipeline, epoch_batch_sizes, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record, ResidentRecord
@@ -40,7 +43,7 @@ from tfmp.run.benchmark.settings import (
 from tfmp.run.benchmark.workload import Workload, benchmark_batch, build_workload
 
 # fmt: off
-__all__ = [  # by defining module: settings, records, workload, pipeline, modes, kernel_ceiling, resident_memory
+__all__ = [  # by module: settings, records, workload, pipeline, modes, kernel_ceiling, resident_memory, largest_batch
     "BenchmarkConfig", "DEFAULT_RESNET_INPUT_SIZE", "MODELS", "MODES", "PIPELINE_MODELS", "PRECISIONS",
     "canonical_models", "canonical_precisions", "default_specs",
     "PipelineRecord", "Record", "ResidentRecord",
@@ -49,5 +52,6 @@ __all__ = [  # by defining module: settings, records, workload, pipeline, modes,
     "compare", "input_pipeline",
     "CeilingRecord", "ceiling",
     "resident",
+    "MaxBatchRecord", "MaxBatchSettings", "max_batch",
 ]
 # fmt: on

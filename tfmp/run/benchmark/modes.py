@@ -8,9 +8,11 @@ says how a row is measured.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import gc
 import multiprocessing
+import os
 import pickle
 import statistics
 import time
@@ -30,7 +32,7 @@ from tfmp.run.benchmark.settings import BenchmarkConfig, canonical_models, canon
 from tfmp.run.benchmark.timing import hand_written_driver, interleave, trainer_driver
 from tfmp.run.benchmark.workload import Workload, build_workload
 from tfmp.run.callbacks import display
-from tfmp.run.memory import GpuPeakMemory, HostPeakMemory
+from tfmp.run.memory import AllocatorMemory, GpuPeakMemory, HostPeakMemory, cpu_bfc_environment
 
 __all__ = ["compare", "input_pipeline"]
 
@@ -102,6 +104,9 @@ class _RowRun:
     float32_layers: int
     peak_host_mb: float
     peak_gpu_mb: float | None
+    allocator: str | None = None
+    peak_mb: float | None = None
+    step_mb: float | None = None
 
     @property
     def paired_ratio(self) -> float | None:
@@ -119,12 +124,15 @@ def _measure_compare_row(
 ) -> _RowRun:
     """Builds and times one row once; everything it builds is local, so it can be freed once this returns."""
     gc.collect()  # free the previous row before measuring this one's memory
+    allocator = AllocatorMemory.of_this_process()
     with HostPeakMemory() as host, GpuPeakMemory() as gpu:
         with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
             keras.utils.set_random_seed(config.seed)
             workload = _build(spec, precision, xla, batch_size, config)
             dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
-            trainer = trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
+            trainer = trainer_driver(
+                workload, dataset, (batch_size,), config.warmup_steps, first_fit=True, allocator=allocator
+            )
             drivers = [trainer]
             if workload.hand_written_step is not None:
                 drivers.append(hand_written_driver(workload, dataset, config.warmup_steps))
@@ -136,6 +144,9 @@ def _measure_compare_row(
         len(workload.float32_layers),
         host.peak_mb,
         gpu.peak_mb,
+        None if allocator is None else allocator.name,
+        trainer.peak_mb,
+        trainer.step_mb,
     )
 
 
@@ -143,8 +154,10 @@ def _measure_compare_row_in_own_process(
     spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
 ) -> _RowRun:
     """`_measure_compare_row` in a process of its own; a RuntimeError naming the row if that process dies."""
+    environment = cpu_bfc_environment() if config.cpu_bfc else {}
     try:
-        return _in_fresh_process(_measure_compare_row, spec, precision, xla, batch_size, config)
+        with _environment(environment):
+            return _in_fresh_process(_measure_compare_row, spec, precision, xla, batch_size, config)
     except BrokenProcessPool as e:
         raise RuntimeError(
             f"The process measuring {_label(spec, precision, xla, batch_size)} died before it "
@@ -152,6 +165,21 @@ def _measure_compare_row_in_own_process(
             "from a script without an `if __name__ == '__main__':` guard, which the fresh process "
             "imports again. isolate=False measures in this process."
         ) from e
+
+
+@contextlib.contextmanager
+def _environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """Sets environment variables for the processes started inside the block, then puts the old values back."""
+    old = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _in_fresh_process(function: Callable[..., _T], *args: Any) -> _T:
@@ -196,6 +224,8 @@ def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: 
     paired = [run.paired_ratio for run in runs if run.paired_ratio is not None]
     hand_written, hand_written_min, hand_written_max = _spread(paired) if paired else (None, None, None)
     peak_gpu = [run.peak_gpu_mb for run in runs if run.peak_gpu_mb is not None]
+    peak = [run.peak_mb for run in runs if run.peak_mb is not None]
+    step = [run.step_mb for run in runs if run.step_mb is not None]
     return Record(
         model=spec.name,
         precision=precision,
@@ -213,6 +243,9 @@ def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: 
         ratio_to_hand_written_max=hand_written_max,
         runs=len(runs),
         unit=_unit(spec),
+        allocator=runs[0].allocator,
+        peak_mb=max(peak) if peak else None,
+        step_mb=max(step) if step else None,
     )
 
 
@@ -268,9 +301,14 @@ def compare(
                     if row_run.hand_written
                     else " (no hand-written step)"
                 )
+                allocator = (
+                    f", allocator ({row_run.allocator}) peak {row_run.peak_mb:.0f} MB, step {row_run.step_mb:.0f} MB"
+                    if row_run.peak_mb is not None
+                    else ""
+                )
                 progress(
                     f"{label}{of}: {statistics.median(row_run.trainer):.1f} {_unit(spec)}{hand}, "
-                    f"peak RSS {row_run.peak_host_mb:.0f} MB, {time.perf_counter() - start:.0f} s"
+                    f"peak RSS {row_run.peak_host_mb:.0f} MB{allocator}, {time.perf_counter() - start:.0f} s"
                 )
     records = [
         _record(spec, precision, xla, batch, runs) for (spec, batch, xla, precision), runs in zip(rows, measured)
@@ -282,7 +320,20 @@ def compare(
         if reference is not None:
             ratios = [statistics.median(a.trainer) / statistics.median(b.trainer) for a, b in zip(runs, reference)]
             record.ratio_to_float32, record.ratio_to_float32_min, record.ratio_to_float32_max = _spread(ratios)
+    by_key = {(r.model, r.xla, r.batch_size): r for r in records if r.precision == "float32"}
+    for record in records:
+        reference = by_key.get((record.model, record.xla, record.batch_size))
+        if reference is not None:
+            record.peak_ratio_to_float32 = _ratio(record.peak_mb, reference.peak_mb)
+            record.step_ratio_to_float32 = _ratio(record.step_mb, reference.step_mb)
     return records
+
+
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    """`value / reference`, or None when either is missing or the reference is not positive."""
+    if value is None or reference is None or reference <= 0:
+        return None
+    return value / reference
 
 
 def _measure_pipeline_row(

@@ -46,6 +46,19 @@ class Record:
             (MiB; "Memory" in [How the benchmark measures](../../guides/benchmark-methodology.md)
             says what it includes).
         peak_gpu_mb: Peak GPU memory during the row (MiB), None without a GPU.
+        allocator: Which allocator `peak_mb` and `step_mb` read: `"GPU:0"`,
+            `"CPU:0 BFC"` (TensorFlow's BFC allocator, switched on in the
+            row's own process), or None where none could be read (a CPU
+            without the BFC allocator).
+        peak_mb: The allocator's peak during the trainer's timed steps
+            (MiB), the highest over the runs: what TensorFlow allocated for
+            tensors, without the runtime the RSS includes.
+        step_mb: That peak minus what the allocator held before the steps
+            (MiB): the step's activations, gradients and workspaces, without
+            the weights, optimizer slots and batch resident between steps.
+        peak_ratio_to_float32: `peak_mb` over the float32 row's (same model,
+            XLA setting and batch size); None without one.
+        step_ratio_to_float32: `step_mb` over the float32 row's.
     """
 
     model: str
@@ -66,15 +79,23 @@ class Record:
     ratio_to_hand_written_max: float | None = None
     runs: int = 1
     unit: str = "img/s"
+    allocator: str | None = None
+    peak_mb: float | None = None
+    step_mb: float | None = None
+    peak_ratio_to_float32: float | None = None
+    step_ratio_to_float32: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict, one key per attribute (each spread after its median, the unit after
-        the throughput's spread)."""
+        the throughput's spread, the allocator's figures after the resident set's)."""
         row = dataclasses.asdict(self)
-        keys = [k for k in row if not k.endswith(("_min", "_max")) and k != "unit"]
+        memory = ["allocator", "peak_mb", "step_mb", "peak_ratio_to_float32", "step_ratio_to_float32"]
+        keys = [k for k in row if not k.endswith(("_min", "_max")) and k != "unit" and k not in memory]
         for median in ("images_per_sec", "ratio_to_float32", "ratio_to_hand_written"):
             at = keys.index(median) + 1
             keys[at:at] = [f"{median}_min", f"{median}_max"] + (["unit"] if median == "images_per_sec" else [])
+        at = keys.index("peak_gpu_mb") + 1
+        keys[at:at] = memory
         return {k: row[k] for k in keys}
 
 

@@ -34,7 +34,7 @@ __all__ = [
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 MODELS = ("gan", "mobilenet_v2", "resnet50")
 PIPELINE_MODELS = ("gan", "mobilenet_v2")
-MODES = ("compare", "input_pipeline", "ceiling", "resident", "kernels")
+MODES = ("compare", "input_pipeline", "ceiling", "resident", "kernels", "max_batch")
 DEFAULT_RESNET_INPUT_SIZE = 64
 
 
@@ -150,6 +150,13 @@ class BenchmarkConfig:
             are independent samples. It needs the specs to pickle (no
             lambdas); False measures every row in this process, which
             starts faster.
+        cpu_bfc: Switch TensorFlow's BFC allocator on for the CPU in each
+            isolated row's process (`TF_CPU_ALLOCATOR_USE_BFC=true`, set
+            before TensorFlow starts there), so that the row's allocator
+            peak and step memory can be read on a CPU too. False keeps
+            TensorFlow's default CPU allocator. Not isolated, a row reads
+            the allocator only where this process's environment switched it
+            on. No effect on a GPU, whose allocator is always read.
     """
 
     models: tuple[str, ...] = MODELS
@@ -166,6 +173,7 @@ class BenchmarkConfig:
     float32_layers: str = precision_lib.FLOAT32_LAYERS_AUTO
     tf32: bool = True
     isolate: bool = True
+    cpu_bfc: bool = True
 
     def validate(self, valid_models: Iterable[str] = MODELS) -> None:
         """Raises ValueError, naming the value, for an impossible setting."""
@@ -178,7 +186,7 @@ class BenchmarkConfig:
         _check_integer("resnet_input_size", self.resnet_input_size, MIN_INPUT_SIZE)
         for name in ("warmup_steps", "steps", "repeats", "runs"):
             _check_integer(name, getattr(self, name), 1)
-        for name in ("tf32", "isolate"):
+        for name in ("tf32", "isolate", "cpu_bfc"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool. Received: {name}={getattr(self, name)!r}")
         if not isinstance(self.dataset, str) or self.dataset.lower() not in data_lib.DATASETS:

@@ -3,7 +3,9 @@
 How and why ("Warm-up" and "Timing" in docs/guides/benchmark-methodology.md):
 a round's clock stops once its last step's outputs reach the host, and
 `interleave` alternates which path goes first so that machine noise hits
-both equally.
+both equally. With an allocator to read, each timed round also records the
+allocator's peak and the step memory above what was resident before it, read
+outside the clock.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfmp.run.benchmark.workload import Workload
+from tfmp.run.memory import AllocatorMemory
 
 __all__ = ["Driver", "hand_written_driver", "interleave", "trainer_driver"]
 
@@ -35,14 +38,32 @@ class Driver:
         call: Runs one step and returns its outputs.
         batch_sizes: Examples of the successive batches, cycled.
         images_per_example: Images per example (2 for the GAN).
+        allocator: TensorFlow's allocator, read around each timed round
+            (outside its clock); None reads nothing.
+
+    Attributes:
+        peak_mb: The allocator's highest peak over the timed rounds (MiB);
+            None without an allocator or before a timed round.
+        step_mb: The most a timed round allocated above what was allocated
+            before it (MiB): activations, gradients and workspaces, without
+            the weights, optimizer slots and data resident between steps.
     """
 
-    def __init__(self, call: Callable[[], Any], batch_sizes: Sequence[int], images_per_example: int):
+    def __init__(
+        self,
+        call: Callable[[], Any],
+        batch_sizes: Sequence[int],
+        images_per_example: int,
+        allocator: AllocatorMemory | None = None,
+    ):
         self.call = call
         self.batch_sizes = tuple(batch_sizes)
         self.images_per_example = images_per_example
+        self.allocator = allocator
         self.position = 0
         self.images_per_sec: list[float] = []
+        self.peak_mb: float | None = None
+        self.step_mb: float | None = None
 
     def run(self, steps: int) -> tuple[float, int]:
         """Runs `steps` steps; returns `(seconds, images)`."""
@@ -56,8 +77,15 @@ class Driver:
         return time.perf_counter() - start, images * self.images_per_example
 
     def timed(self, steps: int) -> None:
-        """Runs `steps` steps and records their images per second."""
-        seconds, images = self.run(steps)
+        """Runs `steps` steps and records their images per second (and, with an allocator, their memory)."""
+        if self.allocator is None:
+            seconds, images = self.run(steps)
+        else:
+            before = self.allocator.reset()
+            seconds, images = self.run(steps)
+            peak = self.allocator.peak_mb()
+            self.peak_mb = max(peak, self.peak_mb or 0.0)
+            self.step_mb = max(peak - before, self.step_mb or 0.0)
         self.images_per_sec.append(images / seconds)
 
     @property
@@ -80,7 +108,12 @@ def interleave(drivers: Sequence[Driver], steps: int, repeats: int) -> None:
 
 
 def trainer_driver(
-    workload: Workload, dataset: tf.data.Dataset, batch_sizes: Sequence[int], warmup_steps: int, first_fit: bool
+    workload: Workload,
+    dataset: tf.data.Dataset,
+    batch_sizes: Sequence[int],
+    warmup_steps: int,
+    first_fit: bool,
+    allocator: AllocatorMemory | None = None,
 ) -> Driver:
     """The trainer's step as `fit()` runs it, warmed up.
 
@@ -94,6 +127,7 @@ def trainer_driver(
         warmup_steps: Untimed steps, the `fit()` one included.
         first_fit: Whether the first warm-up step is a one-step `fit()`
             (False when the trainer has already been fitted).
+        allocator: Read around each timed round (`Driver`); None reads nothing.
 
     Returns:
         The trainer's driver, past its warm-up.
@@ -105,7 +139,7 @@ def trainer_driver(
     trainer.make_train_function()  # a no-op after fit(); as fit() calls it
     # The iterator fit() would make: the strategy's distributed dataset.
     iterator = iter(trainer.distribute_strategy.experimental_distribute_dataset(dataset))
-    driver = Driver(lambda: trainer.train_function(iterator), batch_sizes, trainer.images_per_example)
+    driver = Driver(lambda: trainer.train_function(iterator), batch_sizes, trainer.images_per_example, allocator)
     if first_fit:
         driver.position = 1
     if warmup_steps > 0:

@@ -12,6 +12,10 @@
   from fixed noise (`image_grid`); `GradientDiagnostics` logs the float16
   underflow/overflow fractions of the gradients every N steps
   (`tfmp.run.diagnostics`);
+* `memory.py`: `PeakMemory` writes TensorFlow's allocator peak of each
+  epoch to TensorBoard (`memory/peak_mb`) and prints the run's highest,
+  where the allocator can be read (a GPU; a CPU with
+  `TF_CPU_ALLOCATOR_USE_BFC=true`);
 * `profiling.py`: `ProfileSteps` captures a TensorFlow profiler trace of
   chosen steps;
 * `checkpointing.py`: `Checkpointing` saves the run every N steps and every
@@ -31,6 +35,7 @@ Put `StepTimer` before the callbacks that read the throughput, and
 # In reading order, which the API page keeps.
 from tfmp.run.callbacks.checkpointing import Checkpointing
 from tfmp.run.callbacks.console import CONSOLE_MODES, ConsoleLogger, console_mode
+from tfmp.run.callbacks.memory import PeakMemory
 from tfmp.run.callbacks.nonfinite import NonFiniteStepError, NonFiniteStop
 from tfmp.run.callbacks.profiling import ProfileSteps
 from tfmp.run.callbacks.segments import RunSegment
@@ -46,6 +51,7 @@ __all__ = [
     "GradientDiagnostics",
     "NonFiniteStepError",
     "NonFiniteStop",
+    "PeakMemory",
     "ProfileSteps",
     "RunSegment",
     "StepTimer",
