@@ -11,7 +11,7 @@ precisions are numerical, not luck. Prints one progress line per run, then a
 markdown table of the per-seed validation accuracies and, per precision, the
 mean paired gap to float32 with its spread. With --task, a model of your own
 runs instead, one split per seed (its pipeline must be ordered by the seed).
-The method is in `tfmp/run/parity.py`; the measured figures in
+The method is in `tfmp/run/parity/`; the measured figures in
 docs/NUMERICS.md.
 """
 
