@@ -52,13 +52,19 @@ from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
 from tfmp.run import determinism, diagnostics, directories, distribute, memory, preemption
 from tfmp.run import epochs as epochs_lib
-from tfmp.run.callbacks.display import console_fields, describe_data, example_unit, summary_route
+from tfmp.run.callbacks.display import (
+    announce_float32_layers,
+    console_fields,
+    describe_data,
+    example_unit,
+    summary_route,
+)
 from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig
 from tfmp.run.directories import Directories, make_writable_dir
 from tfmp.run.setting import Setting, settle
 from tfmp.run.tasks import Built, Task
 
-__all__ = ["Interrupted", "RunResult", "Runner", "announce_float32_layers", "make_writable_dir"]
+__all__ = ["Interrupted", "RunResult", "Runner", "make_writable_dir"]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -105,21 +111,6 @@ class RunResult:
     def skipped_steps(self) -> int:
         """Skipped steps summed over the run's loss-scaled optimizers."""
         return int(sum(v for k, v in self.logs.items() if k.endswith("skipped_steps") and not k.startswith("val_")))
-
-
-def announce_float32_layers(task: Task, built: Built, precision: str, print_fn: Callable[[str], None]) -> None:
-    """Says which layers `built` keeps in float32, and whether that was asked for or the model's default."""
-    if not built.float32_pattern:
-        return
-    kept = built.float32_layers
-    shown = ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")
-    if built.float32_pattern == task.config.float32_layers:
-        print_fn(f"float32 layers: {len(kept)} matching {built.float32_pattern!r} ({shown})")
-    else:
-        print_fn(
-            f"float32 layers: {len(kept)}, the model's default for {precision} on CPU "
-            f"(float32_layers=none turns it off): {shown}"
-        )
 
 
 # -- the run ------------------------------------------------------------------------

@@ -177,7 +177,7 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
         keras.utils.set_random_seed(config.seed)
         with precision_lib.precision_scope(setting.precision):
             built = task.build(setting.precision, setting.loss_scale, False, 1, setting.data)
-            runner_lib.announce_float32_layers(task, built, setting.precision, print_fn)
+            display.announce_float32_layers(task, built, setting.precision, print_fn)
             described_data = f" {described}" if (described := display.describe_data(task)) else ""
             print_fn(
                 f"diagnosing {built.trainer.name}: precision={setting.precision} "

@@ -14,6 +14,8 @@ instead:
   `examples_per_sec`), the default;
 * `describe_data() -> str`: the data in the run's description line
   (`dataset=digits`, say); by default nothing.
+
+`announce_float32_layers` says which layers a built task keeps in float32.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["console_fields", "describe_data", "example_unit", "keras_route", "summary_route"]
+__all__ = ["announce_float32_layers", "console_fields", "describe_data", "example_unit", "keras_route", "summary_route"]
 
 
 def console_fields(task: Any) -> tuple[tuple[str, str], ...]:
@@ -57,3 +59,19 @@ def example_unit(task: Any) -> str:
 def describe_data(task: Any) -> str:
     """`task`'s data in the run's description line: its `describe_data()`, or "" (nothing said)."""
     return task.describe_data() if hasattr(task, "describe_data") else ""
+
+
+def announce_float32_layers(task: Any, built: Any, precision: str, print_fn: Callable[[str], None]) -> None:
+    """Says which layers `built` (a `tfmp.run.tasks.Built`) keeps in float32, and whether that was asked for or
+    the model's default."""
+    if not built.float32_pattern:
+        return
+    kept = built.float32_layers
+    shown = ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")
+    if built.float32_pattern == task.config.float32_layers:
+        print_fn(f"float32 layers: {len(kept)} matching {built.float32_pattern!r} ({shown})")
+    else:
+        print_fn(
+            f"float32 layers: {len(kept)}, the model's default for {precision} on CPU "
+            f"(float32_layers=none turns it off): {shown}"
+        )
