@@ -316,14 +316,18 @@ def entry_point(main: Callable[[list[str]], None], module_name: str, help_note: 
 
 
 def in_flag_terms(error: BaseException) -> str:
-    """An error's message for the command line: a `ConfigError` about a field names its flag and value.
+    """An error's message for the command line: settings named as flags.
 
     `ConfigError("must be an integer >= 1.", "epochs", 0)` reads
-    `--epochs must be an integer >= 1. Received: --epochs=0`; any other
-    error reads as its message.
+    `--epochs must be an integer >= 1. Received: --epochs=0`; a checkpoint
+    written with other settings (`checkpoint.SettingsDiffer`) names each as
+    `--batch_size=32 in the checkpoint, --batch_size=16 in this run`; any
+    other error reads as its message.
     """
     if isinstance(error, config_lib.ConfigError) and error.field is not None:
         return error.render(f"--{error.field}")
+    if isinstance(error, checkpoint.SettingsDiffer):
+        return error.render(lambda setting: f"--{setting}")
     return str(error)
 
 

@@ -161,7 +161,7 @@ def test_non_finite_model_settings_are_refused_naming_them(config, name, value):
         (
             {"cluster": "slurm"},
             "cluster only says where strategy='multi_worker' finds its hosts: set strategy='multi_worker' or drop "
-            "the cluster setting. Received: cluster='slurm'",
+            "the cluster setting. Received: cluster='slurm', strategy='default'",
         ),
         (
             {"strategy": "multi_worker", "slurm_port_base": 0},

@@ -164,7 +164,9 @@ def test_a_run_trains_under_the_strategy_it_is_handed_and_makes_none(mirrored, t
     assert result.steps == 2 and result.trainer.distribute_strategy is mirrored
     assert any("strategy=mirrored replicas=2" in line for line in lines)
     # The config's name labels the run: a strategy of another kind is refused, naming both.
-    with pytest.raises(training.ConfigError, match=r"a MirroredStrategy \('mirrored'\).*Received: strategy='default'"):
+    with pytest.raises(
+        training.ConfigError, match=r"the MirroredStrategy \('mirrored'\).*Received: strategy='default'"
+    ):
         training.train(tiny.tiny(tmp_path, run_name="other"), print_fn=tiny.quiet, strategy=mirrored)
 
 

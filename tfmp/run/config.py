@@ -321,6 +321,7 @@ class TrainConfig:
                 "or drop the cluster setting.",
                 "cluster",
                 self.cluster,
+                {"strategy": self.strategy},
             )
         if self.slurm_port_base != SLURM_PORT_BASE and self.cluster != "slurm":
             raise ConfigError("is read only under cluster='slurm'.", "slurm_port_base", self.slurm_port_base)

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,23 +38,32 @@ class ConfigError(ValueError):
             without, the whole message.
         field: The setting the error is about, or None.
         value: The value `field` received (default: the error names none).
+        others: The other settings in play and their values, named after
+            `field`'s in `Received:` (`cluster` is refused because of
+            `strategy`, say).
 
     Attributes:
         problem: What is wrong, as given.
         field: The setting the error is about, or None.
         value: The value received (None when the error names none).
+        others: The other settings in play, `{setting: value}`.
     """
 
-    def __init__(self, problem: str, field: str | None = None, value: Any = _NOTHING):
+    def __init__(
+        self, problem: str, field: str | None = None, value: Any = _NOTHING, others: Mapping[str, Any] | None = None
+    ):
         self.problem = problem
         self.field = field
         self.value = None if value is _NOTHING else value
         self.has_value = value is not _NOTHING
+        self.others = dict(others or {})
         super().__init__(self.render(field) if field is not None else problem)
 
     def render(self, name: str) -> str:
-        """The message with the field called `name` (a script passes `--epochs`)."""
-        received = f" Received: {name}={self.value!r}" if self.has_value else ""
+        """The message with the field called `name` (a script passes `--epochs`, and its other settings alike)."""
+        prefix = name[: -len(self.field)] if self.field and name.endswith(self.field) else ""
+        values = [f"{name}={self.value!r}"] + [f"{prefix}{other}={value!r}" for other, value in self.others.items()]
+        received = f" Received: {', '.join(values)}" if self.has_value else ""
         space = "" if self.problem.startswith(":") else " "  # `task: no such file ...`
         return f"{name}{space}{self.problem}{received}"
 

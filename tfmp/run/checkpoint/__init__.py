@@ -94,7 +94,7 @@ from __future__ import annotations
 
 from tfmp.run.checkpoint.files import STATE_FILE
 from tfmp.run.checkpoint.run_checkpoint import RunCheckpoint
-from tfmp.run.checkpoint.signature import SETTINGS_KEY, CheckpointError, Found
+from tfmp.run.checkpoint.signature import SETTINGS_KEY, CheckpointError, Found, SettingsDiffer
 from tfmp.run.determinism import op_determinism  # noqa: F401 - its 0.1 path, `tfmp.checkpoint.op_determinism`
 
-__all__ = ["SETTINGS_KEY", "STATE_FILE", "CheckpointError", "Found", "RunCheckpoint"]
+__all__ = ["SETTINGS_KEY", "STATE_FILE", "CheckpointError", "Found", "RunCheckpoint", "SettingsDiffer"]

@@ -13,7 +13,7 @@ import tensorflow as tf
 from tfmp.run import legacy_checkpoint as legacy
 from tfmp.run.checkpoint.contents import seed_generator_states, unreachable
 from tfmp.run.checkpoint.files import STATE_FILE, files_of, not_own, on_disk, set_aside
-from tfmp.run.checkpoint.signature import CheckpointError, Found, differences, read_all
+from tfmp.run.checkpoint.signature import CheckpointError, Found, SettingsDiffer, differences, read_all
 from tfmp.run.replica_state import ReplicaState
 
 __all__ = ["RunCheckpoint"]
@@ -214,13 +214,10 @@ class RunCheckpoint:
         )
 
     def check_signature(self, found: Found) -> None:
-        """Raises `CheckpointError` naming every setting that differs from `found`'s."""
-        changed = differences(found.signature, self.signature)
-        if changed:
-            raise CheckpointError(
-                f"Checkpoint {found.path} was written by a different run; resume with the same settings, "
-                f"or start a new run (another run_name or checkpoint_dir). Differences: " + "; ".join(changed)
-            )
+        """Raises `SettingsDiffer` (a `CheckpointError`) naming every setting that differs from `found`'s."""
+        settings, others = differences(found.signature, self.signature)
+        if settings or others:
+            raise SettingsDiffer(found.path, settings, others)
 
     def restore(self, found: Found) -> int:
         """Restores `found` into the trainer and optimizers; returns its step.

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["SETTINGS_KEY", "SIGNATURE_KEY", "STEP_KEY", "CheckpointError", "Found", "differences", "read_all"]
+__all__ = [
+    "SETTINGS_KEY",
+    "SIGNATURE_KEY",
+    "STEP_KEY",
+    "CheckpointError",
+    "Found",
+    "SettingsDiffer",
+    "differences",
+    "read_all",
+]
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 SIGNATURE_KEY = "signature/.ATTRIBUTES/VARIABLE_VALUE"
@@ -24,6 +33,33 @@ SETTINGS_KEY = "config"
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be written or resumed from; the message names the file or variables."""
+
+
+class SettingsDiffer(CheckpointError):
+    """A checkpoint written by a run with other settings.
+
+    Attributes:
+        path: The checkpoint's prefix.
+        settings: `(setting, value in the checkpoint, value in this run)` for
+            each differing setting of the config.
+        others: One line for each other differing part of the signature.
+    """
+
+    def __init__(self, path: str, settings: Sequence[tuple[str, Any, Any]], others: Sequence[str]):
+        self.path, self.settings, self.others = path, tuple(settings), tuple(others)
+        super().__init__(self.render(str))
+
+    def render(self, name: Callable[[str], str]) -> str:
+        """The message, each setting called `name(setting)` (the scripts pass `--setting`)."""
+        lines = [
+            f"{name(setting)}={saved!r} in the checkpoint, {name(setting)}={current!r} in this run"
+            for setting, saved, current in self.settings
+        ]
+        return (
+            f"Checkpoint {self.path} was written by a different run; resume with the same settings, or start a new "
+            f"run (another {name('run_name')} or {name('checkpoint_dir')}). Differences: "
+            + "; ".join(lines + list(self.others))
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,23 +92,27 @@ def read_all(path: str) -> tuple[int, dict[str, Any]]:
     return step, signature
 
 
-def differences(saved: Any, current: Any, key: str = "") -> list[str]:
-    """One line per differing leaf, naming both values in full.
+def differences(saved: Any, current: Any, key: str = "") -> tuple[list[tuple[str, Any, Any]], list[str]]:
+    """The differing leaves of two signatures: settings, and one line for each other part.
 
-    `key: checkpoint <value>, this run <value>`, nested keys joined with
-    dots; a setting (a key under `SETTINGS_KEY`) as a config names it,
-    `batch_size=32 in the checkpoint, batch_size=64 in this run`, which the
-    scripts turn into flag names.
+    A setting (a key under `SETTINGS_KEY`) comes back as `(setting, saved,
+    current)`, so that a message can name it as a config or a command line
+    does; any other leaf as `key: checkpoint <value>, this run <value>`,
+    nested keys joined with dots, both values in full.
     """
     if isinstance(saved, Mapping) and isinstance(current, Mapping):
-        return [
-            line
-            for name in sorted(set(saved) | set(current), key=str)
-            for line in differences(saved.get(name), current.get(name), f"{key}.{name}" if key else str(name))
-        ]
+        settings: list[tuple[str, Any, Any]] = []
+        others: list[str] = []
+        for name in sorted(set(saved) | set(current), key=str):
+            more, lines = differences(saved.get(name), current.get(name), f"{key}.{name}" if key else str(name))
+            settings += more
+            others += lines
+        return settings, others
     if saved == current:
-        return []
+        return [], []
     group, _, setting = key.partition(".")
     if group == SETTINGS_KEY and setting:
-        return [f"{setting}={saved!r} in the checkpoint, {setting}={current!r} in this run"]
-    return [f"{key}: checkpoint {json.dumps(saved, sort_keys=True)}, this run {json.dumps(current, sort_keys=True)}"]
+        return [(setting, saved, current)], []
+    return [], [
+        f"{key}: checkpoint {json.dumps(saved, sort_keys=True)}, this run {json.dumps(current, sort_keys=True)}"
+    ]
