@@ -331,6 +331,11 @@ def in_flag_terms(error: BaseException) -> str:
     return str(error)
 
 
+def _as_flag(setting: str, value: Any = None) -> str:
+    """A setting as the command line names it: `--resume`, `--worker_timeout=5`, `--run_name`."""
+    return f"--{setting}" if value is None or value is True else f"--{setting}={value}"
+
+
 def print_line(line: str) -> None:
     """Prints a line of a run."""
     print(line, flush=True)
@@ -406,8 +411,7 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
     ) as e:
         sys.exit(f"error: {in_flag_terms(e)}")
     except (preemption.Preempted, preemption.WorkerLost) as e:
-        # The library says how to resume in its settings' terms (resume=True); the command line's is a flag.
-        print(f"{e}\nTo resume from the command line: the same command with --resume.", file=sys.stderr, flush=True)
+        print(e.render(_as_flag), file=sys.stderr, flush=True)  # `--resume (and the same --run_name)`
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:
         print(in_flag_terms(e) or "interrupted by SIGINT (Ctrl-C)", file=sys.stderr, flush=True)

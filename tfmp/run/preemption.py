@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import signal
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -61,6 +61,15 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+# How a message names a setting: `(setting, value)` -> text; the value None names the setting alone.
+Namer = Callable[..., str]
+
+
+def setting_name(setting: str, value: Any = None) -> str:
+    """A setting as the library's messages name it: `resume=True`, `worker_timeout=5`, `run_name`."""
+    return setting if value is None else f"{setting}={value}"
+
+
 class Preempted(RuntimeError):
     """Training stopped on a signal after writing a checkpoint.
 
@@ -82,19 +91,22 @@ class Preempted(RuntimeError):
         self.step = step
         self.checkpoint = checkpoint
         self.signalled = dict(signalled) if signalled is not None else None
+        self.exit_code = 128 + int(signum) if self.signalled is None else CLUSTER_EXIT_CODE
+        super().__init__(self.render(setting_name))
+
+    def render(self, name: Namer) -> str:
+        """The message, each setting called `name(setting, value)` (the scripts pass their flags)."""
+        again = f"{name('resume', True)} (and the same {name('run_name')})"
         if self.signalled is None:
-            self.exit_code = 128 + int(signum)
-            super().__init__(
-                f"training stopped by {_signal_name(signum)} after step {step}; checkpoint written to "
-                f"{checkpoint}. To resume, start the run again with resume=True (and the same run_name)."
+            return (
+                f"training stopped by {_signal_name(self.signum)} after step {self.step}; checkpoint written to "
+                f"{self.checkpoint}. To resume, start the run again with {again}."
             )
-            return
-        self.exit_code = CLUSTER_EXIT_CODE
-        who = ", ".join(f"{name} received {_signal_name(number)}" for name, number in self.signalled.items())
-        super().__init__(
-            f"training stopped after step {step}: {who}, so every worker saved its state at step {step} and "
-            f"stopped; the run's checkpoint is {checkpoint}. To resume, start every worker again with "
-            "resume=True (and the same run_name)."
+        who = ", ".join(f"{worker} received {_signal_name(number)}" for worker, number in self.signalled.items())
+        return (
+            f"training stopped after step {self.step}: {who}, so every worker saved its state at step {self.step} "
+            f"and stopped; the run's checkpoint is {self.checkpoint}. To resume, start every worker again with "
+            f"{again}."
         )
 
 
@@ -208,12 +220,19 @@ class WorkerLost(RuntimeError):
         exit_code: `WORKER_LOST_EXIT_CODE`.
     """
 
-    def __init__(self, message: str, missing: Sequence[str], step: int, checkpoint: str | None):
-        super().__init__(message)
+    def __init__(
+        self, message: str | Callable[[Namer], str], missing: Sequence[str], step: int, checkpoint: str | None
+    ):
+        self._message = message
+        super().__init__(self.render(setting_name))
         self.missing = list(missing)
         self.step = step
         self.checkpoint = checkpoint
         self.exit_code = WORKER_LOST_EXIT_CODE
+
+    def render(self, name: Namer) -> str:
+        """The message, each setting called `name(setting, value)` (the scripts pass their flags)."""
+        return self._message(name) if callable(self._message) else self._message
 
 
 # TensorFlow names tasks "/job:worker/replica:0/task:1" or "/job:worker/task:1".
@@ -260,10 +279,13 @@ def worker_lost(
         if checkpoint
         else "No checkpoint had been written yet, so the run starts again from step 0"
     )
-    message = (
-        f"lost {who}: it stopped answering (no heartbeat for up to worker_timeout={timeout:g} seconds, or a "
-        f"closed connection), so {own[0]} {own[1]} stopped after step {step}. {kept}. To resume, start every "
-        f"worker again with resume=True (and the same run_name). TensorFlow said: {type(error).__name__}: "
-        f"{first_line}"
-    )
+
+    def message(name: Namer) -> str:
+        return (
+            f"lost {who}: it stopped answering (no heartbeat for up to {name('worker_timeout', f'{timeout:g}')} "
+            f"seconds, or a closed connection), so {own[0]} {own[1]} stopped after step {step}. {kept}. To resume, "
+            f"start every worker again with {name('resume', True)} (and the same {name('run_name')}). "
+            f"TensorFlow said: {type(error).__name__}: {first_line}"
+        )
+
     return WorkerLost(message, missing, step, checkpoint)
