@@ -2,10 +2,10 @@
 
 import dataclasses
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tiny
 
 from tfmp.run import config as config_lib
 from tfmp.run import epochs, shipped, tasks
@@ -13,23 +13,9 @@ from tfmp.run import epochs, shipped, tasks
 TINY_CLASSIFIER = config_lib.ClassifierConfig(dataset="digits", batch_size=16, alpha=0.35, epochs=3)
 
 
-def _dense_model(inputs=4, outputs=3, activation="softmax"):
-    def build():
-        x = keras.Input((inputs,), name="features")
-        y = keras.layers.Dense(outputs, kernel_initializer=keras.initializers.GlorotUniform(0))(x)
-        return keras.Model(x, keras.layers.Activation(activation, dtype="float32")(y))
-
-    return build
-
-
-def _arrays(n=20, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)
-
-
 def test_a_user_task_without_the_hooks_gets_its_epochs_stream_and_batches_from_its_pipeline():
-    x, y = _arrays()
-    task = tasks.SupervisedTask(_dense_model(), (x, y), loss="mse", config=config_lib.TrainConfig(batch_size=8))
+    x, y = tiny.arrays()
+    task = tasks.SupervisedTask(tiny.dense_model(), (x, y), loss="mse", config=config_lib.TrainConfig(batch_size=8))
     assert not hasattr(task, "stream") and not hasattr(task, "steps_per_epoch")
     assert epochs.steps_per_epoch(task, None) == 3
     first = [b[1].numpy().tolist() for b in task.train_data(None)]
@@ -51,12 +37,12 @@ def test_batch_at_is_the_streams_batch_of_that_step_across_epochs():
 
 def test_a_pipeline_that_repeats_forever_is_told_to_set_steps_per_epoch_and_an_unknown_length_its_cardinality():
     def forever(batch_size, seed):
-        return tf.data.Dataset.from_tensor_slices(_arrays()).batch(batch_size).repeat()
+        return tf.data.Dataset.from_tensor_slices(tiny.arrays()).batch(batch_size).repeat()
 
     def unknown(batch_size, seed):
-        return tf.data.Dataset.from_tensor_slices(_arrays()).filter(lambda x, y: y >= 0).batch(batch_size)
+        return tf.data.Dataset.from_tensor_slices(tiny.arrays()).filter(lambda x, y: y >= 0).batch(batch_size)
 
-    endless = tasks.SupervisedTask(_dense_model(), forever, loss="mse", name="endless")
+    endless = tasks.SupervisedTask(tiny.dense_model(), forever, loss="mse", name="endless")
     with pytest.raises(config_lib.ConfigError) as raised:
         epochs.steps_per_epoch(endless, None)
     assert raised.value.render("--steps_per_epoch") == (
@@ -65,7 +51,7 @@ def test_a_pipeline_that_repeats_forever_is_told_to_set_steps_per_epoch_and_an_u
         "Received: --steps_per_epoch=None"
     )
     assert "cardinality" not in str(raised.value) and "assert_cardinality" not in str(raised.value)
-    unsized = tasks.SupervisedTask(_dense_model(), unknown, loss="mse", name="unsized")
+    unsized = tasks.SupervisedTask(tiny.dense_model(), unknown, loss="mse", name="unsized")
     with pytest.raises(config_lib.ConfigError, match=r"'unsized'.*not known \(tf.data cardinality -2\)") as raised:
         epochs.steps_per_epoch(unsized, None)
     assert "assert_cardinality" in str(raised.value)

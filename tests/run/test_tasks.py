@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tiny
 
 import tfmp
 from tfmp import trainers
@@ -78,24 +79,10 @@ def test_a_new_kind_of_task_overriding_only_the_documented_methods_trains_a_step
 # --- a model of your own -----------------------------------------------------------------
 
 
-def _dense_model(inputs=4, outputs=3, activation="softmax"):
-    def build():
-        x = keras.Input((inputs,), name="features")
-        y = keras.layers.Dense(outputs, kernel_initializer=keras.initializers.GlorotUniform(0))(x)
-        return keras.Model(x, keras.layers.Activation(activation, dtype="float32")(y))
-
-    return build
-
-
-def _arrays(n=20, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)
-
-
 def test_a_supervised_task_takes_arrays_a_dataset_of_examples_or_a_batches_function():
     import tensorflow as tf
 
-    x, y = _arrays()
+    x, y = tiny.arrays()
     small = config_lib.TrainConfig(batch_size=8, seed=5)
 
     def batches(batch_size, seed):
@@ -103,7 +90,7 @@ def test_a_supervised_task_takes_arrays_a_dataset_of_examples_or_a_batches_funct
 
     forms = {"arrays": (x, y), "examples": tf.data.Dataset.from_tensor_slices((x, y)), "function": batches}
     for form, data in forms.items():
-        task = tasks.SupervisedTask(_dense_model(), data, loss="sparse_categorical_crossentropy", config=small)
+        task = tasks.SupervisedTask(tiny.dense_model(), data, loss="sparse_categorical_crossentropy", config=small)
         assert epochs.steps_per_epoch(task, None) == 3, form  # 20 examples in batches of 8
         first = [b[1].numpy().tolist() for b in task.train_data(None)]
         again = [b[1].numpy().tolist() for b in task.train_data(None)]
@@ -147,10 +134,12 @@ def test_a_supervised_task_refuses_a_model_instead_of_a_function_and_an_unknown_
     import tensorflow as tf
 
     with pytest.raises(TypeError, match="function that builds the model"):
-        tasks.SupervisedTask(_dense_model()(), _arrays(), loss="mse")
-    endless = tasks.SupervisedTask(_dense_model(), tf.data.Dataset.from_tensor_slices(_arrays()).repeat(), loss="mse")
+        tasks.SupervisedTask(tiny.dense_model()(), tiny.arrays(), loss="mse")
+    endless = tasks.SupervisedTask(
+        tiny.dense_model(), tf.data.Dataset.from_tensor_slices(tiny.arrays()).repeat(), loss="mse"
+    )
     with pytest.raises(config_lib.ConfigError, match="steps_per_epoch=None"):
         epochs.steps_per_epoch(endless, None)
     assert epochs.steps_per_epoch(endless.replace(steps_per_epoch=4), None) == 4
     with pytest.raises(TypeError, match="Received: 'not data'"):
-        tasks.SupervisedTask(_dense_model(), "not data", loss="mse").train_data(None)
+        tasks.SupervisedTask(tiny.dense_model(), "not data", loss="mse").train_data(None)

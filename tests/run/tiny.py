@@ -7,6 +7,8 @@ written once.
 
 import dataclasses
 
+import keras
+import numpy as np
 import tensorflow as tf
 
 from tfmp.run import config as config_lib
@@ -35,3 +37,20 @@ def quiet(line):
 
 def tiny(tmp_path, **changes):
     return tasks.GANTask(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), **changes))
+
+
+def dense_model(inputs=4, outputs=3, activation="softmax"):
+    """A function building a one-Dense-layer model of `inputs` features (named `features`), seeded."""
+
+    def build():
+        x = keras.Input((inputs,), name="features")
+        y = keras.layers.Dense(outputs, kernel_initializer=keras.initializers.GlorotUniform(0))(x)
+        return keras.Model(x, keras.layers.Activation(activation, dtype="float32")(y))
+
+    return build
+
+
+def arrays(n=20, seed=0):
+    """`n` examples of 4 normal features and a label of 3 classes, seeded."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)
