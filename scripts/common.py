@@ -412,6 +412,11 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
         sys.exit(f"error: {in_flag_terms(e)}")
     except (preemption.Preempted, preemption.WorkerLost) as e:
         print(e.render(_as_flag), file=sys.stderr, flush=True)  # `--resume (and the same --run_name)`
+        if isinstance(e, preemption.WorkerLost):
+            # Checkpoints, lock and curves are settled; TensorFlow's own shutdown would wait about 10 s
+            # more on the lost worker (the coordination service's shutdown barrier), so leave at once.
+            sys.stdout.flush()
+            os._exit(e.exit_code)
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:
         print(in_flag_terms(e) or "interrupted by SIGINT (Ctrl-C)", file=sys.stderr, flush=True)
