@@ -283,6 +283,17 @@ def grouped_help(
     return "\n".join(parts) + "\n"
 
 
+class LeaveAtOnce(SystemExit):
+    """An exit with nothing left to settle: the console command leaves without Python's shutdown.
+
+    A multi-worker run that lost a worker has written its message, its
+    checkpoints and its curves, and released its locks; TensorFlow's own
+    shutdown would then wait about 10 s more on the lost worker (the
+    coordination service's shutdown barrier). Inside a Python process that
+    calls `run` itself, it is an ordinary `SystemExit`.
+    """
+
+
 def entry_point(main: Callable[[list[str]], None], module_name: str, help_note: str = "") -> Callable[[], None]:
     """A script's console entry point (`tfmp-train-gan = tfmp_scripts.train_gan:run`): `main` run by absl.
 
@@ -309,7 +320,12 @@ def entry_point(main: Callable[[list[str]], None], module_name: str, help_note: 
             sys.exit(e.exitcode)
 
     def run() -> None:
-        app.run(main_with_short_usage, flags_parser=parse)
+        try:
+            app.run(main_with_short_usage, flags_parser=parse)
+        except LeaveAtOnce as e:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.code)
 
     run.__doc__ = f"Runs {module_name} as a console command."
     return run
@@ -412,12 +428,7 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
         sys.exit(f"error: {in_flag_terms(e)}")
     except (preemption.Preempted, preemption.WorkerLost) as e:
         print(e.render(_as_flag), file=sys.stderr, flush=True)  # `--resume (and the same --run_name)`
-        if isinstance(e, preemption.WorkerLost):
-            # Checkpoints, lock and curves are settled; TensorFlow's own shutdown would wait about 10 s
-            # more on the lost worker (the coordination service's shutdown barrier), so leave at once.
-            sys.stdout.flush()
-            os._exit(e.exit_code)
-        sys.exit(e.exit_code)
+        raise (LeaveAtOnce if isinstance(e, preemption.WorkerLost) else SystemExit)(e.exit_code) from None
     except KeyboardInterrupt as e:
         print(in_flag_terms(e) or "interrupted by SIGINT (Ctrl-C)", file=sys.stderr, flush=True)
         sys.exit(128 + signal.SIGINT)
