@@ -60,11 +60,9 @@ def prepare_optimizer(
     optimizer = keras.optimizers.get(optimizer)
     if isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
         return optimizer
+    loss_scale = optimizers_lib.parse_loss_scale(loss_scale)
     kwargs = {}
-    if (
-        isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-        and optimizers_lib.parse_loss_scale(loss_scale) == "dynamic"
-    ):
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) and loss_scale == "dynamic":
         # Keep the stock optimizer's dynamic settings.
         kwargs = {
             "initial_scale": optimizer.initial_scale,
