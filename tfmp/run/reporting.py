@@ -182,7 +182,7 @@ def _bar_groups(
                 yield match[0], i + (j - (len(precisions) - 1) / 2) * width, width, i == 0
 
 
-def _group_axis(ax: Any, rows: Sequence[ThroughputRecord], title: str, ylabel: str) -> None:
+def _group_axis(ax: Any, rows: Sequence[ThroughputRecord], title: str, ylabel: str, legend: bool = True) -> None:
     groups = list(dict.fromkeys((r.xla, r.batch_size) for r in rows))
     ax.set_xlim(-0.6, len(groups) - 0.4)
     ax.set_xticks(range(len(groups)))
@@ -190,7 +190,8 @@ def _group_axis(ax: Any, rows: Sequence[ThroughputRecord], title: str, ylabel: s
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     ax.margins(y=0.3)
-    ax.legend(fontsize=8)
+    if legend:
+        ax.legend(fontsize=8)
 
 
 def _throughput_panel(ax: Any, model: str, rows: Sequence[ThroughputRecord], precisions: Sequence[str]) -> None:
@@ -223,19 +224,20 @@ def _throughput_panel(ax: Any, model: str, rows: Sequence[ThroughputRecord], pre
 
 def _memory_panel(ax: Any, model: str, rows: Sequence[ThroughputRecord], precisions: Sequence[str]) -> None:
     """One stacked bar per row: what stayed allocated between steps (light) under the step's own memory."""
-    for r, x, width, first in _bar_groups(rows, precisions):
+    for r, x, width, _ in _bar_groups(rows, precisions):
         if not _has_memory(r):
             continue
         color = _PRECISION_COLORS[r.precision]
         resident = r.peak_mb - r.step_mb
         ax.bar(x, resident, width, color=color, alpha=0.35, hatch="//", edgecolor="white")
-        ax.bar(x, r.step_mb, width, bottom=resident, color=color, label=r.precision if first else None)
+        ax.bar(x, r.step_mb, width, bottom=resident, color=color)
         label = f"peak {r.peak_mb:.0f}\nstep {r.step_mb:.0f} MiB"
         step_ratio = getattr(r, "step_ratio_to_float32", None)
         if step_ratio is not None and r.precision != "float32":
             label += f"\nstep {step_ratio:.2f}x float32's"
         ax.annotate(label, (x, r.peak_mb), ha="center", va="bottom", fontsize=6)
-    _group_axis(ax, rows, f"{model}: memory", "MiB (TensorFlow allocator)")
+    # The throughput panel above holds the legend: the same colours, and the labels need the room.
+    _group_axis(ax, rows, f"{model}: memory", "MiB (TensorFlow allocator)", legend=False)
 
 
 def plot(
