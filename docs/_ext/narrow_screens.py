@@ -2,9 +2,12 @@
 
 Browsers break inline code after a hyphen or anywhere (Material's `word-break`), which splits
 flags (`--cluster=slurm` as `-` / `-cluster=slurm`) and module names mid-word at 420 px. This
-hook keeps each space-separated word of inline code on one line (code with spaces still wraps at
-its spaces) and lets the dotted names of the API headings wrap after a dot. Only the HTML's
-layout changes: the text, and what a reader copies, stay the same.
+hook keeps each whitespace-separated word of inline code on one line (code with spaces still wraps
+at its spaces) and lets the dotted names of the API headings wrap after a dot. A word too long for
+a narrow screen (a dotted path, a file path, a list of values) may wrap after its separators: after
+a dot before a name, a slash, a comma, an opening parenthesis or `::`; and a part between those
+still longer than `LONG_PART` characters after its underscores and hyphens. Only the HTML's layout
+changes: the text, and what a reader copies, stay the same.
 """
 
 from __future__ import annotations
@@ -15,15 +18,40 @@ import re
 _INLINE_CODE = re.compile(r"<code>([^<]*)</code>")
 _PRE = re.compile(r"(<pre\b.*?</pre>)", re.DOTALL)
 _OBJECT_NAME = re.compile(r'(<span class="doc doc-object-name[^"]*">)([^<]*)(</span>)')
+# Where a long word may wrap: after a dot that starts a name (not a decimal point), a slash, a comma,
+# an opening parenthesis, `::`.
+_SEPARATOR = re.compile(r"(?<=\.)(?=[A-Za-z_])|(?<=[/,(])(?=.)|(?<=::)(?=.)")
+# A part (between separators) longer than this may also wrap after its underscores and hyphens.
+LONG_PART = 24
+_INNER = re.compile(r"(?<=[_-])(?=[^_-])")
+# The characters of an HTML entity (`&quot;`) stay together.
+_ENTITY = re.compile(r"&[#\w]+;")
+
+
+def _break_points(word: str) -> str:
+    """`word` with `<wbr>` after its separators, and inside its long parts; entities kept whole."""
+    entities = _ENTITY.findall(word)
+    # Each entity stands in as one private-use character while the break points are placed.
+    for i, entity in enumerate(entities):
+        word = word.replace(entity, chr(0xE000 + i), 1)
+    parts = _SEPARATOR.split(word)
+    word = "<wbr>".join(_INNER.sub("<wbr>", p) if len(p) > LONG_PART else p for p in parts)
+    for i, entity in enumerate(entities):
+        word = word.replace(chr(0xE000 + i), entity, 1)
+    return word
 
 
 def _unbreakable_words(match: re.Match[str]) -> str:
-    words = re.split(r"( +)", match.group(1))
-    return "<code>" + "".join(w if not w.strip() else f'<span class="nobr">{w}</span>' for w in words) + "</code>"
+    words = re.split(r"(\s+)", match.group(1))
+    return (
+        "<code>"
+        + "".join(w if not w.strip() else f'<span class="nobr">{_break_points(w)}</span>' for w in words)
+        + "</code>"
+    )
 
 
 def wrap_points(html: str) -> str:
-    """Returns `html` with inline code's words unbreakable and API names breakable after their dots."""
+    """Returns `html` with inline code's words unbreakable but at their separators, API names after their dots."""
     parts = _PRE.split(html)
     for i in range(0, len(parts), 2):  # the even parts are outside <pre>
         parts[i] = _INLINE_CODE.sub(_unbreakable_words, parts[i])

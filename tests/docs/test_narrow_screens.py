@@ -26,3 +26,35 @@ def test_api_names_wrap_after_a_dot():
     assert narrow_screens.wrap_points(html) == (
         '<span class="doc doc-object-name doc-class-name">tfmp.<wbr>loss_scale.<wbr>LossScaleOptimizer</span>'
     )
+
+
+def test_a_word_split_by_a_line_break_in_the_source_is_two_words():
+    html = "<p><code>--models=resnet50\n--steps=2</code></p>"
+    assert narrow_screens.wrap_points(html) == (
+        '<p><code><span class="nobr">--models=resnet50</span>\n<span class="nobr">--steps=2</span></code></p>'
+    )
+
+
+def test_long_words_wrap_after_their_separators_only():
+    # A dotted name after its dots (not a decimal point), a path after its slashes, a list after its commas.
+    html = "<code>tfmp.cpu_kernels.float32_gradients(0.35) a/b/c --precisions=float32,bf16 x::y</code>"
+    assert narrow_screens.wrap_points(html) == (
+        '<code><span class="nobr">tfmp.<wbr>cpu_kernels.<wbr>float32_gradients(<wbr>0.35)</span> '
+        '<span class="nobr">a/<wbr>b/<wbr>c</span> <span class="nobr">--precisions=float32,<wbr>bf16</span> '
+        '<span class="nobr">x::<wbr>y</span></code>'
+    )
+
+
+def test_a_long_part_also_wraps_after_its_underscores_and_hyphens():
+    html = "<code>20261126-185627_text_classifier_mixed_float16/train</code>"
+    assert narrow_screens.wrap_points(html) == (
+        '<code><span class="nobr">20261126-<wbr>185627_<wbr>text_<wbr>classifier_<wbr>mixed_<wbr>float16/<wbr>'
+        "train</span></code>"
+    )
+
+
+def test_entities_stay_whole():
+    html = "<code>make_strategy(&quot;multi_worker&quot;)</code>"
+    assert narrow_screens.wrap_points(html) == (
+        '<code><span class="nobr">make_strategy(<wbr>&quot;multi_worker&quot;)</span></code>'
+    )
