@@ -3,7 +3,10 @@
 Browsers break inline code after a hyphen or anywhere (Material's `word-break`), which splits
 flags (`--cluster=slurm` as `-` / `-cluster=slurm`) and module names mid-word at 420 px. This
 hook keeps each whitespace-separated word of inline code on one line (code with spaces still wraps
-at its spaces) and lets the dotted names of the API headings wrap after a dot. A word too long for
+at its spaces) and lets the dotted names of the API headings wrap after a dot. The API pages'
+tables (parameters, attributes, settings) get each cell labelled with its column's header
+(`data-label`), so that docs/stylesheets/extra.css can stack a row's cells on a narrow screen
+instead of scrolling a description column out of sight. A word too long for
 a narrow screen (a dotted path, a file path, a list of values) may wrap after its separators: after
 a dot before a name, a slash, a comma, an opening parenthesis or `::`; and a part between those
 still longer than `LONG_PART` characters after its underscores and hyphens. Only the HTML's layout
@@ -24,6 +27,12 @@ _SEPARATOR = re.compile(r"(?<=\.)(?=[A-Za-z_])|(?<=[/,(])(?=.)|(?<=::)(?=.)")
 # A part (between separators) longer than this may also wrap after its underscores and hyphens.
 LONG_PART = 24
 _INNER = re.compile(r"(?<=[_-])(?=[^_-])")
+# A table with a header row, and the cells of its rows.
+_TABLE = re.compile(r"<table>(.*?)</table>", re.DOTALL)
+_HEADER_CELL = re.compile(r"<th[^>]*>(.*?)</th>", re.DOTALL)
+_ROW = re.compile(r"(<tr[^>]*>)(.*?)(</tr>)", re.DOTALL)
+_CELL = re.compile(r"<td(?=[ >])")
+_TAG = re.compile(r"<[^>]+>")
 # The characters of an HTML entity (`&quot;`) stay together.
 _ENTITY = re.compile(r"&[#\w]+;")
 
@@ -59,6 +68,26 @@ def wrap_points(html: str) -> str:
     return _OBJECT_NAME.sub(lambda m: m.group(1) + m.group(2).replace(".", ".<wbr>") + m.group(3), html)
 
 
-def on_page_content(html: str, **kwargs: object) -> str:
-    """MkDocs's hook on each page's HTML body."""
-    return wrap_points(html)
+def _label_row(row: re.Match[str], labels: list[str]) -> str:
+    cells = iter(labels)
+    return row.group(1) + _CELL.sub(lambda m: f'<td data-label="{next(cells, "")}"', row.group(2)) + row.group(3)
+
+
+def _label_table(table: re.Match[str]) -> str:
+    body = table.group(1)
+    labels = [_TAG.sub("", cell).strip().replace('"', "&quot;") for cell in _HEADER_CELL.findall(body)]
+    if not labels:
+        return table.group(0)
+    return '<table data-narrow="stack">' + _ROW.sub(lambda row: _label_row(row, labels), body) + "</table>"
+
+
+def label_cells(html: str) -> str:
+    """Returns `html` with each header-row table marked `data-narrow="stack"`, each cell labelled with its header."""
+    return _TABLE.sub(_label_table, html)
+
+
+def on_page_content(html: str, page: object = None, **kwargs: object) -> str:
+    """MkDocs's hook on each page's HTML body: the API pages' tables also get their cell labels."""
+    html = wrap_points(html)
+    url = getattr(page, "url", "") or ""
+    return label_cells(html) if url.startswith("api/") else html

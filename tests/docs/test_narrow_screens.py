@@ -58,3 +58,28 @@ def test_entities_stay_whole():
     assert narrow_screens.wrap_points(html) == (
         '<code><span class="nobr">make_strategy(<wbr>&quot;multi_worker&quot;)</span></code>'
     )
+
+
+_TABLE = (
+    "<table>\n<thead>\n<tr>\n<th>Name</th>\n<th>Type</th>\n</tr>\n</thead>\n<tbody>\n"
+    '<tr class="doc-section-item">\n<td><code>logs</code></td>\n<td class="x">dict</td>\n</tr>\n</tbody>\n</table>'
+)
+
+
+def test_api_tables_label_each_cell_with_its_header():
+    # On a narrow screen the CSS stacks a row's cells, each under its label (data-label).
+    assert narrow_screens.label_cells(_TABLE) == (
+        '<table data-narrow="stack">\n<thead>\n<tr>\n<th>Name</th>\n<th>Type</th>\n</tr>\n</thead>\n<tbody>\n'
+        '<tr class="doc-section-item">\n<td data-label="Name"><code>logs</code></td>\n'
+        '<td data-label="Type" class="x">dict</td>\n</tr>\n</tbody>\n</table>'
+    )
+    assert narrow_screens.label_cells("<table><tr><td>1</td></tr></table>") == "<table><tr><td>1</td></tr></table>"
+
+
+def test_only_the_api_pages_tables_are_labelled():
+    class Page:
+        def __init__(self, url):
+            self.url = url
+
+    assert 'data-label="Name"' in narrow_screens.on_page_content(_TABLE, page=Page("api/run/training/"))
+    assert "data-label" not in narrow_screens.on_page_content(_TABLE, page=Page("guides/benchmark/"))
