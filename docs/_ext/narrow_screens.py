@@ -4,9 +4,10 @@ Browsers break inline code after a hyphen or anywhere (Material's `word-break`),
 flags (`--cluster=slurm` as `-` / `-cluster=slurm`) and module names mid-word at 420 px. This
 hook keeps each whitespace-separated word of inline code on one line (code with spaces still wraps
 at its spaces) and lets the dotted names of the API headings wrap after a dot. The API pages'
-tables (parameters, attributes, settings) get each cell labelled with its column's header
-(`data-label`), so that docs/stylesheets/extra.css can stack a row's cells on a narrow screen
-instead of scrolling a description column out of sight. A word too long for
+tables (parameters, attributes, settings), and other pages' tables of `WIDE_TABLE` columns or
+more, get each cell labelled with its column's header (`data-label`), so that
+docs/stylesheets/extra.css can stack a row's cells on a narrow screen instead of scrolling
+columns out of sight. A word too long for
 a narrow screen (a dotted path, a file path, a list of values) may wrap after its separators: after
 a dot before a name, a slash, a comma, an opening parenthesis or `::`; and a part between those
 still longer than `LONG_PART` characters after its underscores and hyphens. Only the HTML's layout
@@ -27,6 +28,8 @@ _SEPARATOR = re.compile(r"(?<=\.)(?=[A-Za-z_])|(?<=[/,(])(?=.)|(?<=::)(?=.)")
 # A part (between separators) longer than this may also wrap after its underscores and hyphens.
 LONG_PART = 24
 _INNER = re.compile(r"(?<=[_-])(?=[^_-])")
+# Outside the API pages, a table of this many columns or more is stacked on a narrow screen.
+WIDE_TABLE = 4
 # A table with a header row, and the cells of its rows.
 _TABLE = re.compile(r"<table>(.*?)</table>", re.DOTALL)
 _HEADER_CELL = re.compile(r"<th[^>]*>(.*?)</th>", re.DOTALL)
@@ -73,21 +76,21 @@ def _label_row(row: re.Match[str], labels: list[str]) -> str:
     return row.group(1) + _CELL.sub(lambda m: f'<td data-label="{next(cells, "")}"', row.group(2)) + row.group(3)
 
 
-def _label_table(table: re.Match[str]) -> str:
+def _label_table(table: re.Match[str], min_columns: int) -> str:
     body = table.group(1)
     labels = [_TAG.sub("", cell).strip().replace('"', "&quot;") for cell in _HEADER_CELL.findall(body)]
-    if not labels:
+    if not labels or len(labels) < min_columns:
         return table.group(0)
     return '<table data-narrow="stack">' + _ROW.sub(lambda row: _label_row(row, labels), body) + "</table>"
 
 
-def label_cells(html: str) -> str:
-    """Returns `html` with each header-row table marked `data-narrow="stack"`, each cell labelled with its header."""
-    return _TABLE.sub(_label_table, html)
+def label_cells(html: str, min_columns: int = 1) -> str:
+    """Returns `html` with each table of a header row of `min_columns` or more marked `data-narrow="stack"`,
+    each of its cells labelled with its header."""
+    return _TABLE.sub(lambda table: _label_table(table, min_columns), html)
 
 
 def on_page_content(html: str, page: object = None, **kwargs: object) -> str:
-    """MkDocs's hook on each page's HTML body: the API pages' tables also get their cell labels."""
-    html = wrap_points(html)
+    """MkDocs's hook on each page's HTML body: the API pages' tables and other wide ones get their cell labels."""
     url = getattr(page, "url", "") or ""
-    return label_cells(html) if url.startswith("api/") else html
+    return label_cells(wrap_points(html), 1 if url.startswith("api/") else WIDE_TABLE)

@@ -76,10 +76,13 @@ def test_api_tables_label_each_cell_with_its_header():
     assert narrow_screens.label_cells("<table><tr><td>1</td></tr></table>") == "<table><tr><td>1</td></tr></table>"
 
 
-def test_only_the_api_pages_tables_are_labelled():
+def test_the_api_pages_tables_and_other_wide_ones_are_labelled():
     class Page:
         def __init__(self, url):
             self.url = url
 
     assert 'data-label="Name"' in narrow_screens.on_page_content(_TABLE, page=Page("api/run/training/"))
     assert "data-label" not in narrow_screens.on_page_content(_TABLE, page=Page("guides/benchmark/"))
+    header = "".join(f"<th>c{i}</th>" for i in range(narrow_screens.WIDE_TABLE))
+    wide = f"<table><thead><tr>{header}</tr></thead><tbody><tr><td>1</td></tr></tbody></table>"
+    assert 'data-label="c0"' in narrow_screens.on_page_content(wide, page=Page("guides/benchmark/"))
