@@ -23,8 +23,8 @@ _INLINE_CODE = re.compile(r"<code>([^<]*)</code>")
 _PRE = re.compile(r"(<pre\b.*?</pre>)", re.DOTALL)
 _OBJECT_NAME = re.compile(r'(<span class="doc doc-object-name[^"]*">)([^<]*)(</span>)')
 # Where a long word may wrap: after a dot that starts a name (not a decimal point), a slash, a comma,
-# an opening parenthesis, `::`.
-_SEPARATOR = re.compile(r"(?<=\.)(?=[A-Za-z_])|(?<=[/,(])(?=.)|(?<=::)(?=.)")
+# an opening parenthesis with arguments after it, `::`.
+_SEPARATOR = re.compile(r"(?<=\.)(?=[A-Za-z_])|(?<=[/,])(?=.)|(?<=\()(?=[^)])|(?<=::)(?=.)")
 # A part (between separators) longer than this may also wrap after its underscores and hyphens.
 LONG_PART = 24
 _INNER = re.compile(r"(?<=[_-])(?=[^_-])")

@@ -37,11 +37,11 @@ def test_a_word_split_by_a_line_break_in_the_source_is_two_words():
 
 def test_long_words_wrap_after_their_separators_only():
     # A dotted name after its dots (not a decimal point), a path after its slashes, a list after its commas.
-    html = "<code>tfmp.cpu_kernels.float32_gradients(0.35) a/b/c --precisions=float32,bf16 x::y</code>"
+    html = "<code>tfmp.cpu_kernels.float32_gradients(0.35) a/b/c --precisions=float32,bf16 x::y compile()</code>"
     assert narrow_screens.wrap_points(html) == (
         '<code><span class="nobr">tfmp.<wbr>cpu_kernels.<wbr>float32_gradients(<wbr>0.35)</span> '
         '<span class="nobr">a/<wbr>b/<wbr>c</span> <span class="nobr">--precisions=float32,<wbr>bf16</span> '
-        '<span class="nobr">x::<wbr>y</span></code>'
+        '<span class="nobr">x::<wbr>y</span> <span class="nobr">compile()</span></code>'
     )
 
 
