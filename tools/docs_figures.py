@@ -1,10 +1,11 @@
-"""Remakes the documentation's figures (docs/images/*.png) from tiny real runs.
+"""Remakes the documentation's figures (docs/images/*.png) from small real runs and recorded results.
 
     python tools/docs_figures.py                      # all four figures
     python tools/docs_figures.py --only=tensorboard   # one of tensorboard, benchmark, memory, parity
     python tools/docs_figures.py --only=parity --parity_records=parity.json
 
-Run on demand, not in CI (a few minutes on a CPU; the TensorBoard figure needs
+Run on demand, not in CI (minutes each on a CPU, the memory figure's emulated 16-bit rows about
+10 on a 2-core AVX2-only one; the TensorBoard figure needs
 `tensorboard` and a Chromium on the PATH). Each figure comes from tfmp's own
 console scripts run on this machine:
 
