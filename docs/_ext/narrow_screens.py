@@ -2,9 +2,16 @@
 
 Browsers break inline code after a hyphen or anywhere (Material's `word-break`), which splits
 flags (`--cluster=slurm` as `-` / `-cluster=slurm`) and module names mid-word at 420 px. This
-hook keeps each space-separated word of inline code on one line (code with spaces still wraps at
-its spaces) and lets the dotted names of the API headings wrap after a dot. Only the HTML's
-layout changes: the text, and what a reader copies, stay the same.
+hook keeps each whitespace-separated word of inline code on one line (code with spaces still wraps
+at its spaces) and lets the dotted names of the API headings wrap after a dot. The API pages'
+tables (parameters, attributes, settings), and other pages' tables of `WIDE_TABLE` columns or
+more, get each cell labelled with its column's header (`data-label`), so that
+docs/stylesheets/extra.css can stack a row's cells on a narrow screen instead of scrolling
+columns out of sight. A word too long for
+a narrow screen (a dotted path, a file path, a list of values) may wrap after its separators: after
+a dot before a name, a slash, a comma, an opening parenthesis or `::`; and a part between those
+still longer than `LONG_PART` characters after its underscores and hyphens. Only the HTML's layout
+changes: the text, and what a reader copies, stay the same.
 """
 
 from __future__ import annotations
@@ -15,15 +22,48 @@ import re
 _INLINE_CODE = re.compile(r"<code>([^<]*)</code>")
 _PRE = re.compile(r"(<pre\b.*?</pre>)", re.DOTALL)
 _OBJECT_NAME = re.compile(r'(<span class="doc doc-object-name[^"]*">)([^<]*)(</span>)')
+# Where a long word may wrap: after a dot that starts a name (not a decimal point), a slash, a comma,
+# an opening parenthesis with arguments after it, `::`.
+_SEPARATOR = re.compile(r"(?<=\.)(?=[A-Za-z_])|(?<=[/,])(?=.)|(?<=\()(?=[^)])|(?<=::)(?=.)")
+# A part (between separators) longer than this may also wrap after its underscores and hyphens.
+LONG_PART = 24
+_INNER = re.compile(r"(?<=[_-])(?=[^_-])")
+# Outside the API pages, a table of this many columns or more is stacked on a narrow screen.
+WIDE_TABLE = 4
+# A table with a header row, and the cells of its rows.
+_TABLE = re.compile(r"<table>(.*?)</table>", re.DOTALL)
+_HEADER_CELL = re.compile(r"<th[^>]*>(.*?)</th>", re.DOTALL)
+_ROW = re.compile(r"(<tr[^>]*>)(.*?)(</tr>)", re.DOTALL)
+_CELL = re.compile(r"<td(?=[ >])")
+_TAG = re.compile(r"<[^>]+>")
+# The characters of an HTML entity (`&quot;`) stay together.
+_ENTITY = re.compile(r"&[#\w]+;")
+
+
+def _break_points(word: str) -> str:
+    """`word` with `<wbr>` after its separators, and inside its long parts; entities kept whole."""
+    entities = _ENTITY.findall(word)
+    # Each entity stands in as one private-use character while the break points are placed.
+    for i, entity in enumerate(entities):
+        word = word.replace(entity, chr(0xE000 + i), 1)
+    parts = _SEPARATOR.split(word)
+    word = "<wbr>".join(_INNER.sub("<wbr>", p) if len(p) > LONG_PART else p for p in parts)
+    for i, entity in enumerate(entities):
+        word = word.replace(chr(0xE000 + i), entity, 1)
+    return word
 
 
 def _unbreakable_words(match: re.Match[str]) -> str:
-    words = re.split(r"( +)", match.group(1))
-    return "<code>" + "".join(w if not w.strip() else f'<span class="nobr">{w}</span>' for w in words) + "</code>"
+    words = re.split(r"(\s+)", match.group(1))
+    return (
+        "<code>"
+        + "".join(w if not w.strip() else f'<span class="nobr">{_break_points(w)}</span>' for w in words)
+        + "</code>"
+    )
 
 
 def wrap_points(html: str) -> str:
-    """Returns `html` with inline code's words unbreakable and API names breakable after their dots."""
+    """Returns `html` with inline code's words unbreakable but at their separators, API names after their dots."""
     parts = _PRE.split(html)
     for i in range(0, len(parts), 2):  # the even parts are outside <pre>
         parts[i] = _INLINE_CODE.sub(_unbreakable_words, parts[i])
@@ -31,6 +71,26 @@ def wrap_points(html: str) -> str:
     return _OBJECT_NAME.sub(lambda m: m.group(1) + m.group(2).replace(".", ".<wbr>") + m.group(3), html)
 
 
-def on_page_content(html: str, **kwargs: object) -> str:
-    """MkDocs's hook on each page's HTML body."""
-    return wrap_points(html)
+def _label_row(row: re.Match[str], labels: list[str]) -> str:
+    cells = iter(labels)
+    return row.group(1) + _CELL.sub(lambda m: f'<td data-label="{next(cells, "")}"', row.group(2)) + row.group(3)
+
+
+def _label_table(table: re.Match[str], min_columns: int) -> str:
+    body = table.group(1)
+    labels = [_TAG.sub("", cell).strip().replace('"', "&quot;") for cell in _HEADER_CELL.findall(body)]
+    if not labels or len(labels) < min_columns:
+        return table.group(0)
+    return '<table data-narrow="stack">' + _ROW.sub(lambda row: _label_row(row, labels), body) + "</table>"
+
+
+def label_cells(html: str, min_columns: int = 1) -> str:
+    """Returns `html` with each table of a header row of `min_columns` or more marked `data-narrow="stack"`,
+    each of its cells labelled with its header."""
+    return _TABLE.sub(lambda table: _label_table(table, min_columns), html)
+
+
+def on_page_content(html: str, page: object = None, **kwargs: object) -> str:
+    """MkDocs's hook on each page's HTML body: the API pages' tables and other wide ones get their cell labels."""
+    url = getattr(page, "url", "") or ""
+    return label_cells(wrap_points(html), 1 if url.startswith("api/") else WIDE_TABLE)

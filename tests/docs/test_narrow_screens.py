@@ -26,3 +26,63 @@ def test_api_names_wrap_after_a_dot():
     assert narrow_screens.wrap_points(html) == (
         '<span class="doc doc-object-name doc-class-name">tfmp.<wbr>loss_scale.<wbr>LossScaleOptimizer</span>'
     )
+
+
+def test_a_word_split_by_a_line_break_in_the_source_is_two_words():
+    html = "<p><code>--models=resnet50\n--steps=2</code></p>"
+    assert narrow_screens.wrap_points(html) == (
+        '<p><code><span class="nobr">--models=resnet50</span>\n<span class="nobr">--steps=2</span></code></p>'
+    )
+
+
+def test_long_words_wrap_after_their_separators_only():
+    # A dotted name after its dots (not a decimal point), a path after its slashes, a list after its commas.
+    html = "<code>tfmp.cpu_kernels.float32_gradients(0.35) a/b/c --precisions=float32,bf16 x::y compile()</code>"
+    assert narrow_screens.wrap_points(html) == (
+        '<code><span class="nobr">tfmp.<wbr>cpu_kernels.<wbr>float32_gradients(<wbr>0.35)</span> '
+        '<span class="nobr">a/<wbr>b/<wbr>c</span> <span class="nobr">--precisions=float32,<wbr>bf16</span> '
+        '<span class="nobr">x::<wbr>y</span> <span class="nobr">compile()</span></code>'
+    )
+
+
+def test_a_long_part_also_wraps_after_its_underscores_and_hyphens():
+    html = "<code>20261126-185627_text_classifier_mixed_float16/train</code>"
+    assert narrow_screens.wrap_points(html) == (
+        '<code><span class="nobr">20261126-<wbr>185627_<wbr>text_<wbr>classifier_<wbr>mixed_<wbr>float16/<wbr>'
+        "train</span></code>"
+    )
+
+
+def test_entities_stay_whole():
+    html = "<code>make_strategy(&quot;multi_worker&quot;)</code>"
+    assert narrow_screens.wrap_points(html) == (
+        '<code><span class="nobr">make_strategy(<wbr>&quot;multi_worker&quot;)</span></code>'
+    )
+
+
+_TABLE = (
+    "<table>\n<thead>\n<tr>\n<th>Name</th>\n<th>Type</th>\n</tr>\n</thead>\n<tbody>\n"
+    '<tr class="doc-section-item">\n<td><code>logs</code></td>\n<td class="x">dict</td>\n</tr>\n</tbody>\n</table>'
+)
+
+
+def test_api_tables_label_each_cell_with_its_header():
+    # On a narrow screen the CSS stacks a row's cells, each under its label (data-label).
+    assert narrow_screens.label_cells(_TABLE) == (
+        '<table data-narrow="stack">\n<thead>\n<tr>\n<th>Name</th>\n<th>Type</th>\n</tr>\n</thead>\n<tbody>\n'
+        '<tr class="doc-section-item">\n<td data-label="Name"><code>logs</code></td>\n'
+        '<td data-label="Type" class="x">dict</td>\n</tr>\n</tbody>\n</table>'
+    )
+    assert narrow_screens.label_cells("<table><tr><td>1</td></tr></table>") == "<table><tr><td>1</td></tr></table>"
+
+
+def test_the_api_pages_tables_and_other_wide_ones_are_labelled():
+    class Page:
+        def __init__(self, url):
+            self.url = url
+
+    assert 'data-label="Name"' in narrow_screens.on_page_content(_TABLE, page=Page("api/run/training/"))
+    assert "data-label" not in narrow_screens.on_page_content(_TABLE, page=Page("guides/benchmark/"))
+    header = "".join(f"<th>c{i}</th>" for i in range(narrow_screens.WIDE_TABLE))
+    wide = f"<table><thead><tr>{header}</tr></thead><tbody><tr><td>1</td></tr></tbody></table>"
+    assert 'data-label="c0"' in narrow_screens.on_page_content(wide, page=Page("guides/benchmark/"))

@@ -198,6 +198,57 @@ def test_plot_states_the_reference_device_method_and_hand_written_ratio(tmp_path
     assert [tuple(segment[:, 1]) for segment in segments] == [(251.0, 301.0)]
 
 
+def _figure_of_plot(monkeypatch, records, path, **kwargs):
+    """Runs reporting.plot and returns the matplotlib Figure it saved."""
+    from matplotlib.figure import Figure
+
+    figures = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), savefig(self, *a, **k))[1])
+    reporting.plot(records, path, **kwargs)
+    (figure,) = figures
+    return figure
+
+
+def test_plot_draws_the_allocators_memory_below_the_throughput(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    records = [_record("gan", "float32", 1000.0), _record("gan", "mixed_bfloat16", 1400.0)]
+    records[0].peak_mb, records[0].step_mb = 90.0, 77.0
+    records[1].peak_mb, records[1].step_mb, records[1].step_ratio_to_float32 = 80.0, 66.0, 0.857
+    figure = _figure_of_plot(monkeypatch, records, str(tmp_path / "bench.png"), device="CPU (test)")
+    throughput, memory = figure.axes
+    assert memory.get_title() == "gan: memory" and "MiB" in memory.get_ylabel()
+    assert [t.get_text() for t in throughput.texts] == ["1000\n0.97x hand-written", "1400\n0.97x hand-written"]
+    assert [t.get_text() for t in memory.texts] == [
+        "peak 90\nstep 77 MiB",
+        "peak 80\nstep 66 MiB\nstep 0.86x float32's",
+    ]
+    # Each row a stacked bar: what stayed allocated (peak - step) under the step's own memory, up to the peak.
+    stacks = [(p.get_y(), p.get_height()) for p in memory.patches]
+    assert stacks == [(0, 13.0), (13.0, 77.0), (0, 14.0), (14.0, 66.0)]
+    assert "throughput and memory" in figure._suptitle.get_text()
+    assert "allocated before them" in figure._supxlabel.get_text()
+
+
+def test_plot_without_memory_draws_throughput_only(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    records = [_record("gan", "float32", 1000.0), _record("resnet50", "float32", 90.0)]
+    figure = _figure_of_plot(monkeypatch, records, str(tmp_path / "bench.png"), device="CPU (test)")
+    assert [ax.get_title() for ax in figure.axes] == ["gan", "resnet50"]
+    assert "allocated" not in figure._supxlabel.get_text()
+
+
+def test_plot_keeps_its_footnote_inside_the_figure(tmp_path, monkeypatch):
+    # One model is the narrowest figure: every line of the footnote still fits its width.
+    pytest.importorskip("matplotlib")
+    records = [_record("gan", "float32", 1000.0)]
+    records[0].peak_mb, records[0].step_mb = 90.0, 77.0
+    figure = _figure_of_plot(monkeypatch, records, str(tmp_path / "bench.png"), device="CPU (test)")
+    renderer = figure.canvas.get_renderer()
+    box, page = figure._supxlabel.get_window_extent(renderer), figure.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0
+
+
 def test_plot_refuses_records_that_are_not_compares(tmp_path):
     # reporting imports no benchmark: what it checks is the attributes plot reads (ThroughputRecord).
     pytest.importorskip("matplotlib")

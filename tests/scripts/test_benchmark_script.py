@@ -99,11 +99,13 @@ TINY_ROW = (
 
 
 def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
-    out = tmp_path / "bench.json"
-    proc = _script(*TINY_ROW, f"--json_out={out}")
+    out, chart = tmp_path / "bench.json", tmp_path / "bench.png"
+    proc = _script(*TINY_ROW, f"--json_out={out}", f"--plot_out={chart}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())
     assert len(rows) == 1 and list(rows[0]) == KEYS
+    if importlib.util.find_spec("matplotlib") is not None:  # the chart, its memory panel drawn from the same rows
+        assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     row = rows[0]
     assert (row["model"], row["precision"], row["xla"], row["batch_size"]) == ("gan", "float32", False, 8)
     assert row["ratio_to_float32"] == 1.0 and row["peak_gpu_mb"] is None

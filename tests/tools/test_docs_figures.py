@@ -1,6 +1,7 @@
 """The docs-figures tool's plotting and URL functions, on small inputs (the tool itself runs on demand)."""
 
 import importlib.util
+import math
 import pathlib
 
 import pytest
@@ -33,14 +34,62 @@ def _records():
 
 
 def test_plot_parity_writes_a_png(tmp_path):
-    path = docs_figures.plot_parity(_records(), str(tmp_path / "parity.png"))
+    path = docs_figures.plot_parity(docs_figures.gaps_of_records(_records()), str(tmp_path / "parity.png"))
     assert path == str(tmp_path / "parity.png")
     assert (tmp_path / "parity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_plot_parity_refuses_records_without_a_gap(tmp_path):
+def test_gaps_of_records_are_the_paired_gaps_in_points():
+    bf16, fp16 = docs_figures.gaps_of_records(_records())
+    assert (bf16.arm, bf16.units, fp16.arm, fp16.units) == ("mixed_bfloat16", 3, "mixed_float16", 1)
+    assert bf16.mean == pytest.approx(0.0) and bf16.low < 0 < bf16.high
+    assert fp16.mean == pytest.approx(0.0) and math.isnan(fp16.low)
+
+
+def test_gaps_of_records_refuse_records_without_a_gap():
     with pytest.raises(ValueError, match="Received arms: \\['float32'\\]"):
-        docs_figures.plot_parity(_records()[:3], str(tmp_path / "parity.png"))
+        docs_figures.gaps_of_records(_records()[:3])
+
+
+def test_plot_parity_refuses_no_arms(tmp_path):
+    with pytest.raises(ValueError, match="Received: gaps=\\[\\]"):
+        docs_figures.plot_parity([], str(tmp_path / "parity.png"))
+
+
+_SWEEP = """# Numerics
+
+| arm | units | accuracy gap | SD per unit | standard error | 95% interval | NLL gap | 95% interval |
+|---|---|---|---|---|---|---|---|
+| float32, Keras BatchNorm (**the floor**) | 25 | -0.39 | 2.52 | **0.50** | -1.43..+0.65 | +0.020 | -0.006..+0.047 |
+| `mixed_float16` | 35 | -0.25 | 2.32 | 0.39 | -1.04..+0.55 | +0.021 | -0.003..+0.045 |
+
+- after the table
+"""
+
+
+def test_recorded_sweep_reads_every_arm_of_the_table(tmp_path):
+    path = tmp_path / "NUMERICS.md"
+    path.write_text(_SWEEP)
+    assert docs_figures.recorded_sweep(str(path)) == [
+        docs_figures.ArmGap("float32, Keras BatchNorm (the floor)", 25, -0.39, -1.43, 0.65),
+        docs_figures.ArmGap("mixed_float16", 35, -0.25, -1.04, 0.55),
+    ]
+
+
+def test_recorded_sweep_names_what_it_could_not_read(tmp_path):
+    path = tmp_path / "NUMERICS.md"
+    path.write_text("# Numerics\n")
+    with pytest.raises(ValueError, match="has no table starting with"):
+        docs_figures.recorded_sweep(str(path))
+    path.write_text(_SWEEP.replace("-1.04..+0.55", "n/a"))
+    with pytest.raises(ValueError, match="Received: '\\| `mixed_float16`"):
+        docs_figures.recorded_sweep(str(path))
+
+
+def test_the_docs_table_is_the_recorded_sweep():
+    # The figure in docs/images/parity.png is drawn from this table: every arm of it parses.
+    arms = [gap.arm for gap in docs_figures.recorded_sweep()]
+    assert arms[1:3] == ["mixed_float16", "mixed_bfloat16"] and len(arms) == 4
 
 
 def test_parity_records_round_trip_through_json(tmp_path):

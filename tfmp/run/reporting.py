@@ -28,7 +28,7 @@ import importlib
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import tensorflow as tf
@@ -74,8 +74,8 @@ class ThroughputRecord(Protocol):
         ratio_to_hand_written: The ratio to the hand-written step's throughput, or None.
         unit: What the throughput counts (`img/s` or `ex/s`; the axis label).
 
-    `plot` also labels a bar with `peak_mb`, `step_mb` and
-    `step_ratio_to_float32` (the allocator's figures) where a record has them.
+    `plot` also draws `peak_mb`, `step_mb` and `step_ratio_to_float32` (the
+    allocator's figures) in a row of memory panels where records have them.
     """
 
     model: str
@@ -157,13 +157,96 @@ def require_matplotlib() -> None:
         ) from None
 
 
+def _device_name() -> str:
+    import platform
+
+    gpus = tf.config.list_physical_devices("GPU")
+    names = sorted({tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus})
+    return f"{len(gpus)} x {' + '.join(names)}" if gpus else f"CPU ({platform.processor() or platform.machine()})"
+
+
+def _has_memory(record: ThroughputRecord) -> bool:
+    return getattr(record, "peak_mb", None) is not None and getattr(record, "step_mb", None) is not None
+
+
+def _bar_groups(
+    rows: Sequence[ThroughputRecord], precisions: Sequence[str]
+) -> Iterator[tuple[ThroughputRecord, float, float, bool]]:
+    """Yields (record, x, width, in the first group) per bar: a group per (XLA, batch), a bar per precision."""
+    groups = list(dict.fromkeys((r.xla, r.batch_size) for r in rows))
+    width = 0.8 / len(precisions)
+    for j, precision in enumerate(precisions):
+        for i, group in enumerate(groups):
+            match = [r for r in rows if (r.xla, r.batch_size) == group and r.precision == precision]
+            if match:
+                yield match[0], i + (j - (len(precisions) - 1) / 2) * width, width, i == 0
+
+
+def _group_axis(ax: Any, rows: Sequence[ThroughputRecord], title: str, ylabel: str, legend: bool = True) -> None:
+    groups = list(dict.fromkeys((r.xla, r.batch_size) for r in rows))
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"xla={str(x).lower()}\nbatch {b}" for x, b in groups])
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.margins(y=0.3)
+    if legend:
+        ax.legend(fontsize=8)
+
+
+def _throughput_panel(ax: Any, model: str, rows: Sequence[ThroughputRecord], precisions: Sequence[str]) -> None:
+    for r, x, width, first in _bar_groups(rows, precisions):
+        spread = None
+        if r.images_per_sec_min is not None and r.images_per_sec_max is not None:
+            spread = [[r.images_per_sec - r.images_per_sec_min], [r.images_per_sec_max - r.images_per_sec]]
+        ax.bar(
+            x,
+            r.images_per_sec,
+            width,
+            color=_PRECISION_COLORS[r.precision],
+            yerr=spread,
+            capsize=2,
+            error_kw={"elinewidth": 0.8},
+            label=r.precision if first else None,
+        )
+        top = r.images_per_sec if r.images_per_sec_max is None else r.images_per_sec_max
+        label = f"{r.images_per_sec:.0f}"
+        if r.ratio_to_float32 is not None and r.precision != "float32":
+            label += f"\n{r.ratio_to_float32:.2f}x float32"
+        if r.ratio_to_hand_written is not None:
+            label += f"\n{r.ratio_to_hand_written:.2f}x hand-written"
+        if spread is not None:
+            label += f"\n({r.images_per_sec_min:.0f}-{r.images_per_sec_max:.0f})"
+        ax.annotate(label, (x, top), ha="center", va="bottom", fontsize=6)
+    units = " or ".join(dict.fromkeys(r.unit for r in rows))
+    _group_axis(ax, rows, model, f"{units} (tfmp trainer)")
+
+
+def _memory_panel(ax: Any, model: str, rows: Sequence[ThroughputRecord], precisions: Sequence[str]) -> None:
+    """One stacked bar per row: what stayed allocated between steps (light) under the step's own memory."""
+    for r, x, width, _ in _bar_groups(rows, precisions):
+        if not _has_memory(r):
+            continue
+        color = _PRECISION_COLORS[r.precision]
+        resident = r.peak_mb - r.step_mb
+        ax.bar(x, resident, width, color=color, alpha=0.35, hatch="//", edgecolor="white")
+        ax.bar(x, r.step_mb, width, bottom=resident, color=color)
+        label = f"peak {r.peak_mb:.0f}\nstep {r.step_mb:.0f} MiB"
+        step_ratio = getattr(r, "step_ratio_to_float32", None)
+        if step_ratio is not None and r.precision != "float32":
+            label += f"\nstep {step_ratio:.2f}x float32's"
+        ax.annotate(label, (x, r.peak_mb), ha="center", va="bottom", fontsize=6)
+    # The throughput panel above holds the legend: the same colours, and the labels need the room.
+    _group_axis(ax, rows, f"{model}: memory", "MiB (TensorFlow allocator)", legend=False)
+
+
 def plot(
     records: Sequence[ThroughputRecord],
     path: str,
     config: TimingSettings | None = None,
     device: str | None = None,
 ) -> str:
-    """Writes a PNG bar chart of the trainer's throughput (img/s or ex/s) per model and precision.
+    """Writes a PNG bar chart of the trainer's throughput (img/s or ex/s), and its memory, per model and precision.
 
     One panel per model (their scales differ); within a panel one group of
     bars per (XLA, batch size) and one bar per precision, labelled with its
@@ -172,6 +255,13 @@ def plot(
     the method (median of `repeats` rounds of `steps` steps); each bar has a
     whisker from its slowest to its fastest round (records without the
     spread get none); a footnote says what the ratios and whiskers are.
+
+    Where records carry the allocator's figures (`peak_mb` and `step_mb`), a
+    second row of panels shows them per model: one stacked bar per precision,
+    the step's own memory (`step_mb`) on top of what stayed allocated between
+    steps (`peak_mb - step_mb`: weights, optimizer slots, the batch; hatched),
+    labelled `peak 253 / step 205 MiB` and the step's ratio to float32
+    (`step 0.66x float32's`).
 
     Args:
         records: `tfmp.run.benchmark.compare` records.
@@ -190,83 +280,47 @@ def plot(
             an attribute of `ThroughputRecord`).
     """
     require_matplotlib()
-    import platform
-
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     if not records or not all(isinstance(r, ThroughputRecord) for r in records):
         raise ValueError(f"plot needs compare() records. Received: records={records!r}")
     if device is None:
-        gpus = tf.config.list_physical_devices("GPU")
-        names = sorted({tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus})
-        device = f"{len(gpus)} x {' + '.join(names)}" if gpus else f"CPU ({platform.processor() or platform.machine()})"
+        device = _device_name()
     models = list(dict.fromkeys(r.model for r in records))
     precisions = [p for p in _PRECISION_COLORS if any(r.precision == p for r in records)]
-    figure = Figure(figsize=(4.5 * len(models) + 1, 5), layout="constrained")
+    memory = any(_has_memory(r) for r in records)
+    panels = 2 if memory else 1
+    figure = Figure(figsize=(max(6.5, 4.5 * len(models) + 1), 5 + 3.8 * (panels - 1)), layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.subplots(1, len(models), squeeze=False)[0]
-    width = 0.8 / len(precisions)
-    for ax, model in zip(axes, models):
+    axes = figure.subplots(panels, len(models), squeeze=False)
+    for k, model in enumerate(models):
         rows = [r for r in records if r.model == model]
-        groups = list(dict.fromkeys((r.xla, r.batch_size) for r in rows))
-        for j, precision in enumerate(precisions):
-            for i, group in enumerate(groups):
-                match = [r for r in rows if (r.xla, r.batch_size) == group and r.precision == precision]
-                if not match:
-                    continue
-                r = match[0]
-                x = i + (j - (len(precisions) - 1) / 2) * width
-                spread = None
-                if r.images_per_sec_min is not None and r.images_per_sec_max is not None:
-                    spread = [[r.images_per_sec - r.images_per_sec_min], [r.images_per_sec_max - r.images_per_sec]]
-                ax.bar(
-                    x,
-                    r.images_per_sec,
-                    width,
-                    color=_PRECISION_COLORS[precision],
-                    yerr=spread,
-                    capsize=2,
-                    error_kw={"elinewidth": 0.8},
-                    label=precision if i == 0 else None,
-                )
-                top = r.images_per_sec if r.images_per_sec_max is None else r.images_per_sec_max
-                label = f"{r.images_per_sec:.0f}"
-                if r.ratio_to_float32 is not None and precision != "float32":
-                    label += f"\n{r.ratio_to_float32:.2f}x float32"
-                if r.ratio_to_hand_written is not None:
-                    label += f"\n{r.ratio_to_hand_written:.2f}x hand-written"
-                if spread is not None:
-                    label += f"\n({r.images_per_sec_min:.0f}-{r.images_per_sec_max:.0f})"
-                peak_mb, step_mb = getattr(r, "peak_mb", None), getattr(r, "step_mb", None)
-                if peak_mb is not None and step_mb is not None:
-                    label += f"\npeak {peak_mb:.0f} / step {step_mb:.0f} MiB"
-                    step_ratio = getattr(r, "step_ratio_to_float32", None)
-                    if step_ratio is not None and precision != "float32":
-                        label += f"\nstep {step_ratio:.2f}x float32's"
-                ax.annotate(label, (x, top), ha="center", va="bottom", fontsize=6)
-        ax.set_xlim(-0.6, len(groups) - 0.4)
-        ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels([f"xla={str(x).lower()}\nbatch {b}" for x, b in groups])
-        ax.set_title(model)
-        ax.set_ylabel(f"{' or '.join(dict.fromkeys(r.unit for r in rows))} (tfmp trainer)")
-        ax.margins(y=0.3)
-        ax.legend(fontsize=8)
+        _throughput_panel(axes[0][k], model, rows, precisions)
+        if memory:
+            _memory_panel(axes[1][k], model, rows, precisions)
     method = (
         f"median of {config.repeats} repeats x {config.steps} steps ({config.warmup_steps} warm-up)"
         if config is not None
         else "steps and repeats not given"
     )
-    figure.suptitle(f"tfmp trainer throughput by precision\n{device}; {method}", fontsize=10)
-    figure.supxlabel(  # supxlabel, unlike a free text, gets room from the constrained layout
-        "bar labels: throughput (median; whisker and (a-b): slowest to fastest round); "
-        "Nx float32 = throughput / float32's (same model, XLA, batch);\n"
-        "Nx hand-written = tfmp trainer / a hand-written tf.function step (same model, precision, XLA, batch);\n"
-        "peak / step = TensorFlow allocator's peak during the timed steps / that peak minus what was allocated "
-        "before them (where the allocator can be read)",
-        fontsize=7,
-    )
-    figure.savefig(path, format="png", dpi=120)
+    what = "throughput and memory" if memory else "throughput"
+    figure.suptitle(f"tfmp trainer {what} by precision\n{device}; {method}", fontsize=10)
+    # One short line each, so that the narrowest figure (one model) holds them; supxlabel, unlike a free
+    # text, gets room from the constrained layout, and the tight box keeps whatever still sticks out.
+    footnote = [
+        "bar label: median throughput; whisker and (a-b): slowest to fastest round",
+        "Nx float32 = throughput / float32's (same model, XLA, batch)",
+        "Nx hand-written = tfmp trainer / a hand-written tf.function step",
+        "(same model, precision, XLA, batch)",
+    ]
+    if memory:
+        footnote += [
+            "memory: TensorFlow allocator's peak during the timed steps (peak);",
+            "step = that peak minus what was allocated before them (hatched: weights, slots, batch)",
+        ]
+    figure.supxlabel("\n".join(footnote), fontsize=7)
+    figure.savefig(path, format="png", dpi=120, bbox_inches="tight", pad_inches=0.1)
     return path
 
 

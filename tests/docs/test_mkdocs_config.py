@@ -1,0 +1,24 @@
+"""mkdocs.yml: every hook of docs/_ext is listed, under one `hooks:` key."""
+
+import collections
+import pathlib
+import re
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_top_level_keys_are_unique():
+    # YAML keeps only the last of two equal keys: a second `hooks:` would drop the first's hooks unseen.
+    keys = re.findall(r"^(\w+):", (_ROOT / "mkdocs.yml").read_text(), re.M)
+    assert [k for k, n in collections.Counter(keys).items() if n > 1] == []
+
+
+def test_every_hook_module_is_listed():
+    text = (_ROOT / "mkdocs.yml").read_text()
+    listed = re.search(r"^hooks:\n((?:  - .*\n)+)", text, re.M).group(1)
+    hooks = sorted(
+        f"docs/_ext/{p.name}"
+        for p in (_ROOT / "docs" / "_ext").glob("*.py")
+        if re.search(r"^def on_\w+\(", p.read_text(), re.M)
+    )
+    assert hooks and all(f"  - {hook}\n" in listed for hook in hooks)
