@@ -75,7 +75,11 @@ with output.lines_to(print):  # the ConsoleLogger's lines, which go to `logging`
         validation_data=validation,
         epochs=EPOCHS,
         steps_per_epoch=max(1, STEPS // EPOCHS),
-        callbacks=[timer, logger, summaries],  # the StepTimer first: the other two read it
+        callbacks=[
+            timer,
+            logger,
+            summaries,
+        ],  # the StepTimer first: the other two read it
         verbose=0,  # the ConsoleLogger's lines instead
         shuffle=False,  # the dataset shuffles
     )
