@@ -50,12 +50,6 @@ class _Sink(logging.Handler):
         if self.print_fn is not None:
             self.print_fn(record.getMessage())
 
-    def handle(self, record: logging.LogRecord) -> bool:
-        # No handler lock: print_fn may be interrupted by a signal whose handler logs in turn.
-        if self.filter(record):
-            self.emit(record)
-        return True
-
 
 @contextlib.contextmanager
 def lines_to(print_fn: Callable[[str], None] | None) -> Iterator[None]:
