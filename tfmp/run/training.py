@@ -80,13 +80,13 @@ log = logging.getLogger(__name__)
 
 
 def train(
-    task: tasks.Task, print_fn: Callable[[str], None] = print, *, strategy: tf.distribute.Strategy | None = None
+    task: tasks.Task, print_fn: Callable[[str], None] | None = print, *, strategy: tf.distribute.Strategy | None = None
 ) -> RunResult:
     """Trains `task` as its config says; see the module docstring.
 
     Args:
         task: The model and its config.
-        print_fn: Where the run's lines go.
+        print_fn: Where the run's lines go (`tfmp.run.output.lines_to`); None: nowhere.
         strategy: The `tf.distribute` strategy to train under, of the kind
             `task.config.strategy` names, made before the task (a
             `MultiWorkerMirroredStrategy` must come before any other
@@ -112,13 +112,13 @@ def train(
 
 
 def train_gan(
-    config: GANConfig, print_fn: Callable[[str], None] = print, *, strategy: tf.distribute.Strategy | None = None
+    config: GANConfig, print_fn: Callable[[str], None] | None = print, *, strategy: tf.distribute.Strategy | None = None
 ) -> RunResult:
     """Trains the original tutorial's GAN as `config` says; see the module docstring.
 
     Args:
         config: The run's settings.
-        print_fn: Where the run's lines go.
+        print_fn: Where the run's lines go (`tfmp.run.output.lines_to`); None: nowhere.
         strategy: The strategy to train under, made before (see `train`); None: the one `config.strategy` names.
 
     Raises:
@@ -129,13 +129,16 @@ def train_gan(
 
 
 def train_classifier(
-    config: ClassifierConfig, print_fn: Callable[[str], None] = print, *, strategy: tf.distribute.Strategy | None = None
+    config: ClassifierConfig,
+    print_fn: Callable[[str], None] | None = print,
+    *,
+    strategy: tf.distribute.Strategy | None = None,
 ) -> RunResult:
     """Trains the MobileNetV2 classifier as `config` says; see the module docstring.
 
     Args:
         config: The run's settings.
-        print_fn: Where the run's lines go.
+        print_fn: Where the run's lines go (`tfmp.run.output.lines_to`); None: nowhere.
         strategy: The strategy to train under, made before (see `train`); None: the one `config.strategy` names.
 
     Raises:
@@ -207,7 +210,9 @@ COMPARISON = (
 )
 
 
-def compare_loss_scaling(config: GANConfig, print_fn: Callable[[str], None] = print) -> list[tuple[str, RunResult]]:
+def compare_loss_scaling(
+    config: GANConfig, print_fn: Callable[[str], None] | None = print
+) -> list[tuple[str, RunResult]]:
     """Runs the tutorial's three GAN configurations under one parent directory.
 
     float32; mixed_float16 without loss scaling; mixed_float16 with dynamic

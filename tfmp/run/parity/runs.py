@@ -119,7 +119,7 @@ def _unit_name(seed: int, fold: int, folds: int) -> str:
 
 def run_parity(
     config: ParityConfig,
-    print_fn: Callable[[str], None] = print,
+    print_fn: Callable[[str], None] | None = print,
     on_record: Callable[[list[ParityRecord]], None] | None = None,
 ) -> list[ParityRecord]:
     """Trains every unit in every arm; returns the records in run order.
@@ -130,7 +130,7 @@ def run_parity(
 
     Args:
         config: What to run.
-        print_fn: Where the progress lines go (one per unit and per run).
+        print_fn: Where the progress lines go (one per unit and per run); None: nowhere.
         on_record: Called with the records so far after each run (e.g. to
             save them, so that a sweep stopped halfway keeps its results).
 
