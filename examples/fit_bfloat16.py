@@ -26,7 +26,7 @@ import tensorflow as tf
 
 import tfmp
 from tfmp.models.small_cnn import build_small_cnn
-from tfmp.run import callbacks
+from tfmp.run import callbacks, output
 from tfmp.run.data import load_digits
 
 STEPS = int(os.environ.get("TFMP_EXAMPLE_STEPS", "200"))
@@ -69,15 +69,20 @@ summaries = callbacks.Summaries(
     timer=timer,
 )
 
-history = trainer.fit(
-    train,
-    validation_data=validation,
-    epochs=EPOCHS,
-    steps_per_epoch=max(1, STEPS // EPOCHS),
-    callbacks=[timer, logger, summaries],  # the StepTimer first: the other two read it
-    verbose=0,  # the ConsoleLogger prints instead
-    shuffle=False,  # the dataset shuffles
-)
+with output.lines_to(print):  # the ConsoleLogger's lines, which go to `logging` otherwise
+    history = trainer.fit(
+        train,
+        validation_data=validation,
+        epochs=EPOCHS,
+        steps_per_epoch=max(1, STEPS // EPOCHS),
+        callbacks=[
+            timer,
+            logger,
+            summaries,
+        ],  # the StepTimer first: the other two read it
+        verbose=0,  # the ConsoleLogger's lines instead
+        shuffle=False,  # the dataset shuffles
+    )
 
 loss = history.history["loss"][-1]
 accuracy = history.history["val_accuracy"][-1]

@@ -83,7 +83,7 @@ def _tutorial_variants(precision: str) -> None:
     ):
         print(f"== {title}: widths {widths}, batch {batch_size}, {precision} ==")
         with tfmp.precision_scope(precision):
-            diagnostics.tensor_core_report(build_generator(widths=widths), batch_size)
+            print(diagnostics.tensor_core_report(build_generator(widths=widths), batch_size))
         print()
 
 

@@ -182,6 +182,7 @@ RUN_LAYERS = (
         "replica_state",
         "baseline",
         "fields",
+        "output",
     ),  # leaves
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts

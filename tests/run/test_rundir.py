@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tfmp.run import rundir
+from tfmp.run import output, rundir
 
 RUNDIR_PY = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tfmp", "run", "rundir.py"
@@ -79,7 +79,7 @@ def test_a_lock_left_by_a_killed_process_is_taken_over_saying_so(tmp_path):
     dead = _dead_pid()
     _write_lock(str(tmp_path), pid=dead, started="2024-01-01T00:00:00+00:00")
     notes = []
-    with rundir.RunDirLock(str(tmp_path), print_fn=notes.append):
+    with output.lines_to(notes.append), rundir.RunDirLock(str(tmp_path)):
         assert rundir.holder(str(tmp_path)).pid == os.getpid()
     assert len(notes) == 1 and f"pid {dead}" in notes[0] and "no longer running" in notes[0]
 
@@ -93,7 +93,8 @@ def test_a_reused_pid_is_not_the_holder(tmp_path):
         # The same pid, alive, but a process started at another time: the holder is gone.
         _write_lock(str(tmp_path), pid=other.pid, start_time=start_time - 1)
         notes = []
-        rundir.RunDirLock(str(tmp_path), print_fn=notes.append).acquire().release()
+        with output.lines_to(notes.append):
+            rundir.RunDirLock(str(tmp_path)).acquire().release()
         assert len(notes) == 1 and "no longer running" in notes[0]
         # With its real start time it is the holder.
         _write_lock(str(tmp_path), pid=other.pid, start_time=start_time)
@@ -117,7 +118,8 @@ def test_a_killed_holder_not_yet_reaped_is_gone(tmp_path):
         while rundir._stat(other.pid)[:1] != ["Z"]:  # a zombie until its parent (this test) waits for it
             time.sleep(0.01)
         notes = []
-        rundir.RunDirLock(str(tmp_path), print_fn=notes.append).acquire().release()
+        with output.lines_to(notes.append):
+            rundir.RunDirLock(str(tmp_path)).acquire().release()
         assert len(notes) == 1 and f"pid {other.pid}" in notes[0]
     finally:
         other.wait()

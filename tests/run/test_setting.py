@@ -4,9 +4,9 @@ import os
 import re
 
 import pytest
-from tiny import HAS_GPU, quiet, tiny
+from tiny import HAS_GPU, tiny
 
-from tfmp.run import autotune, setting
+from tfmp.run import autotune, output, setting
 from tfmp.run import config as config_lib
 
 # --- resolve ------------------------------------------------------------------------------
@@ -28,7 +28,8 @@ def test_resolve_keeps_a_loss_scale_only_under_float16_and_says_when_it_drops_on
     precision, loss_scale, expected_precision, expected_scale, note, tmp_path
 ):
     lines = []
-    resolved = setting.resolve(tiny(tmp_path, precision=precision, loss_scale=loss_scale), lines.append)
+    with output.lines_to(lines.append):
+        resolved = setting.resolve(tiny(tmp_path, precision=precision, loss_scale=loss_scale))
     assert (resolved.precision, resolved.loss_scale) == (expected_precision, expected_scale)
     expected_lines = [] if note is None else [f"{note}; only float16 needs loss scaling."]
     assert lines == expected_lines
@@ -45,14 +46,14 @@ def test_resolve_keeps_a_loss_scale_only_under_float16_and_says_when_it_drops_on
     ],
 )
 def test_resolve_turns_the_xla_setting_into_jit_compile(xla, expected, tmp_path):
-    assert setting.resolve(tiny(tmp_path, xla=xla), quiet).jit_compile is expected
+    assert setting.resolve(tiny(tmp_path, xla=xla)).jit_compile is expected
 
 
 def test_resolve_names_the_run_directory_without_creating_it(tmp_path):
     logdir = tmp_path / "logs"
-    named = setting.resolve(tiny(logdir, run_name="sweep/a"), quiet)
+    named = setting.resolve(tiny(logdir, run_name="sweep/a"))
     assert named.run_dir == os.path.join(str(logdir), "sweep/a")
-    default = setting.resolve(tiny(logdir, precision="fp16"), quiet)
+    default = setting.resolve(tiny(logdir, precision="fp16"))
     assert os.path.dirname(default.run_dir) == str(logdir)
     assert re.fullmatch(r"\d{8}-\d{6}_gan_mixed_float16_ls-dynamic", os.path.basename(default.run_dir))
     assert not logdir.exists()
@@ -75,8 +76,8 @@ def test_the_default_run_name_carries_the_tasks_name_safely(name, expected):
 def test_resolve_checks_the_steps_of_an_epoch_only_when_asked(tmp_path):
     task = tiny(tmp_path, batch_size=4096)  # more than the digits' training split
     with pytest.raises(config_lib.ConfigError, match="batch_size=4096"):
-        setting.resolve(task, quiet)
-    assert setting.resolve(task, quiet, check_steps=False).precision == "float32"
+        setting.resolve(task)
+    assert setting.resolve(task, check_steps=False).precision == "float32"
 
 
 @pytest.mark.skipif(HAS_GPU, reason="the rule gives float32 without a GPU")
@@ -85,5 +86,5 @@ def test_resolve_decides_auto_by_rule_under_multi_worker_without_measuring(tmp_p
         raise AssertionError("auto was measured: every worker could choose differently")
 
     monkeypatch.setattr(autotune, "detect_hardware", measured)
-    resolved = setting.resolve(tiny(tmp_path, precision="auto", strategy="multi_worker"), quiet)
+    resolved = setting.resolve(tiny(tmp_path, precision="auto", strategy="multi_worker"))
     assert (resolved.precision, resolved.loss_scale) == ("float32", "none")

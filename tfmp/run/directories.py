@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import tensorflow as tf
 
@@ -85,7 +85,6 @@ def hold(
     named: bool,
     checkpoint_dir: str,
     strategy: tf.distribute.Strategy,
-    print_fn: Callable[[str], None],
 ) -> Iterator[Directories]:
     """Creates a run's directories and holds them for this run while the block runs.
 
@@ -95,7 +94,6 @@ def hold(
             run took in the same second gets a `-2` suffix instead.
         checkpoint_dir: The config's `checkpoint_dir` (empty: `run_dir/checkpoints`).
         strategy: The run's strategy: only its chief writes the run's files.
-        print_fn: Where the locks' lines go.
 
     Yields:
         The directories, `run_dir` the one claimed.
@@ -118,7 +116,7 @@ def hold(
             if chief:
                 # Both: another run may name this run's checkpoint directory as its own checkpoint_dir.
                 for directory in dict.fromkeys(os.path.abspath(d) for d in (writes, own_checkpoints)):
-                    locks.enter_context(rundir.RunDirLock(directory, print_fn))
+                    locks.enter_context(rundir.RunDirLock(directory))
             yield Directories(run_dir, writes, run_checkpoints, own_checkpoints)
     except BaseException:
         rundir.remove_empty_dirs(created)

@@ -34,9 +34,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import os
 import socket
-from collections.abc import Callable
 from typing import Any
 
 try:
@@ -47,6 +47,8 @@ except ImportError:  # pragma: no cover - not POSIX: the lock file alone, with t
 __all__ = ["LOCK_FILE", "Holder", "RunDirInUseError", "RunDirLock", "holder", "make_dirs", "remove_empty_dirs"]
 
 LOCK_FILE = "tfmp.lock"
+
+log = logging.getLogger(__name__)
 
 
 class RunDirInUseError(RuntimeError):
@@ -161,14 +163,13 @@ class RunDirLock:
     must exist. Releasing removes the lock file.
 
     Args:
-        directory: The directory to hold.
-        print_fn: Says when a stale lock is taken over.
+        directory: The directory to hold. Taking over a stale lock is
+            logged (`tfmp.run.output`).
     """
 
-    def __init__(self, directory: str, print_fn: Callable[[str], None] = print):
+    def __init__(self, directory: str):
         self.directory = directory
         self.path = os.path.join(directory, LOCK_FILE)
-        self.print_fn = print_fn
         self._fd: int | None = None
 
     @property
@@ -238,7 +239,7 @@ class RunDirLock:
     def _check_stale(self, holder: Holder | None, text: str) -> None:
         """Returns when the recorded holder is gone (saying so); raises when it may still run."""
         if holder is None:
-            self.print_fn(f"note: {self.path} held no readable record ({text[:80]!r}); taking the run directory over")
+            log.info(f"note: {self.path} held no readable record ({text[:80]!r}); taking the run directory over")
             return
         if holder.host != socket.gethostname():
             raise RunDirInUseError(
@@ -249,7 +250,7 @@ class RunDirLock:
             )
         if holder.pid != os.getpid() and _running_on_this_host(holder):
             raise self._in_use(holder)
-        self.print_fn(
+        log.info(
             f"note: taking over the run directory {self.directory} from {holder}, which is no longer "
             f"running (it was killed or crashed); lock file {self.path}"
         )

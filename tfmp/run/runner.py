@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,7 +51,7 @@ from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
-from tfmp.run import determinism, diagnostics, directories, distribute, memory, preemption
+from tfmp.run import determinism, diagnostics, directories, distribute, memory, output, preemption
 from tfmp.run import epochs as epochs_lib
 from tfmp.run.callbacks.display import (
     announce_float32_layers,
@@ -65,6 +66,8 @@ from tfmp.run.setting import Setting, settle
 from tfmp.run.tasks import Built, Task
 
 __all__ = ["Interrupted", "RunResult", "Runner", "make_writable_dir"]
+
+log = logging.getLogger(__name__)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -168,7 +171,7 @@ class Runner:
 
     Args:
         task: The model and its config.
-        print_fn: Where the run's lines go.
+        print_fn: Where the run's lines go (`tfmp.run.output.lines_to`); None: nowhere.
         callbacks: More callbacks for this run, after the task's own (they
             see every segment of a resumed run as one run).
         strategy: The run's `tf.distribute` strategy, made by the caller
@@ -183,7 +186,7 @@ class Runner:
     def __init__(
         self,
         task: Task,
-        print_fn: Callable[[str], None] = print,
+        print_fn: Callable[[str], None] | None = print,
         callbacks: Sequence[keras.callbacks.Callback] = (),
         strategy: tf.distribute.Strategy | None = None,
     ):
@@ -206,20 +209,21 @@ class Runner:
                 stopped answering.
         """
         dirs = None
-        try:
-            self.config.validate()
-            strategy = self.build_strategy()  # first: MultiWorkerMirroredStrategy must precede other TF ops
-            setting = settle(self.task, self.print_fn)
-            with self.build_directories(setting, strategy) as dirs:
-                setting = dataclasses.replace(setting, run_dir=dirs.run_dir)
-                return self._train(strategy, setting, dirs)
-        except KeyboardInterrupt:
-            if dirs is not None and dirs.training_started:
-                raise  # a second Ctrl-C while the first one's checkpoint was being written
-            raise Interrupted(
-                "interrupted by SIGINT (Ctrl-C) during start-up, before the first training step: nothing was "
-                "trained or written. Run the same command again to start."
-            ) from None
+        with output.lines_to(self.print_fn):
+            try:
+                self.config.validate()
+                strategy = self.build_strategy()  # first: MultiWorkerMirroredStrategy must precede other TF ops
+                setting = settle(self.task)
+                with self.build_directories(setting, strategy) as dirs:
+                    setting = dataclasses.replace(setting, run_dir=dirs.run_dir)
+                    return self._train(strategy, setting, dirs)
+            except KeyboardInterrupt:
+                if dirs is not None and dirs.training_started:
+                    raise  # a second Ctrl-C while the first one's checkpoint was being written
+                raise Interrupted(
+                    "interrupted by SIGINT (Ctrl-C) during start-up, before the first training step: nothing was "
+                    "trained or written. Run the same command again to start."
+                ) from None
 
     def build_strategy(self) -> tf.distribute.Strategy:
         """The run's `tf.distribute` strategy (handed in, or made), with the global batch checked against its replicas.
@@ -265,7 +269,7 @@ class Runner:
         second, the same with a `-2` suffix.
         """
         config = setting.config
-        return directories.hold(setting.run_dir, bool(config.run_name), config.checkpoint_dir, strategy, self.print_fn)
+        return directories.hold(setting.run_dir, bool(config.run_name), config.checkpoint_dir, strategy)
 
     def build_trainer(self, setting: Setting, strategy: tf.distribute.Strategy) -> Built:
         """The task's trainer, built in the strategy's scope under the run's precision (its scope is entered)."""
@@ -273,20 +277,16 @@ class Runner:
             built = self.task.build(
                 setting.precision, setting.loss_scale, setting.jit_compile, setting.steps_per_epoch, setting.data
             )
-        announce_float32_layers(self.task, built, setting.precision, self.print_fn)
+        announce_float32_layers(self.task, built, setting.precision)
         return built
 
     def build_checkpoint(
         self, trainer: trainers.MixedPrecisionTrainer, setting: Setting, dirs: Directories
     ) -> checkpoint_lib.RunCheckpoint:
         """The run's checkpoint, signed with what a resumed run must share with this one."""
+        signature = _signature(setting.config, setting, trainer)
         return checkpoint_lib.RunCheckpoint(
-            dirs.checkpoint_dir,
-            trainer,
-            _signature(setting.config, setting, trainer),
-            setting.config.keep_checkpoints,
-            dirs.run_checkpoints,
-            print_fn=self.print_fn,
+            dirs.checkpoint_dir, trainer, signature, setting.config.keep_checkpoints, dirs.run_checkpoints
         )
 
     def build_callbacks(
@@ -312,8 +312,7 @@ class Runner:
             trainer.loss_scale_prefixes,
             config.log_every,
             setting.run_dir,
-            self.print_fn,
-            # A bar bypasses print_fn (it writes to sys.stdout), so auto only picks it for print on a terminal.
+            # A bar bypasses the lines (it writes to sys.stdout), so auto only picks it for print on a terminal.
             progress=callbacks_lib.console_mode(config.console, sys.stdout if self.print_fn is print else None)
             == "progress",
         )
@@ -328,12 +327,12 @@ class Runner:
             probe = diagnostics.probe(task, data)
             callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, dirs.writes))
         if config.profile_steps:
-            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, dirs.writes, self.print_fn))
+            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, dirs.writes))
         if config.on_nonfinite == "stop":
             callbacks.append(callbacks_lib.NonFiniteStop(lambda step: epochs_lib.batch_at(task, data, step), position))
         allocator = memory.AllocatorMemory.of_this_process()
         if allocator is not None:  # a GPU, or a CPU with TF_CPU_ALLOCATOR_USE_BFC=true
-            callbacks.append(callbacks_lib.PeakMemory(dirs.writes, self.print_fn, allocator))
+            callbacks.append(callbacks_lib.PeakMemory(dirs.writes, allocator))
         return callbacks
 
     def build_preemption(
@@ -352,7 +351,6 @@ class Runner:
             position,
             setting.config.checkpoint_every,
             guard,
-            self.print_fn,
             cluster=preemption.ClusterStop(strategy, preemption.worker_names(cluster)) if cluster else None,
         )
 
@@ -406,7 +404,7 @@ class Runner:
         """The run's start line, and the model's mixed-precision warnings."""
         config = setting.config
         described_data = f"{described} " if (described := describe_data(self.task)) else ""
-        self.print_fn(
+        log.info(
             f"training {self.task.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
             f"xla={setting.jit_compile} tf32={config.tf32} {described_data}batch_size={config.batch_size} "
             f"strategy={config.strategy} replicas={strategy.num_replicas_in_sync} "
@@ -415,7 +413,7 @@ class Runner:
         if setting.precision != "float32":
             warnings = diagnostics.startup_warnings(trainer, config.batch_size)
             if warnings:
-                self.print_fn(warnings)
+                log.warning(warnings)
 
     def _hparams(self, setting: Setting, strategy: tf.distribute.Strategy) -> dict[str, Any]:
         """The run's hyperparameters for TensorBoard's HParams: the task's name, the run's settings, the task's own."""
@@ -449,12 +447,12 @@ class Runner:
                     "checkpoint_dir."
                 )
             return 0
-        found = checkpoint.latest(self.print_fn)
+        found = checkpoint.latest()
         if found is None:
-            self.print_fn(f"resume: no checkpoint in {checkpoint.directory} yet; starting from step 0")
+            log.info(f"resume: no checkpoint in {checkpoint.directory} yet; starting from step 0")
             return 0
         step = checkpoint.restore(found)
-        self.print_fn(f"resumed from {found.path} at step {step}")
+        log.info(f"resumed from {found.path} at step {step}")
         return step
 
     def fit(

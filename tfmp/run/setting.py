@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from tfmp.run.config import ConfigError, TrainConfig, requested_loss_scale
 from tfmp.run.tasks import Built, Task
 
 __all__ = ["Setting", "default_run_name", "loss_scale_for", "resolve", "settle"]
+
+log = logging.getLogger(__name__)
 
 
 def default_run_name(precision: str, loss_scale: str | float, name: str = "") -> str:
@@ -92,7 +95,7 @@ def loss_scale_for(loss_scale: str | float | None, precision: str) -> str | floa
     return "dynamic" if requested is None else requested
 
 
-def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = True) -> Setting:
+def resolve(task: Task, check_steps: bool = True) -> Setting:
     """Validates the task's config, then `settle`s it.
 
     Raises:
@@ -100,10 +103,10 @@ def resolve(task: Task, print_fn: Callable[[str], None], check_steps: bool = Tru
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
     """
     task.config.validate()
-    return settle(task, print_fn, check_steps)
+    return settle(task, check_steps)
 
 
-def settle(task: Task, print_fn: Callable[[str], None], check_steps: bool = True) -> Setting:
+def settle(task: Task, check_steps: bool = True) -> Setting:
     """Loads the data of a task whose config is valid and resolves precision, loss scale and XLA.
 
     `auto` precision is measured on this device (each candidate trains the
@@ -111,6 +114,8 @@ def settle(task: Task, print_fn: Callable[[str], None], check_steps: bool = True
     compute-capability rule decides (`tfmp.precision.choose_precision`):
     every worker must run one policy. With `check_steps`, the steps of an
     epoch are counted (a batch size that leaves no training step is refused).
+    The measurement's answer, and a loss scale the precision ignores, are
+    logged (`tfmp.run.output`).
 
     Raises:
         ConfigError: for an impossible combination of settings, naming it.
@@ -124,9 +129,7 @@ def settle(task: Task, print_fn: Callable[[str], None], check_steps: bool = True
     requested = requested_loss_scale(config.loss_scale)
     if precision == "auto" and config.strategy != "multi_worker":
         probe_scale = "dynamic" if requested is None else requested  # float16 is timed with its loss scaling
-        precision = _measured_precision(
-            task, data, jit_compile, probe_scale, print_fn, autotune.detect_hardware(), _time_steps
-        )
+        precision = _measured_precision(task, data, jit_compile, probe_scale, autotune.detect_hardware(), _time_steps)
     precision = precision_lib.resolve_precision(precision)
     loss_scale = loss_scale_for(config.loss_scale, precision)
     # Only a scale the user set: the default ("auto") says nothing to ignore, nor does an auto precision.
@@ -135,7 +138,7 @@ def settle(task: Task, print_fn: Callable[[str], None], check_steps: bool = True
         and loss_scale == "none"
         and precision_lib.canonical_precision(config.precision) != "auto"
     ):
-        print_fn(f"note: loss_scale={requested} is ignored under {precision}; only float16 needs loss scaling.")
+        log.info(f"note: loss_scale={requested} is ignored under {precision}; only float16 needs loss scaling.")
     if config.on_nonfinite == "stop" and loss_scale == "dynamic":
         raise ConfigError(
             "cannot be 'stop' with mixed_float16 and dynamic loss scaling: there, overflowing steps are expected "
@@ -171,7 +174,6 @@ def _measured_precision(
     data: Any,
     jit_compile: bool,
     loss_scale: str | float,
-    print_fn: Callable[[str], None],
     hardware: autotune.Hardware,
     time_steps: Callable[[trainers.MixedPrecisionTrainer, Any], float],
 ) -> str:
@@ -221,5 +223,5 @@ def _measured_precision(
     tf32 = config.tf32 and capability is not None and capability >= (8, 0)
     labels = {"float32": "float32 with TF32"} if tf32 else None
     choice = autotune.choose(signature, measure, hardware, labels=labels, unit=f"{example_unit(task)}/s")
-    print_fn(str(choice))
+    log.info(str(choice))
     return choice.precision

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 
 import keras
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import diagnostics, rundir, shipped, tasks
+from tfmp.run import diagnostics, output, rundir, shipped, tasks
 from tfmp.run import runner as runner_lib
 from tfmp.run import setting as setting_lib
 from tfmp.run.callbacks import display
@@ -75,15 +76,17 @@ __all__ = [
     "train_gan",
 ]
 
+log = logging.getLogger(__name__)
+
 
 def train(
-    task: tasks.Task, print_fn: Callable[[str], None] = print, *, strategy: tf.distribute.Strategy | None = None
+    task: tasks.Task, print_fn: Callable[[str], None] | None = print, *, strategy: tf.distribute.Strategy | None = None
 ) -> RunResult:
     """Trains `task` as its config says; see the module docstring.
 
     Args:
         task: The model and its config.
-        print_fn: Where the run's lines go.
+        print_fn: Where the run's lines go (`tfmp.run.output.lines_to`); None: nowhere.
         strategy: The `tf.distribute` strategy to train under, of the kind
             `task.config.strategy` names, made before the task (a
             `MultiWorkerMirroredStrategy` must come before any other
@@ -109,13 +112,13 @@ def train(
 
 
 def train_gan(
-    config: GANConfig, print_fn: Callable[[str], None] = print, *, strategy: tf.distribute.Strategy | None = None
+    config: GANConfig, print_fn: Callable[[str], None] | None = print, *, strategy: tf.distribute.Strategy | None = None
 ) -> RunResult:
     """Trains the original tutorial's GAN as `config` says; see the module docstring.
 
     Args:
         config: The run's settings.
-        print_fn: Where the run's lines go.
+        print_fn: Where the run's lines go (`tfmp.run.output.lines_to`); None: nowhere.
         strategy: The strategy to train under, made before (see `train`); None: the one `config.strategy` names.
 
     Raises:
@@ -126,13 +129,16 @@ def train_gan(
 
 
 def train_classifier(
-    config: ClassifierConfig, print_fn: Callable[[str], None] = print, *, strategy: tf.distribute.Strategy | None = None
+    config: ClassifierConfig,
+    print_fn: Callable[[str], None] | None = print,
+    *,
+    strategy: tf.distribute.Strategy | None = None,
 ) -> RunResult:
     """Trains the MobileNetV2 classifier as `config` says; see the module docstring.
 
     Args:
         config: The run's settings.
-        print_fn: Where the run's lines go.
+        print_fn: Where the run's lines go (`tfmp.run.output.lines_to`); None: nowhere.
         strategy: The strategy to train under, made before (see `train`); None: the one `config.strategy` names.
 
     Raises:
@@ -161,6 +167,11 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
     (`tfmp.run.rundir.RunDirLock`) as a training run does, so that neither
     writes into the other's.
 
+    Args:
+        task: The model and its config.
+        print_fn: Where the lines go (the setting's notes, the diagnosis's
+            tables, `tfmp.run.output.lines_to`); None: nowhere.
+
     Raises:
         ConfigError: for an impossible setting.
         tfmp.run.data.DatasetNotFoundError: when a shipped dataset is not available.
@@ -168,27 +179,27 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
             holds `<logdir>/<run_name>`, naming it, before anything is built.
     """
     config = task.config
-    print_fn = print_fn or (lambda line: None)
-    setting = setting_lib.resolve(task, print_fn, check_steps=False)
-    with contextlib.ExitStack() as held:
+    with output.lines_to(print_fn), contextlib.ExitStack() as held:
+        setting = setting_lib.resolve(task, check_steps=False)
         if config.run_name:
             runner_lib.make_writable_dir("logdir", setting.run_dir)
-            held.enter_context(rundir.RunDirLock(setting.run_dir, print_fn))
+            held.enter_context(rundir.RunDirLock(setting.run_dir))
         keras.utils.set_random_seed(config.seed)
         with precision_lib.precision_scope(setting.precision):
             built = task.build(setting.precision, setting.loss_scale, False, 1, setting.data)
-            display.announce_float32_layers(task, built, setting.precision, print_fn)
+            display.announce_float32_layers(task, built, setting.precision)
             described_data = f" {described}" if (described := display.describe_data(task)) else ""
-            print_fn(
+            log.info(
                 f"diagnosing {built.trainer.name}: precision={setting.precision} "
                 f"loss_scale={setting.loss_scale} batch_size={config.batch_size}{described_data}\n"
             )
             diagnosis = diagnostics.diagnose(
-                built.trainer, diagnostics.probe(task, setting.data), batch_size=config.batch_size, print_fn=print_fn
+                built.trainer, diagnostics.probe(task, setting.data), batch_size=config.batch_size
             )
+            log.info(str(diagnosis))
         if config.run_name:
             diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)
-            print_fn(f"\nlog2|g| histograms: tensorboard --logdir {setting.run_dir}")
+            log.info(f"\nlog2|g| histograms: tensorboard --logdir {setting.run_dir}")
     return diagnosis
 
 
@@ -199,21 +210,29 @@ COMPARISON = (
 )
 
 
-def compare_loss_scaling(config: GANConfig, print_fn: Callable[[str], None] = print) -> list[tuple[str, RunResult]]:
+def compare_loss_scaling(
+    config: GANConfig, print_fn: Callable[[str], None] | None = print
+) -> list[tuple[str, RunResult]]:
     """Runs the tutorial's three GAN configurations under one parent directory.
 
     float32; mixed_float16 without loss scaling; mixed_float16 with dynamic
     loss scaling. Everything else comes from `config`; the runs are written
     to `<config.logdir>/<name>` so TensorBoard overlays them.
 
+    Args:
+        config: The settings the three runs share.
+        print_fn: Where the lines of all three runs go, each run after a
+            `== name ==` line.
+
     Returns:
         `(name, RunResult)` per configuration, in the order above.
     """
     results = []
-    for name, precision, loss_scale in COMPARISON:
-        print_fn(f"== {name} ==")
-        variant = dataclasses.replace(config, precision=precision, loss_scale=loss_scale, run_name=name)
-        results.append((name, train_gan(variant, print_fn=print_fn)))
+    with output.lines_to(print_fn):
+        for name, precision, loss_scale in COMPARISON:
+            log.info(f"== {name} ==")
+            variant = dataclasses.replace(config, precision=precision, loss_scale=loss_scale, run_name=name)
+            results.append((name, train_gan(variant, print_fn=print_fn)))
     return results
 
 

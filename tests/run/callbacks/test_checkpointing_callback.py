@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from tfmp.run import callbacks
+from tfmp.run import callbacks, output
 
 
 def test_checkpointing_saves_every_n_steps_and_stops_on_request(tmp_path):
@@ -22,22 +22,23 @@ def test_checkpointing_saves_every_n_steps_and_stops_on_request(tmp_path):
     ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=10)
     x = np.ones((8, 2), np.float32)
     lines = []
-    saver = callbacks.Checkpointing(ckpt, step=0, every=3, print_fn=lines.append)
-    trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[saver])
-    assert [os.path.basename(p) for p in ckpt.checkpoints] == ["ckpt-3", "ckpt-4"]
-    assert lines == [f"checkpoint: {ckpt.checkpoints[-1]} (step 4)"]
+    with output.lines_to(lines.append):
+        saver = callbacks.Checkpointing(ckpt, step=0, every=3)
+        trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[saver])
+        assert [os.path.basename(p) for p in ckpt.checkpoints] == ["ckpt-3", "ckpt-4"]
+        assert lines == [f"checkpoint: {ckpt.checkpoints[-1]} (step 4)"]
 
-    class Stop(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if batch == 0:
-                signal.raise_signal(signal.SIGTERM)
+        class Stop(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if batch == 0:
+                    signal.raise_signal(signal.SIGTERM)
 
-    with preemption.PreemptionGuard() as guard:
-        saver = callbacks.Checkpointing(ckpt, step=4, every=0, guard=guard, print_fn=lines.append)
-        with pytest.raises(preemption.Preempted) as stopped:
-            trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[Stop(), saver])
-    assert stopped.value.step == 5 and stopped.value.checkpoint.endswith("ckpt-5")
-    assert ckpt.latest().step == 5
+        with preemption.PreemptionGuard() as guard:
+            saver = callbacks.Checkpointing(ckpt, step=4, every=0, guard=guard)
+            with pytest.raises(preemption.Preempted) as stopped:
+                trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[Stop(), saver])
+        assert stopped.value.step == 5 and stopped.value.checkpoint.endswith("ckpt-5")
+        assert ckpt.latest().step == 5
 
 
 def test_in_a_cluster_every_worker_stops_at_the_step_the_workers_agree_on(tmp_path):
@@ -63,7 +64,7 @@ def test_in_a_cluster_every_worker_stops_at_the_step_the_workers_agree_on(tmp_pa
         return {"worker 1 (10.0.0.2:2222)": signal.SIGTERM} if len(asked) >= 3 else {}
 
     x = np.ones((8, 2), np.float32)
-    saver = callbacks.Checkpointing(ckpt, step=0, every=0, print_fn=lambda line: None, cluster=cluster)
+    saver = callbacks.Checkpointing(ckpt, step=0, every=0, cluster=cluster)
     with pytest.raises(preemption.Preempted) as stopped:
         trainer.fit(x, x[:, :1], batch_size=2, epochs=1, verbose=0, callbacks=[saver])
     assert asked == [None] * 4  # after steps 1, 2 and 3, then once more after the save
@@ -115,7 +116,7 @@ def test_the_checkpoint_of_an_epochs_last_step_holds_the_epochs_end_and_a_stop_t
 
     ckpt = checkpoint.RunCheckpoint(str(tmp_path), trainer, {}, keep=10)
     x = np.ones((8, 2), np.float32)
-    saver = callbacks.Checkpointing(ckpt, step=0, every=1, print_fn=lambda line: None)
+    saver = callbacks.Checkpointing(ckpt, step=0, every=1)
     trainer.fit(x, x[:, :1], batch_size=2, epochs=2, verbose=0, callbacks=[EndOfEpoch(), saver])
     assert [os.path.basename(p) for p in ckpt.checkpoints] == [f"ckpt-{i}" for i in range(1, 9)]
     np.testing.assert_array_equal(saved_marker(ckpt.checkpoints[3]), [100.0])  # ckpt-4: epoch 0's end
@@ -123,7 +124,7 @@ def test_the_checkpoint_of_an_epochs_last_step_holds_the_epochs_end_and_a_stop_t
     assert saved_marker(ckpt.checkpoints[2])[0] not in (100.0, 101.0)
 
     with preemption.PreemptionGuard() as guard:
-        saver = callbacks.Checkpointing(ckpt, step=8, every=0, guard=guard, print_fn=lambda line: None)
+        saver = callbacks.Checkpointing(ckpt, step=8, every=0, guard=guard)
         with pytest.raises(preemption.Preempted) as stopped:
             trainer.fit(x, x[:, :1], batch_size=2, epochs=2, verbose=0, callbacks=[EndOfEpoch(stop_at=3), saver])
     # Stopped at the end of the epoch whose last step it arrived in, with the epoch's end in the checkpoint.

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfmp.run import callbacks
+from tfmp.run import callbacks, output
 
 
 def test_console_logger_prints_the_tutorials_line_and_a_summary():
@@ -14,10 +14,8 @@ def test_console_logger_prints_the_tutorials_line_and_a_summary():
         ("g_", "d_"),
         log_every=2,
         logdir="logs/run1",
-        print_fn=lines.append,
     )
     console.set_params({"epochs": 1, "steps": 3})
-    console.on_epoch_begin(0)
     logs = {
         "g_loss": 0.6991,
         "d_loss": 0.6123,
@@ -26,15 +24,18 @@ def test_console_logger_prints_the_tutorials_line_and_a_summary():
         "g_skipped_steps": 0,
         "d_skipped_steps": 1,
     }
-    for step, seconds in enumerate([2.0, 0.25, 0.5]):
-        timer.step_times.append(seconds)
-        console.on_train_batch_end(step, logs)
+    with output.lines_to(lines.append):
+        console.on_epoch_begin(0)
+        for step, seconds in enumerate([2.0, 0.25, 0.5]):
+            timer.step_times.append(seconds)
+            console.on_train_batch_end(step, logs)
     assert lines == [
         "(0, 0), G Loss: 0.699, D Loss: 0.612, loss_scale: 32768/16384, step_time: 2.000, throughput: 256.000 img/s",
         "(0, 2), G Loss: 0.699, D Loss: 0.612, loss_scale: 32768/16384, step_time: 0.500, throughput: 1024.000 img/s",
     ]
-    console.on_epoch_end(0, dict(logs, images_per_sec=600.0))
-    console.on_train_end()
+    with output.lines_to(lines.append):
+        console.on_epoch_end(0, dict(logs, images_per_sec=600.0))
+        console.on_train_end()
     summary = "\n".join(lines[3:])
     assert "3 steps; mean throughput 1365.3 img/s over 2 steps (first 1 steps excluded as warm-up)" in summary
     assert "skipped steps: G 0, D 1;" in summary
@@ -43,26 +44,29 @@ def test_console_logger_prints_the_tutorials_line_and_a_summary():
 
 
 def _one_step_console(logs):
-    """A one-optimizer console logger after one 0.5 s step with `logs`; returns it and its printed lines."""
-    lines = []
+    """A one-optimizer console logger after one 0.5 s step with `logs`."""
     timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0)
-    console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),), print_fn=lines.append)
+    console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),))
     console.set_params({"epochs": 1, "steps": 1})
     console.on_epoch_begin(0)
     timer.step_times.append(0.5)
     console.on_train_batch_end(0, logs)
-    return console, lines
+    return console
 
 
 def test_console_logger_without_loss_scaling_says_none():
-    _, lines = _one_step_console({"loss": 1.0})
+    lines = []
+    with output.lines_to(lines.append):
+        _one_step_console({"loss": 1.0})
     assert "loss_scale: none" in lines[0]
 
 
 def test_console_summary_keeps_one_bare_count_for_one_optimizer():
-    console, lines = _one_step_console({"loss": 1.0, "skipped_steps": 2})
-    console.on_epoch_end(0, {"loss": 1.0, "skipped_steps": 2})
-    console.on_train_end()
+    lines = []
+    with output.lines_to(lines.append):
+        console = _one_step_console({"loss": 1.0, "skipped_steps": 2})
+        console.on_epoch_end(0, {"loss": 1.0, "skipped_steps": 2})
+        console.on_train_end()
     assert "  skipped steps: 2; final Loss 1.0000" in lines
 
 
@@ -96,38 +100,42 @@ def test_console_mode_rejects_an_unknown_mode():
 
 def test_console_logger_progress_bar_replaces_the_step_lines(capsys):
     lines = []
-    timer = callbacks.StepTimer(images_per_step=512, warmup_steps=0)
-    console = callbacks.ConsoleLogger(
-        timer, (("G Loss", "g_loss"), ("D Loss", "d_loss")), ("g_", "d_"), print_fn=lines.append, progress=True
-    )
-    console.set_params({"epochs": 1, "steps": 2})
-    console.on_epoch_begin(0)
-    logs = {
-        "g_loss": 0.5,
-        "d_loss": 0.25,
-        "g_loss_scale": 32768.0,
-        "d_loss_scale": 16384.0,
-        "g_skipped_steps": 0,
-        "d_skipped_steps": 0,
-    }
-    for step in range(2):
-        timer.step_times.append(0.5)
-        console.on_train_batch_end(step, logs)
-    console.on_epoch_end(0, logs)
-    bar = capsys.readouterr().out
-    assert "2/2" in bar and "G Loss: 0.5000" in bar and "D loss_scale: 16384.0000" in bar and "img/s: 1024.0000" in bar
-    assert lines[0] == "Epoch 1/1"
-    assert not [line for line in lines if line.startswith("(")], lines  # no seed step lines
-    assert lines[1].startswith("epoch 1/1: ")
+    with output.lines_to(lines.append):
+        timer = callbacks.StepTimer(images_per_step=512, warmup_steps=0)
+        console = callbacks.ConsoleLogger(
+            timer, (("G Loss", "g_loss"), ("D Loss", "d_loss")), ("g_", "d_"), progress=True
+        )
+        console.set_params({"epochs": 1, "steps": 2})
+        console.on_epoch_begin(0)
+        logs = {
+            "g_loss": 0.5,
+            "d_loss": 0.25,
+            "g_loss_scale": 32768.0,
+            "d_loss_scale": 16384.0,
+            "g_skipped_steps": 0,
+            "d_skipped_steps": 0,
+        }
+        for step in range(2):
+            timer.step_times.append(0.5)
+            console.on_train_batch_end(step, logs)
+        console.on_epoch_end(0, logs)
+        bar = capsys.readouterr().out
+        assert (
+            "2/2" in bar and "G Loss: 0.5000" in bar and "D loss_scale: 16384.0000" in bar and "img/s: 1024.0000" in bar
+        )
+        assert lines[0] == "Epoch 1/1"
+        assert not [line for line in lines if line.startswith("(")], lines  # no seed step lines
+        assert lines[1].startswith("epoch 1/1: ")
 
 
 def test_console_logger_counts_in_the_timers_unit_unless_told():
     lines = []
-    timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0, unit="ex")
-    console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),), print_fn=lines.append)
-    console.set_params({"epochs": 1, "steps": 1})
-    console.on_epoch_begin(0)
-    timer.step_times.append(0.5)
-    console.on_train_batch_end(0, {"loss": 1.0})
-    assert lines[0].endswith("throughput: 16.000 ex/s")
-    assert callbacks.ConsoleLogger(timer, (), unit="img").unit == "img/s"
+    with output.lines_to(lines.append):
+        timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0, unit="ex")
+        console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),))
+        console.set_params({"epochs": 1, "steps": 1})
+        console.on_epoch_begin(0)
+        timer.step_times.append(0.5)
+        console.on_train_batch_end(0, {"loss": 1.0})
+        assert lines[0].endswith("throughput: 16.000 ex/s")
+        assert callbacks.ConsoleLogger(timer, (), unit="img").unit == "img/s"

@@ -7,7 +7,7 @@ import sys
 
 import tensorflow as tf
 
-from tfmp.run import callbacks
+from tfmp.run import callbacks, output
 from tfmp.run.memory import cpu_bfc_environment
 
 
@@ -48,19 +48,21 @@ def _run(callback, epochs):
 
 def test_each_epochs_peak_goes_to_tensorboard_and_the_highest_to_the_console(tmp_path):
     lines = []
-    allocator = _Allocator([120.0, 180.5, 150.0])
-    callback = callbacks.PeakMemory(str(tmp_path), lines.append, allocator)
-    _run(callback, 3)
-    assert allocator.resets == 3 and callback.peaks_mb == [120.0, 180.5, 150.0]
-    assert _scalars(tmp_path)["memory/peak_mb"] == [(0, 120.0), (1, 180.5), (2, 150.0)]
-    assert lines == ["  memory: peak 180.5 MiB (CPU:0 BFC allocator, the highest epoch of 3)"]
+    with output.lines_to(lines.append):
+        allocator = _Allocator([120.0, 180.5, 150.0])
+        callback = callbacks.PeakMemory(str(tmp_path), allocator)
+        _run(callback, 3)
+        assert allocator.resets == 3 and callback.peaks_mb == [120.0, 180.5, 150.0]
+        assert _scalars(tmp_path)["memory/peak_mb"] == [(0, 120.0), (1, 180.5), (2, 150.0)]
+        assert lines == ["  memory: peak 180.5 MiB (CPU:0 BFC allocator, the highest epoch of 3)"]
 
 
 def test_without_a_readable_allocator_nothing_is_written_or_printed(tmp_path):
     if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("true", "1") or tf.config.list_logical_devices("GPU"):
         return  # this process can read its allocator: covered by the other tests
     lines = []
-    _run(callbacks.PeakMemory(str(tmp_path), lines.append), 2)
+    with output.lines_to(lines.append):
+        _run(callbacks.PeakMemory(str(tmp_path)), 2)
     assert lines == [] and os.listdir(tmp_path) == []
 
 
@@ -68,13 +70,14 @@ _FIT = """
 import json, sys
 import numpy as np
 import keras
-from tfmp.run import callbacks
+from tfmp.run import callbacks, output
 model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024), keras.layers.Dense(1)])
 model.compile("adam", "mse")
 lines = []
-callback = callbacks.PeakMemory(sys.argv[1], lines.append)
+callback = callbacks.PeakMemory(sys.argv[1])
 x = np.zeros((512, 256), np.float32)
-model.fit(x, x[:, :1], batch_size=256, epochs=2, verbose=0, callbacks=[callback])
+with output.lines_to(lines.append):
+    model.fit(x, x[:, :1], batch_size=256, epochs=2, verbose=0, callbacks=[callback])
 print(json.dumps([callback.peaks_mb, lines]))
 """
 

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from tfmp.run import callbacks
+from tfmp.run import callbacks, output
 
 
 def _fit_tiny(callback, steps):
@@ -23,15 +23,16 @@ def _traces(logdir):
 
 def test_profile_steps_traces_the_window_across_epochs(tmp_path):
     lines = []
-    profiler = callbacks.ProfileSteps(2, 3, str(tmp_path), print_fn=lines.append)
-    _fit_tiny(profiler, steps=4)  # two epochs of two steps: step 3 is the next epoch's first
-    assert profiler.profiled_steps == [2, 3]
-    assert len(_traces(tmp_path / "plugins" / "profile")) == 1
-    assert lines == [f"profiled steps 2-3: tensorboard --logdir {tmp_path} (Profile tab)"]
+    with output.lines_to(lines.append):
+        profiler = callbacks.ProfileSteps(2, 3, str(tmp_path))
+        _fit_tiny(profiler, steps=4)  # two epochs of two steps: step 3 is the next epoch's first
+        assert profiler.profiled_steps == [2, 3]
+        assert len(_traces(tmp_path / "plugins" / "profile")) == 1
+        assert lines == [f"profiled steps 2-3: tensorboard --logdir {tmp_path} (Profile tab)"]
 
 
 def test_profile_steps_past_the_end_stops_with_the_run(tmp_path):
-    profiler = callbacks.ProfileSteps(3, 99, str(tmp_path), print_fn=lambda line: None)
+    profiler = callbacks.ProfileSteps(3, 99, str(tmp_path))
     _fit_tiny(profiler, steps=4)
     assert profiler.profiled_steps == [3, 4]
     assert _traces(tmp_path)

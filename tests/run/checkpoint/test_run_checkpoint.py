@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import tfmp
 from tfmp import trainers
-from tfmp.run import checkpoint, determinism, distribute
+from tfmp.run import checkpoint, determinism, distribute, output
 
 
 def _tiny_classifier_trainer(units=3):
@@ -213,7 +213,8 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_and_says_so(tmp_
     newest = ckpt.save(2)
     _truncate(newest)
     messages = []
-    found = ckpt.latest(print_fn=messages.append)
+    with output.lines_to(messages.append):
+        found = ckpt.latest()
     assert found.path == first and found.step == 1
     assert len(messages) == 1 and newest in messages[0] and first in messages[0]
     # Nothing readable at all: an error naming every file tried.
@@ -273,31 +274,32 @@ def test_a_missing_state_file_hides_no_checkpoint_and_none_is_overwritten(tmp_pa
     before = _files(tmp_path)
 
     lines = []
-    again = checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {}, keep=2, print_fn=lines.append)
-    assert again.checkpoints == [str(tmp_path / f"ckpt-{n}") for n in (1, 2, 3)]
-    found = again.latest(print_fn=lines.append)
-    assert found.step == 2 and found.path == str(tmp_path / "ckpt-2")
-    assert len(lines) == 1
-    assert f"state file {tmp_path / 'checkpoint'}" in lines[0] and "missing" in lines[0]
-    assert f"resuming from the newest readable one, {tmp_path / 'ckpt-2'}" in lines[0] and "ckpt-3 (" in lines[0]
+    with output.lines_to(lines.append):
+        again = checkpoint.RunCheckpoint(str(tmp_path), _tiny_classifier_trainer(), {}, keep=2)
+        assert again.checkpoints == [str(tmp_path / f"ckpt-{n}") for n in (1, 2, 3)]
+        found = again.latest()
+        assert found.step == 2 and found.path == str(tmp_path / "ckpt-2")
+        assert len(lines) == 1
+        assert f"state file {tmp_path / 'checkpoint'}" in lines[0] and "missing" in lines[0]
+        assert f"resuming from the newest readable one, {tmp_path / 'ckpt-2'}" in lines[0] and "ckpt-3 (" in lines[0]
 
-    # Carrying on from step 2: the unreadable ckpt-3 is kept aside, not overwritten; with keep=2 the
-    # manager deletes only what it wrote itself.
-    lines.clear()
-    for step in (3, 4, 5):
-        again.save(step)
-    assert lines == [
-        f"note: {tmp_path / 'ckpt-3'} already existed and was not written by this run; kept its files "
-        "as ckpt-3.data-00000-of-00001.old, ckpt-3.index.old"
-    ]
-    after = _files(tmp_path)
-    for name, content in before.items():
-        kept = name if name.startswith(("ckpt-1.", "ckpt-2.")) else name + ".old"
-        assert after[kept] == content, name
-    assert checkpoint.RunCheckpoint(str(tmp_path), trainer, {}).checkpoints == [
-        str(tmp_path / "ckpt-4"),
-        str(tmp_path / "ckpt-5"),
-    ]
+        # Carrying on from step 2: the unreadable ckpt-3 is kept aside, not overwritten; with keep=2 the
+        # manager deletes only what it wrote itself.
+        lines.clear()
+        for step in (3, 4, 5):
+            again.save(step)
+        assert lines == [
+            f"note: {tmp_path / 'ckpt-3'} already existed and was not written by this run; kept its files "
+            "as ckpt-3.data-00000-of-00001.old, ckpt-3.index.old"
+        ]
+        after = _files(tmp_path)
+        for name, content in before.items():
+            kept = name if name.startswith(("ckpt-1.", "ckpt-2.")) else name + ".old"
+            assert after[kept] == content, name
+        assert checkpoint.RunCheckpoint(str(tmp_path), trainer, {}).checkpoints == [
+            str(tmp_path / "ckpt-4"),
+            str(tmp_path / "ckpt-5"),
+        ]
 
 
 def test_a_failed_write_names_the_directory_and_leaves_the_previous_checkpoint_newest(tmp_path, monkeypatch):
@@ -370,7 +372,7 @@ def test_a_state_file_listing_files_outside_the_directory_is_refused_and_deletes
     assert _snapshot(tmp_path) == before
     # What the message says to do works: without the state file, the directory's own checkpoints resume.
     state.unlink()
-    found = checkpoint.RunCheckpoint(str(directory), trainer, {}).latest(print_fn=lambda line: None)
+    found = checkpoint.RunCheckpoint(str(directory), trainer, {}).latest()
     assert found.path == str(directory / "ckpt-2")
 
 
@@ -416,19 +418,18 @@ def test_each_replicas_own_batch_norm_statistics_survive_a_checkpoint(tmp_path):
 
     resumed = _classifier_with_batch_norm(mirrored)
     ckpt = checkpoint.RunCheckpoint(str(tmp_path), resumed, {}, keep=2)
-    assert ckpt.restore(ckpt.latest(print_fn=lambda line: None)) == 1
+    assert ckpt.restore(ckpt.latest()) == 1
     for name in ("bn/moving_mean", "bn/moving_variance"):
         assert [v.tolist() for v in _replica_values(resumed, name)] == [[0.25] * 3, [1.25] * 3]
 
     # On one device the first replica's copy is the state; the others' copies are set aside, saying so.
     lines = []
-    single = _classifier_with_batch_norm(tf.distribute.get_strategy())
-    one = checkpoint.RunCheckpoint(
-        str(tmp_path / "one"), single, {}, read_directory=str(tmp_path), print_fn=lines.append
-    )
-    assert one.restore(one.latest(print_fn=lambda line: None)) == 1
-    assert [v.tolist() for v in _replica_values(single, "bn/moving_mean")] == [[0.25] * 3]
-    assert lines == [
-        f"note: {saved} was written with 2 per-replica copies of state each replica keeps (BatchNorm "
-        "statistics); this run has 0, so every replica resumes from the first replica's copy."
-    ]
+    with output.lines_to(lines.append):
+        single = _classifier_with_batch_norm(tf.distribute.get_strategy())
+        one = checkpoint.RunCheckpoint(str(tmp_path / "one"), single, {}, read_directory=str(tmp_path))
+        assert one.restore(one.latest()) == 1
+        assert [v.tolist() for v in _replica_values(single, "bn/moving_mean")] == [[0.25] * 3]
+        assert lines == [
+            f"note: {saved} was written with 2 per-replica copies of state each replica keeps (BatchNorm "
+            "statistics); this run has 0, so every replica resumes from the first replica's copy."
+        ]

@@ -31,8 +31,8 @@ def _warnings(report):
 def test_seed_bad_sizes_generator_is_flagged_layer_by_layer(precision):
     with tfmp.precision_scope(precision):
         generator = build_generator(widths=(63, 31, 7))
-    lines = []
-    report = diagnostics.tensor_core_report(generator, batch_size=4090, print_fn=lines.append)
+    report = diagnostics.tensor_core_report(generator, batch_size=4090)
+    lines = [str(report)]  # its table, as printed
     assert _warnings(report) == _SEED_BAD_SIZES_WARNINGS
     # The data's 100 noise values and the 1-channel image are info, with the reason.
     infos = {(f.layer, f.dimension, f.value, f.reason) for f in report.findings if f.severity == "info"}
@@ -52,7 +52,7 @@ def test_seed_bad_sizes_generator_is_flagged_layer_by_layer(precision):
 def test_seed_original_gan_has_no_warnings():
     with tfmp.precision_scope("mixed_float16"):
         trainer = trainers.GANTrainer(build_generator(), build_discriminator())
-    report = diagnostics.tensor_core_report(trainer, batch_size=4096, print_fn=None)
+    report = diagnostics.tensor_core_report(trainer, batch_size=4096)
     assert report.warnings == [] and diagnostics.MISALIGNMENT_COST not in str(report)
     assert {(f.layer, f.dimension) for f in report.findings} == {
         ("generator/dense", "input features"),
@@ -74,7 +74,7 @@ def test_alignment_covers_rnn_transpose_separable_and_nested_models():
     x = keras.layers.LSTM(30, name="lstm")(x)
     outputs = keras.layers.Dense(3, name="head")(x)
     model = keras.Model(images, outputs, name="m")
-    report = diagnostics.tensor_core_report(model, batch_size=16, print_fn=None)
+    report = diagnostics.tensor_core_report(model, batch_size=16)
     found = {(f.severity, f.layer, f.dimension, f.value) for f in report.findings}
     assert found == {
         ("info", "m/stem", "input channels", 3),
@@ -103,7 +103,7 @@ def test_alignment_of_subclassed_model_assumes_first_input_and_last_output():
 
     model = Mlp()
     model(np.zeros((2, 5), "float32"))
-    report = diagnostics.tensor_core_report(model, print_fn=None)
+    report = diagnostics.tensor_core_report(model)
     assert {(f.severity, f.layer, f.dimension) for f in report.findings} == {
         ("info", "mlp/hidden", "input features"),
         ("warn", "mlp/hidden", "units"),
@@ -114,11 +114,11 @@ def test_alignment_of_subclassed_model_assumes_first_input_and_last_output():
 
 def test_alignment_bad_arguments_name_the_value():
     with pytest.raises(ValueError, match="multiple=0"):
-        diagnostics.tensor_core_report(build_discriminator(), multiple=0, print_fn=None)
+        diagnostics.tensor_core_report(build_discriminator(), multiple=0)
     with pytest.raises(ValueError, match="unbuilt model: 'lazy'"):
-        diagnostics.tensor_core_report(keras.Sequential([keras.layers.Dense(3)], name="lazy"), print_fn=None)
+        diagnostics.tensor_core_report(keras.Sequential([keras.layers.Dense(3)], name="lazy"))
     with pytest.raises(TypeError, match="Received: str"):
-        diagnostics.tensor_core_report("generator", print_fn=None)
+        diagnostics.tensor_core_report("generator")
 
 
 def _attention_model(num_heads, key_dim, features, **kwargs):
@@ -131,14 +131,14 @@ def _attention_model(num_heads, key_dim, features, **kwargs):
 
 def test_attention_is_checked_on_heads_times_key_dim_not_on_the_head_count():
     # 2 heads x 16 = 32 values per projection: aligned, although 2 is not a multiple of 8.
-    report = diagnostics.tensor_core_report(_attention_model(2, 16, 32), batch_size=8, print_fn=None)
+    report = diagnostics.tensor_core_report(_attention_model(2, 16, 32), batch_size=8)
     assert _warnings(report) == {("t/hidden", "units", 63, 64), ("t/head", "input features", 63, 64)}
     assert not [f for f in report.findings if f.layer.startswith("t/mha")]
 
 
 def test_misaligned_attention_names_its_arguments():
     model = _attention_model(3, 10, 30, value_dim=12, output_shape=20)
-    report = diagnostics.tensor_core_report(model, print_fn=None)
+    report = diagnostics.tensor_core_report(model)
     found = {(f.severity, f.layer, f.dimension, f.value, f.aligned) for f in report.findings}
     assert {f for f in found if f[1] == "t/mha"} == {
         ("info", "t/mha", "query/key/value input features", 30, 32),
@@ -158,7 +158,7 @@ def test_a_residual_add_passes_on_the_input_width():
         x = keras.layers.Dense(12, name="block")(inputs) + inputs
         x = keras.layers.Dense(63, name="wide")(x)
         model = keras.Model(inputs, keras.layers.Dense(3, name="head")(x), name="res")
-    report = diagnostics.tensor_core_report(model, print_fn=None)
+    report = diagnostics.tensor_core_report(model)
     assert {(f.severity, f.layer, f.dimension, f.value) for f in report.findings} == {
         ("info", "res/block", "input features", 12),
         ("warn", "res/block", "units", 12),
@@ -176,7 +176,7 @@ def test_einsum_dense_is_checked_on_its_contracted_and_produced_sizes():
         x = keras.layers.EinsumDense("abc,cde->abde", output_shape=(None, 2, 12), name="split")(tokens)
         x = keras.layers.Reshape((4, 24))(x)
         model = keras.Model(tokens, keras.layers.Dense(8, name="head")(x), name="e")
-    assert diagnostics.tensor_core_report(model, print_fn=None).findings == []
+    assert diagnostics.tensor_core_report(model).findings == []
 
 
 def test_a_frozen_layer_does_not_pass_on_the_input_width():
@@ -185,5 +185,5 @@ def test_a_frozen_layer_does_not_pass_on_the_input_width():
         frozen = keras.layers.Dense(12, name="frozen", trainable=False)
         x = keras.layers.Dense(63, name="wide")(frozen(inputs))
         model = keras.Model(inputs, keras.layers.Dense(3, name="head")(x), name="f")
-    found = {(f.severity, f.layer, f.dimension) for f in diagnostics.tensor_core_report(model, print_fn=None).findings}
+    found = {(f.severity, f.layer, f.dimension) for f in diagnostics.tensor_core_report(model).findings}
     assert ("warn", "f/wide", "input features") in found  # 12 is the frozen layer's choice, not the data's

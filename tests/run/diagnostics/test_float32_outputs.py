@@ -23,7 +23,7 @@ def _classifier(final_dtype=None, activation="softmax"):
 def test_low_precision_softmax_output_and_loss_are_flagged():
     with tfmp.precision_scope("mixed_bfloat16"):
         model = _classifier()
-    report = diagnostics.float32_output_report(model, loss="sparse_categorical_crossentropy", print_fn=None)
+    report = diagnostics.float32_output_report(model, loss="sparse_categorical_crossentropy")
     assert [(f.where, f.what, f.dtype) for f in report.findings] == [
         ("clf/probs", "softmax", "bfloat16"),
         ("clf output 0", "model output", "bfloat16"),
@@ -36,9 +36,9 @@ def test_float32_head_passes_and_sigmoid_is_checked_too():
     with tfmp.precision_scope("mixed_float16"):
         good = _classifier(final_dtype="float32")
         sigmoid = _classifier(activation="sigmoid")
-    assert diagnostics.float32_output_report(good, loss="mse", print_fn=None).findings == []
+    assert diagnostics.float32_output_report(good, loss="mse").findings == []
     # Without a loss, only the layer and the output are flagged.
-    whats = [f.what for f in diagnostics.float32_output_report(sigmoid, print_fn=None).findings]
+    whats = [f.what for f in diagnostics.float32_output_report(sigmoid).findings]
     assert whats == ["sigmoid", "model output"]
 
 
@@ -46,7 +46,7 @@ def test_seed_gan_outputs_are_float32_under_every_policy():
     for precision in ("mixed_float16", "mixed_bfloat16"):
         with tfmp.precision_scope(precision):
             trainer = trainers.GANTrainer(build_generator(), build_discriminator())
-        assert diagnostics.float32_output_report(trainer, print_fn=None).findings == []
+        assert diagnostics.float32_output_report(trainer).findings == []
 
 
 def test_trainer_loss_on_low_precision_logits_is_flagged():
@@ -54,7 +54,7 @@ def test_trainer_loss_on_low_precision_logits_is_flagged():
         images = keras.Input((28, 28, 1))
         logits = keras.layers.Dense(1, name="logits")(keras.layers.Flatten()(images))
         trainer = trainers.GANTrainer(build_generator(), keras.Model(images, logits, name="discriminator"))
-    findings = diagnostics.float32_output_report(trainer, print_fn=None).findings
+    findings = diagnostics.float32_output_report(trainer).findings
     assert [(f.where, f.what) for f in findings] == [
         ("discriminator output 0", "model output"),
         ("discriminator output 0", "loss input (logits/probabilities)"),
@@ -79,7 +79,7 @@ def test_softmax_nested_in_attention_names_the_layer_the_user_created():
     model = _attention_model(dropout=0.1)  # with dropout, Keras computes the softmax in its own layer
     path = _softmax_path(model)
     softmax = path.rsplit("/", 1)[1]
-    (finding,) = diagnostics.float32_output_report(model, print_fn=None).findings
+    (finding,) = diagnostics.float32_output_report(model).findings
     assert (finding.where, finding.what, finding.dtype) == (path, "softmax", "float16")
     assert finding.fix == (
         f"inside 'attention', the layer you created: tfmp.precision.keep_float32([model], '/attention/{softmax}$') "
@@ -87,13 +87,13 @@ def test_softmax_nested_in_attention_names_the_layer_the_user_created():
     )
     # The advised call works: the softmax computes in float32 and nothing is left to report.
     assert tfmp.precision.keep_float32([model], f"/attention/{softmax}$") == [path]
-    assert diagnostics.float32_output_report(model, print_fn=None).findings == []
+    assert diagnostics.float32_output_report(model).findings == []
     assert model(np.ones((2, 4, 16), "float32"), training=True).shape == (2, 4, 16)
 
 
 def test_attention_without_dropout_computes_its_softmax_in_float32():
     # Keras then calls ops.dot_product_attention, which takes the softmax in float32: nothing to fix.
-    assert diagnostics.float32_output_report(_attention_model(), print_fn=None).findings == []
+    assert diagnostics.float32_output_report(_attention_model()).findings == []
     # Returning the scores takes the layer's own softmax again.
     with tfmp.precision_scope("mixed_float16"):
         tokens = keras.Input((4, 16))
@@ -101,5 +101,5 @@ def test_attention_without_dropout_computes_its_softmax_in_float32():
             tokens, tokens, return_attention_scores=True
         )
         model = keras.Model(tokens, keras.layers.Activation("linear", dtype="float32")(attended), name="s")
-    findings = diagnostics.float32_output_report(model, print_fn=None).findings
+    findings = diagnostics.float32_output_report(model).findings
     assert [(f.where, f.what) for f in findings] == [(_softmax_path(model), "softmax")]

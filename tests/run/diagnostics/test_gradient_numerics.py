@@ -29,8 +29,8 @@ def _sum_loss(y_true, y_pred):
 
 def test_gradient_fractions_and_suggested_scale_are_exact():
     model, batch = _sum_model([2.0**-30, 2.0**-20, 2.0**-10, 1.0, 2.0**17])
-    lines = []
-    report = diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=2.0**10, print_fn=lines.append)
+    report = diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=2.0**10)
+    lines = [str(report)]  # its table, as printed
     (objective,) = report.objectives
     (kernel,) = objective.variables
     assert (kernel.name, kernel.count, kernel.max_abs, kernel.nonfinite) == ("w/kernel", 5, 2.0**17, 0)
@@ -43,7 +43,7 @@ def test_gradient_fractions_and_suggested_scale_are_exact():
     printed = "\n".join(lines)
     assert "float32 copy" in printed and "2^-5" in printed and "x1024" in printed
     # Without a margin: 2^17 * 2^-1 = 65536 overflows, so 2^-2.
-    report = diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None, margin=1, print_fn=None)
+    report = diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None, margin=1)
     assert report.objectives[0].suggested_scale == 2.0**-2
     assert report.objectives[0].scaled is None
 
@@ -51,11 +51,7 @@ def test_gradient_fractions_and_suggested_scale_are_exact():
 def test_gradient_fraction_boundaries_follow_float16():
     # 2^-25 flushes; 2^-24 is the smallest subnormal; 2^-14 and 65504 are normal; 0 is not "lost".
     model, batch = _sum_model([2.0**-25, 2.0**-24, 2.0**-14, 65504.0, 0.0], precision="float32")
-    kernel = (
-        diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None, print_fn=None)
-        .objectives[0]
-        .variables[0]
-    )
+    kernel = diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None).objectives[0].variables[0]
     assert (kernel.underflow, kernel.subnormal, kernel.overflow) == (0.2, 0.2, 0.0)
     # The histogram holds log2|g| of the non-zero values.
     np.testing.assert_array_equal(
@@ -67,24 +63,20 @@ def test_gradients_come_from_a_float32_copy_and_state_is_untouched():
     # In float16 the gradient 2^-30 would be 0; the report still sees it.
     model, batch = _sum_model([2.0**-30, 1.0])
     assert model.layers[1].compute_dtype == "float16"
-    kernel = (
-        diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None, print_fn=None)
-        .objectives[0]
-        .variables[0]
-    )
+    kernel = diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=None).objectives[0].variables[0]
     assert kernel.underflow == 0.5
     with pytest.raises(ValueError, match="loss=None"):
-        diagnostics.gradient_report(model, batch, print_fn=None)
+        diagnostics.gradient_report(model, batch)
     with pytest.raises(ValueError, match="loss_scale=-1"):
-        diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=-1, print_fn=None)
+        diagnostics.gradient_report(model, batch, loss=_sum_loss, loss_scale=-1)
     with pytest.raises(ValueError, match="margin=0.5"):
-        diagnostics.gradient_report(model, batch, loss=_sum_loss, margin=0.5, print_fn=None)
+        diagnostics.gradient_report(model, batch, loss=_sum_loss, margin=0.5)
 
 
 def test_gan_report_has_both_objectives_at_the_current_scale(float16_gan, digits, tmp_path):
     images = digits.x_train[:32]
     before = [v.numpy() for v in float16_gan.variables]
-    report = diagnostics.gradient_report(float16_gan, images, print_fn=None)
+    report = diagnostics.gradient_report(float16_gan, images)
     assert [o.name for o in report.objectives] == ["generator", "discriminator"]
     assert [o.loss_scale for o in report.objectives] == [2.0**15, 2.0**15]
     generator = report.objectives[0]

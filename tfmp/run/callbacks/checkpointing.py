@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
 
 import keras
 
@@ -11,6 +11,8 @@ from tfmp.run import checkpoint as checkpoint_lib
 from tfmp.run import preemption
 
 __all__ = ["Checkpointing"]
+
+log = logging.getLogger(__name__)
 
 
 class Checkpointing(keras.callbacks.Callback):
@@ -33,12 +35,13 @@ class Checkpointing(keras.callbacks.Callback):
     at the same step and raise `Preempted` together, whichever was
     signalled.
 
+    Each epoch's checkpoint is logged (`tfmp.run.output`).
+
     Args:
         checkpoint: The run's `tfmp.run.checkpoint.RunCheckpoint`.
         step: Training steps done before this `fit()` (the restored step).
         every: Also save every this many steps; 0 = only at epoch ends.
         guard: The active preemption guard, if any.
-        print_fn: Says where each checkpoint went.
         cluster: Gathers the workers' stop requests in a multi-worker run.
     """
 
@@ -48,7 +51,6 @@ class Checkpointing(keras.callbacks.Callback):
         step: int = 0,
         every: int = 0,
         guard: preemption.PreemptionGuard | None = None,
-        print_fn: Callable[[str], None] = print,
         cluster: preemption.ClusterStop | None = None,
     ):
         super().__init__()
@@ -58,7 +60,6 @@ class Checkpointing(keras.callbacks.Callback):
         self.step = int(step)
         self.every = int(every)
         self.guard = guard
-        self.print_fn = print_fn
         self.cluster = cluster
         self.last_saved: tuple[int, str] | None = None
 
@@ -97,5 +98,5 @@ class Checkpointing(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         path = self.save()
-        self.print_fn(f"checkpoint: {path} (step {self.step})")
+        log.info(f"checkpoint: {path} (step {self.step})")
         self._stop_if_requested()

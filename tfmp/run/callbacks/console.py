@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
@@ -13,6 +14,8 @@ from tfmp.run.callbacks.timing import StepTimer
 from tfmp.run.config import CONSOLE_MODES  # defined with the setting it checks; still importable from here
 
 __all__ = ["CONSOLE_MODES", "ConsoleLogger", "console_mode"]
+
+log = logging.getLogger(__name__)
 
 
 def console_mode(mode: str, stream: Any) -> str:
@@ -39,7 +42,7 @@ def _format_number(value: float) -> str:
 
 
 class ConsoleLogger(keras.callbacks.Callback):
-    """Prints the GAN tutorial's step line every `log_every` steps, and a summary.
+    """Logs the GAN tutorial's step line every `log_every` steps, and a summary.
 
     The line, for the GAN:
     `(epoch, step), G Loss: x, D Loss: y, loss_scale: s, step_time: t, throughput: N img/s`.
@@ -47,7 +50,8 @@ class ConsoleLogger(keras.callbacks.Callback):
     With two loss-scaled optimizers the scales print as `s_g/s_d`; without
     loss scaling, `loss_scale: none`. With `progress=True` a
     `keras.utils.Progbar` per epoch (written to `sys.stdout`, as Keras's
-    own) shows the same values instead of the lines. The closing summary gives the mean
+    own) shows the same values instead of the lines. The lines (and the
+    epoch lines around a bar) go to the logger (`tfmp.run.output`). The closing summary gives the mean
     throughput and the skipped steps, per optimizer with several
     (`skipped steps: G 0, D 1`, named after the log-key prefixes).
 
@@ -57,7 +61,6 @@ class ConsoleLogger(keras.callbacks.Callback):
         loss_scale_prefixes: Log-key prefixes of the loss-scale entries.
         log_every: Print every this many steps (and the last step of each epoch).
         logdir: Where the run's logs are, for the summary.
-        print_fn: Where lines go.
         progress: Show a progress bar rather than the step lines.
         unit: What the throughput counts, per second: `"img"` (images), or
             `"ex"` (examples) for a model that does not take images; None:
@@ -71,7 +74,6 @@ class ConsoleLogger(keras.callbacks.Callback):
         loss_scale_prefixes: Sequence[str] = ("",),
         log_every: int = 1,
         logdir: str | None = None,
-        print_fn: Callable[[str], None] = print,
         progress: bool = False,
         unit: str | None = None,
     ):
@@ -83,7 +85,6 @@ class ConsoleLogger(keras.callbacks.Callback):
         self.loss_scale_prefixes = tuple(loss_scale_prefixes)
         self.log_every = int(log_every)
         self.logdir = logdir
-        self.print_fn = print_fn
         self.progress = bool(progress)
         self.unit = f"{timer.unit if unit is None else unit}/s"
         self.final_logs: dict[str, Any] = {}
@@ -108,7 +109,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         self._epoch = epoch
         self._steps_in_epoch = self.params.get("steps") if self.params else None
         if self.progress:
-            self.print_fn(f"Epoch {epoch + 1}/{self.params.get('epochs', '?') if self.params else '?'}")
+            log.info(f"Epoch {epoch + 1}/{self.params.get('epochs', '?') if self.params else '?'}")
             # Every value is shown as logged: the losses already are the epoch's running means.
             self._bar = keras.utils.Progbar(self._steps_in_epoch, stateless_metrics=())
 
@@ -137,7 +138,7 @@ class ConsoleLogger(keras.callbacks.Callback):
             for label, key in self.fields
             if key in logs
         )
-        self.print_fn(
+        log.info(
             f"({self._epoch}, {batch}), {values}, loss_scale: {self._loss_scale(logs)}, "
             f"step_time: {step_time:.3f}, throughput: {self.timer.images_per_step / step_time:.3f} {self.unit}"
         )
@@ -151,7 +152,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         shown = ", ".join(
             f"{k} {_format_number(v) if 'loss_scale' in k or 'skipped' in k else f'{v:.4g}'}" for k, v in logs.items()
         )
-        self.print_fn(f"epoch {epoch + 1}/{self.params.get('epochs', '?')}: {shown}")
+        log.info(f"epoch {epoch + 1}/{self.params.get('epochs', '?')}: {shown}")
 
     def on_train_end(self, logs=None):
         timer = self.timer
@@ -175,4 +176,4 @@ class ConsoleLogger(keras.callbacks.Callback):
             parent = os.path.dirname(os.path.normpath(self.logdir)) or "."
             lines.append(f"  logs: {self.logdir}  (view: tensorboard --logdir {parent})")
         for line in lines:
-            self.print_fn(line)
+            log.info(line)

@@ -20,10 +20,13 @@ instead:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["announce_float32_layers", "console_fields", "describe_data", "example_unit", "keras_route", "summary_route"]
+
+log = logging.getLogger(__name__)
 
 
 def console_fields(task: Any) -> tuple[tuple[str, str], ...]:
@@ -61,17 +64,17 @@ def describe_data(task: Any) -> str:
     return task.describe_data() if hasattr(task, "describe_data") else ""
 
 
-def announce_float32_layers(task: Any, built: Any, precision: str, print_fn: Callable[[str], None]) -> None:
-    """Says which layers `built` (a `tfmp.run.tasks.Built`) keeps in float32, and whether that was asked for or
+def announce_float32_layers(task: Any, built: Any, precision: str) -> None:
+    """Logs which layers `built` (a `tfmp.run.tasks.Built`) keeps in float32, and whether that was asked for or
     the model's default."""
     if not built.float32_pattern:
         return
     kept = built.float32_layers
     shown = ", ".join(kept[:3]) + (", ..." if len(kept) > 3 else "")
     if built.float32_pattern == task.config.float32_layers:
-        print_fn(f"float32 layers: {len(kept)} matching {built.float32_pattern!r} ({shown})")
+        log.info(f"float32 layers: {len(kept)} matching {built.float32_pattern!r} ({shown})")
     else:
-        print_fn(
+        log.info(
             f"float32 layers: {len(kept)}, the model's default for {precision} on CPU "
             f"(float32_layers=none turns it off): {shown}"
         )

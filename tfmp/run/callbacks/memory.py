@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
 
 import keras
 import tensorflow as tf
@@ -12,26 +12,27 @@ from tfmp.run.memory import AllocatorMemory
 
 __all__ = ["PeakMemory"]
 
+log = logging.getLogger(__name__)
+
 
 class PeakMemory(keras.callbacks.Callback):
-    """Writes TensorFlow's allocator peak of every epoch to TensorBoard, and prints the run's highest.
+    """Writes TensorFlow's allocator peak of every epoch to TensorBoard, and logs the run's highest.
 
     The peak is what the allocator held at most during the epoch: the
     weights, optimizer slots and data resident between steps, plus the
     step's activations, gradients and workspaces. It is written as the
     scalar `memory/peak_mb` (MiB, at the epoch index) to `logdir`, and the
-    run's highest is printed at the end of training (`memory: peak ... MiB
+    run's highest is logged (`tfmp.run.output`) at the end of training (`memory: peak ... MiB
     (GPU:0 allocator)`).
 
     It reads GPU:0's allocator with a GPU. On a CPU it needs TensorFlow's
     BFC allocator, switched on by `TF_CPU_ALLOCATOR_USE_BFC=true` in the
     environment before TensorFlow starts (e.g.
     `TF_CPU_ALLOCATOR_USE_BFC=true python scripts/train.py ...`); without
-    it the callback writes and prints nothing.
+    it the callback writes and logs nothing.
 
     Args:
         logdir: The run's directory; None writes no TensorBoard scalar.
-        print_fn: Prints the closing line; None prints nothing.
         allocator: The allocator to read; None: `AllocatorMemory.of_this_process()`
             when training begins.
 
@@ -42,12 +43,10 @@ class PeakMemory(keras.callbacks.Callback):
     def __init__(
         self,
         logdir: str | None = None,
-        print_fn: Callable[[str], None] | None = print,
         allocator: AllocatorMemory | None = None,
     ):
         super().__init__()
         self.logdir = logdir
-        self.print_fn = print_fn
         self.allocator = allocator
         self.peaks_mb: list[float] = []
         self._writer = None
@@ -83,8 +82,8 @@ class PeakMemory(keras.callbacks.Callback):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        if self.peaks_mb and self.print_fn is not None:
-            self.print_fn(
+        if self.peaks_mb:
+            log.info(
                 f"  memory: peak {max(self.peaks_mb):.1f} MiB ({self.allocator.name} allocator, the highest "
                 f"epoch of {len(self.peaks_mb)})"
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 
 import keras
 import tensorflow as tf
@@ -10,6 +10,8 @@ import tensorflow as tf
 from tfmp.run import _compat
 
 __all__ = ["ProfileSteps"]
+
+log = logging.getLogger(__name__)
 
 
 class ProfileSteps(keras.callbacks.Callback):
@@ -23,22 +25,21 @@ class ProfileSteps(keras.callbacks.Callback):
     opens it; each step is marked with `tf.profiler.experimental.Trace`, so
     the plugin's step-time view works. A run shorter than `end` stops the
     trace at its last step. Like Keras, a profiler that cannot start (one is
-    already running) is reported and does not stop training.
+    already running) is reported and does not stop training. The trace's
+    location is logged (`tfmp.run.output`).
 
     Args:
         start: First profiled step (>= 1).
         end: Last profiled step (>= start).
         logdir: The run's directory.
-        print_fn: Where the trace's location is reported.
     """
 
-    def __init__(self, start: int, end: int, logdir: str, print_fn: Callable[[str], None] = print):
+    def __init__(self, start: int, end: int, logdir: str):
         super().__init__()
         if not 1 <= start <= end:
             raise ValueError(f"Profile steps must satisfy 1 <= start <= end. Received: start={start!r}, end={end!r}")
         self.start, self.end = int(start), int(end)
         self.logdir = logdir
-        self.print_fn = print_fn
         self.profiled_steps: list[int] = []
         self._step = 0
         self._active = False
@@ -54,7 +55,7 @@ class ProfileSteps(keras.callbacks.Callback):
                 tf.profiler.experimental.start(self.logdir)
                 self._active = True
             except (tf.errors.AlreadyExistsError, tf.errors.UnavailableError) as e:
-                self.print_fn(f"warning: the profiler could not start ({e.message}); no trace is written.")
+                log.warning(f"warning: the profiler could not start ({e.message}); no trace is written.")
         if self._active:
             self._trace = _compat.step_trace("train", self._step)
             self._trace.__enter__()
@@ -75,4 +76,4 @@ class ProfileSteps(keras.callbacks.Callback):
             tf.profiler.experimental.stop()
             self._active = False
             steps = f"{self.profiled_steps[0]}-{self.profiled_steps[-1]}"
-            self.print_fn(f"profiled steps {steps}: tensorboard --logdir {self.logdir} (Profile tab)")
+            log.info(f"profiled steps {steps}: tensorboard --logdir {self.logdir} (Profile tab)")

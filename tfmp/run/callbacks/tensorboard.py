@@ -284,6 +284,6 @@ class GradientDiagnostics(keras.callbacks.Callback):
         self._step += 1
         if self._step % self.every:
             return
-        report = diagnostics.gradient_report(self.model, self.probe, print_fn=None, reference=self._reference)
+        report = diagnostics.gradient_report(self.model, self.probe, reference=self._reference)
         diagnostics.write_gradient_summaries(report, self.logdir, self._step)
         self.reports.append((self._step, report))

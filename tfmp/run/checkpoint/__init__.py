@@ -76,7 +76,7 @@ Typical use (what `tfmp.run.training` does):
 
 ```python
 ckpt = RunCheckpoint(directory, trainer, signature, keep=3)
-found = ckpt.latest(print_fn=print)          # None: nothing to resume
+found = ckpt.latest()                    # None: nothing to resume
 if found:
     step = ckpt.restore(found)               # raises CheckpointError on mismatch
 ...

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import tensorflow as tf
@@ -17,6 +18,8 @@ from tfmp.run.checkpoint.signature import CheckpointError, Found, SettingsDiffer
 from tfmp.run.replica_state import ReplicaState
 
 __all__ = ["RunCheckpoint"]
+
+log = logging.getLogger(__name__)
 
 
 class RunCheckpoint:
@@ -33,8 +36,10 @@ class RunCheckpoint:
             multi-worker training every worker restores the chief's
             checkpoints (a filesystem all workers see) but the others write
             their own copies to private directories.
-        print_fn: Says when `save` keeps the files of an existing
-            checkpoint it would otherwise overwrite.
+
+    What it notes (`save` keeping the files of an existing checkpoint it
+    would otherwise overwrite, a resume that skips an unreadable one) is
+    logged (`tfmp.run.output`).
 
     Raises:
         CheckpointError: when the directory's state file is invalid, or when
@@ -49,7 +54,6 @@ class RunCheckpoint:
         signature: Mapping[str, Any],
         keep: int = 3,
         read_directory: str | None = None,
-        print_fn: Callable[[str], None] = print,
     ):
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an integer >= 1. Received: keep={keep!r}")
@@ -92,7 +96,6 @@ class RunCheckpoint:
         self._manager = self._reader = self._new_manager(directory, keep)
         if self.read_directory != directory:
             self._reader = self._new_manager(self.read_directory, keep)
-        self.print_fn = print_fn
         self._written: set[str] = set()  # the checkpoints this object wrote
 
     def _new_manager(self, directory: str, keep: int) -> tf.train.CheckpointManager:
@@ -144,7 +147,7 @@ class RunCheckpoint:
         foreign = [] if prefix in self._written else files_of(prefix)
         if foreign and self.read_directory == self.directory:  # a worker's private copies are its own
             moved = set_aside(foreign)
-            self.print_fn(
+            log.info(
                 f"note: {prefix} already existed and was not written by this run; kept its files as "
                 f"{', '.join(os.path.basename(f) for f in moved)}"
             )
@@ -172,7 +175,7 @@ class RunCheckpoint:
         self._written.add(path)
         return path
 
-    def latest(self, print_fn: Callable[[str], None] = print) -> Found | None:
+    def latest(self) -> Found | None:
         """The newest checkpoint that reads back completely, or None if there is none.
 
         An unreadable newest checkpoint (truncated, corrupt, half-written by
@@ -198,14 +201,14 @@ class RunCheckpoint:
             if not listed:
                 state = os.path.join(self.read_directory, STATE_FILE)
                 skipped = f" (skipped, unreadable: {'; '.join(failures)})" if failures else ""
-                print_fn(
+                log.warning(
                     f"warning: the state file {state} that lists the checkpoints is "
                     f"{'unreadable or empty' if os.path.exists(state) else 'missing'}; found "
                     f"{len(candidates)} checkpoint(s) by their files; resuming from the newest readable one, "
                     f"{path}{skipped}"
                 )
             elif failures:
-                print_fn(f"warning: checkpoint {failures[-1]} is unreadable; resuming from the previous one, {path}")
+                log.warning(f"warning: checkpoint {failures[-1]} is unreadable; resuming from the previous one, {path}")
             return Found(path, step, signature)
         raise CheckpointError(
             "No checkpoint in this directory can be read: "
@@ -249,7 +252,7 @@ class RunCheckpoint:
                 # Written with another number of replicas: their own copies have nowhere to go.
                 status.assert_existing_objects_matched()
                 status.expect_partial()
-                self.print_fn(
+                log.info(
                     f"note: {found.path} was written with {saved_copies} of state each "
                     f"replica keeps (BatchNorm statistics); this run has {self._replica_state.describe()}, so every "
                     "replica resumes from the first replica's copy."

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 
 import keras
 
@@ -230,7 +229,6 @@ def tensor_core_report(
     source: Source,
     batch_size: int | None = None,
     multiple: int = ALIGNMENT,
-    print_fn: Callable[[str], None] | None = print,
 ) -> AlignmentReport:
     """Finds the dimensions of `source` that keep its math off Tensor Cores.
 
@@ -260,10 +258,10 @@ def tensor_core_report(
         source: A built `keras.Model`, or a trainer (all its networks).
         batch_size: The training batch size, or None to skip that check.
         multiple: The alignment to check (8 for float16/bfloat16).
-        print_fn: Prints the report; None to stay quiet.
 
     Returns:
-        The `AlignmentReport`; `.warnings` are the findings to act on.
+        The `AlignmentReport` (its `str()` is the table); `.warnings` are
+        the findings to act on.
     """
     if not isinstance(multiple, int) or multiple < 1:
         raise ValueError(f"multiple must be an integer >= 1. Received: multiple={multiple!r}")
@@ -300,7 +298,4 @@ def tensor_core_report(
                         "info" if reason else "warn", path, dimension, value, _aligned(value, multiple), reason
                     )
                 )
-    report = AlignmentReport(findings, batch_size, multiple)
-    if print_fn is not None:
-        print_fn(str(report))
-    return report
+    return AlignmentReport(findings, batch_size, multiple)

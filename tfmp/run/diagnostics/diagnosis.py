@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -23,8 +22,8 @@ def startup_warnings(source: Source, batch_size: int | None) -> str:
     Runs the alignment and float32-output checks and keeps what needs action:
     alignment warnings (not info) and every float32-output finding.
     """
-    alignment = tensor_core_report(source, batch_size, print_fn=None)
-    outputs = float32_output_report(source, print_fn=None)
+    alignment = tensor_core_report(source, batch_size)
+    outputs = float32_output_report(source)
     lines = [
         f"  {f.layer}: {f.dimension} {f.value} is not a multiple of {alignment.multiple} (use {f.aligned})"
         for f in alignment.warnings
@@ -54,21 +53,18 @@ def diagnose(
     loss: Any = None,
     loss_scale: float | str | None = "current",
     batch_size: int | None = None,
-    print_fn: Callable[[str], None] | None = print,
 ) -> Diagnosis:
     """Runs all four reports on `source` with one batch `data`.
 
     `batch_size` is the training batch size the alignment report checks
-    (default: the size of `data`).
+    (default: the size of `data`). The `Diagnosis`'s `str()` is the four
+    tables.
     """
     if batch_size is None:
         batch_size = int(tf.shape(tf.nest.flatten(data)[0])[0])
-    diagnosis = Diagnosis(
-        tensor_core_report(source, batch_size, print_fn=None),
-        float32_output_report(source, loss, print_fn=None),
-        gradient_report(source, data, loss, loss_scale, print_fn=None),
+    return Diagnosis(
+        tensor_core_report(source, batch_size),
+        float32_output_report(source, loss),
+        gradient_report(source, data, loss, loss_scale),
         first_nonfinite(source, data, loss, loss_scale),
     )
-    if print_fn is not None:
-        print_fn(str(diagnosis))
-    return diagnosis

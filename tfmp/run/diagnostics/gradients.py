@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -244,7 +243,6 @@ def gradient_report(
     loss: Any = None,
     loss_scale: float | str | None = "current",
     margin: float = SCALE_MARGIN,
-    print_fn: Callable[[str], None] | None = print,
     reference: trainers_lib.MixedPrecisionTrainer | None = None,
 ) -> GradientReport:
     """What float16 would lose of each variable's gradient on one batch.
@@ -264,9 +262,11 @@ def gradient_report(
         loss_scale: A scale, `"current"` (each objective's optimizer's scale
             when it is a `tfmp.LossScaleOptimizer`, else none), or None.
         margin: The suggested scale keeps max|g| x scale x margin <= 65504.
-        print_fn: Prints the report; None to stay quiet.
         reference: A float32 copy made earlier by `trainer.float32_copy()`,
             to reuse across calls; its weights are refreshed from `source`.
+
+    Returns:
+        The `GradientReport`; its `str()` is the table.
     """
     if not margin >= 1:
         raise ValueError(f"margin must be >= 1. Received: margin={margin!r}")
@@ -296,10 +296,7 @@ def gradient_report(
         stats = [_variable_gradients(n, g, scale) for n, g in zip(names, grads)]
         max_abs = max((s.max_abs for s in stats), default=0.0)
         objectives.append(ObjectiveGradients(name, stats, scale, _suggest_scale(max_abs, margin), margin))
-    report = GradientReport(objectives, batch_size, _compute_dtype(trainer))
-    if print_fn is not None:
-        print_fn(str(report))
-    return report
+    return GradientReport(objectives, batch_size, _compute_dtype(trainer))
 
 
 def write_gradient_summaries(report: GradientReport, logdir: str, step: int) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -119,9 +118,7 @@ def _output_dtypes(model: keras.Model) -> list[str]:
     return []  # subclassed: unknown without running it
 
 
-def float32_output_report(
-    source: Source, loss: Any = None, print_fn: Callable[[str], None] | None = print
-) -> OutputReport:
+def float32_output_report(source: Source, loss: Any = None) -> OutputReport:
     """Finds what should be float32 but is computed in float16 or bfloat16.
 
     * a model output in 16 bits (add a float32 `Activation("linear")`);
@@ -137,7 +134,9 @@ def float32_output_report(
     Args:
         source: A `keras.Model` or a trainer.
         loss: The loss applied to a model's outputs, if it is not compiled.
-        print_fn: Prints the report; None to stay quiet.
+
+    Returns:
+        The `OutputReport`; its `str()` is the table.
     """
     findings: list[OutputFinding] = []
     if isinstance(source, trainers_lib.MixedPrecisionTrainer):
@@ -180,7 +179,4 @@ def float32_output_report(
                         "compute the loss on float32 outputs (the same fix)",
                     )
                 )
-    report = OutputReport(findings)
-    if print_fn is not None:
-        print_fn(str(report))
-    return report
+    return OutputReport(findings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import logging
 import os
 import statistics
 import time
@@ -18,7 +19,7 @@ import tensorflow as tf
 
 from tfmp import precision as precision_lib
 from tfmp.run import epochs as epochs_lib
-from tfmp.run import runner, tasks, training
+from tfmp.run import output, runner, tasks, training
 from tfmp.run import setting as setting_lib
 from tfmp.run.parity.design import REFERENCE, ParityConfig
 from tfmp.run.parity.record import ParityRecord
@@ -26,6 +27,8 @@ from tfmp.run.parity.table import scale_text
 from tfmp.run.parity.task import parity_task
 
 __all__ = ["PairedStart", "PairingError", "paired_start", "run_parity"]
+
+log = logging.getLogger(__name__)
 
 
 class PairingError(RuntimeError):
@@ -83,7 +86,8 @@ def paired_start(task: tasks.Task) -> PairedStart:
         A `PairedStart`; compare two with `np.array_equal` / `digest()`.
     """
     task = task.replace(run_name="paired_start")
-    setting = setting_lib.resolve(task, lambda line: None)
+    with output.lines_to(None):  # the run's own notes, not this check's
+        setting = setting_lib.resolve(task)
     steps = epochs_lib.steps_per_epoch(task, setting.data)
     keras.utils.set_random_seed(task.config.seed)  # as the runner does, right before building
     with precision_lib.precision_scope(setting.precision):
@@ -115,7 +119,7 @@ def _unit_name(seed: int, fold: int, folds: int) -> str:
 
 def run_parity(
     config: ParityConfig,
-    print_fn: Callable[[str], None] = print,
+    print_fn: Callable[[str], None] | None = print,
     on_record: Callable[[list[ParityRecord]], None] | None = None,
 ) -> list[ParityRecord]:
     """Trains every unit in every arm; returns the records in run order.
@@ -126,7 +130,7 @@ def run_parity(
 
     Args:
         config: What to run.
-        print_fn: Where the progress lines go (one per unit and per run).
+        print_fn: Where the progress lines go (one per unit and per run); None: nowhere.
         on_record: Called with the records so far after each run (e.g. to
             save them, so that a sweep stopped halfway keeps its results).
 
@@ -134,49 +138,50 @@ def run_parity(
         tfmp.run.training.ConfigError: for an impossible setting, before training.
         PairingError: if one unit's runs would not start alike.
     """
-    config.validate()
-    parent = config.run_name or f"parity_{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    records = []
-    for seed, fold in config.units():
-        unit = _unit_name(seed, fold, config.folds)
-        if config.check_pairing:
-            digest = _check_pairing(config, seed, fold)
-            print_fn(f"{unit}: every arm starts from the same weights and batch order ({digest})")
-        for arm in config.arms():
-            start = time.monotonic()
-            name = f"{arm.name}_seed{seed}" + (f"_fold{fold}" if config.folds > 1 else "")
-            task = parity_task(config, seed, fold, arm)
-            evaluations = _Evaluations()
-            result = runner.Runner(
-                task.replace(run_name=os.path.join(parent, name)), lambda line: None, callbacks=[evaluations]
-            ).run()
-            if len(evaluations.loss) < config.average_last:
-                raise training.ConfigError(
-                    f"Parity compares validation results, but {task.name!r} logged {len(evaluations.loss)} "
-                    f"validation losses in {task.config.epochs} epochs: give the task validation data."
+    with output.lines_to(print_fn):
+        config.validate()
+        parent = config.run_name or f"parity_{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        records = []
+        for seed, fold in config.units():
+            unit = _unit_name(seed, fold, config.folds)
+            if config.check_pairing:
+                digest = _check_pairing(config, seed, fold)
+                log.info(f"{unit}: every arm starts from the same weights and batch order ({digest})")
+            for arm in config.arms():
+                start = time.monotonic()
+                name = f"{arm.name}_seed{seed}" + (f"_fold{fold}" if config.folds > 1 else "")
+                task = parity_task(config, seed, fold, arm)
+                evaluations = _Evaluations()
+                result = runner.Runner(
+                    task.replace(run_name=os.path.join(parent, name)), None, callbacks=[evaluations]
+                ).run()
+                if len(evaluations.loss) < config.average_last:
+                    raise training.ConfigError(
+                        f"Parity compares validation results, but {task.name!r} logged {len(evaluations.loss)} "
+                        f"validation losses in {task.config.epochs} epochs: give the task validation data."
+                    )
+                scale = result.logs.get("loss_scale")
+                last = config.average_last
+                record = ParityRecord(
+                    arm=arm.name,
+                    precision=arm.precision,
+                    seed=seed,
+                    fold=fold,
+                    val_accuracy=statistics.fmean(evaluations.accuracy[-last:]) if evaluations.accuracy else None,
+                    val_loss=statistics.fmean(evaluations.loss[-last:]),
+                    skipped_steps=result.skipped_steps,
+                    final_loss_scale=None if scale is None else float(scale),
+                    accuracy_by_epoch=tuple(evaluations.accuracy),
+                    loss_by_epoch=tuple(evaluations.loss),
+                    seconds=round(time.monotonic() - start, 1),
                 )
-            scale = result.logs.get("loss_scale")
-            last = config.average_last
-            record = ParityRecord(
-                arm=arm.name,
-                precision=arm.precision,
-                seed=seed,
-                fold=fold,
-                val_accuracy=statistics.fmean(evaluations.accuracy[-last:]) if evaluations.accuracy else None,
-                val_loss=statistics.fmean(evaluations.loss[-last:]),
-                skipped_steps=result.skipped_steps,
-                final_loss_scale=None if scale is None else float(scale),
-                accuracy_by_epoch=tuple(evaluations.accuracy),
-                loss_by_epoch=tuple(evaluations.loss),
-                seconds=round(time.monotonic() - start, 1),
-            )
-            records.append(record)
-            if on_record is not None:
-                on_record(list(records))
-            accuracy = "" if record.val_accuracy is None else f"val_accuracy {record.val_accuracy:.4f} "
-            print_fn(
-                f"{unit} {arm.name}: {accuracy}val_loss {record.val_loss:.4f} "
-                f"skipped_steps {record.skipped_steps} loss_scale {scale_text(record.final_loss_scale)} "
-                f"({record.seconds:.0f} s, load {os.getloadavg()[0]:.1f})"
-            )
-    return records
+                records.append(record)
+                if on_record is not None:
+                    on_record(list(records))
+                accuracy = "" if record.val_accuracy is None else f"val_accuracy {record.val_accuracy:.4f} "
+                log.info(
+                    f"{unit} {arm.name}: {accuracy}val_loss {record.val_loss:.4f} "
+                    f"skipped_steps {record.skipped_steps} loss_scale {scale_text(record.final_loss_scale)} "
+                    f"({record.seconds:.0f} s, load {os.getloadavg()[0]:.1f})"
+                )
+        return records
