@@ -194,8 +194,8 @@ def load_task_and_strategy(
                 f"line ({made}), but the task's config says otherwise: pass {settings} too. Received: --task={spec}"
             )
     elif wanted["strategy"] in distribute.FIRST:
-        try:
-            task.config.validate()
+        try:  # only the strategy's settings: the run validates the whole config once
+            training.TrainConfig(**wanted).validate()
         except training.ConfigError as e:
             raise app.UsageError(in_flag_terms(e)) from None
         try:

@@ -79,19 +79,19 @@ class Setting:
     config: TrainConfig | None = None
 
 
-def loss_scale_for(loss_scale: str | float | None, precision: str) -> str | float:
-    """The loss scale a run of `precision` uses, from a config's `loss_scale` setting.
+def loss_scale_for(requested: str | float | None, precision: str) -> str | float:
+    """The loss scale a run of `precision` uses, from the scale its config requests.
 
     Only `mixed_float16` is loss-scaled: there a scale the config leaves
     `"auto"` is `"dynamic"`; every other precision gets `"none"`.
 
     Args:
-        loss_scale: The config's setting (`tfmp.run.config.requested_loss_scale` parses it).
+        requested: The config's `loss_scale`, parsed once by
+            `tfmp.run.config.requested_loss_scale` (None: `"auto"`).
         precision: The resolved precision.
     """
     if precision != "mixed_float16":
         return "none"
-    requested = requested_loss_scale(loss_scale)
     return "dynamic" if requested is None else requested
 
 
@@ -131,7 +131,7 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
         probe_scale = "dynamic" if requested is None else requested  # float16 is timed with its loss scaling
         precision = _measured_precision(task, data, jit_compile, probe_scale, autotune.detect_hardware(), _time_steps)
     precision = precision_lib.resolve_precision(precision)
-    loss_scale = loss_scale_for(config.loss_scale, precision)
+    loss_scale = loss_scale_for(requested, precision)
     # Only a scale the user set: the default ("auto") says nothing to ignore, nor does an auto precision.
     if (
         requested not in (None, "none")
