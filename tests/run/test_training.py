@@ -338,6 +338,6 @@ def test_a_model_of_your_own_is_diagnosed_on_its_first_batch(family, tmp_path):
     task = families.TASKS[family].replace(precision="mixed_float16", logdir=str(tmp_path), run_name="diagnosis")
     diagnosis = training.diagnose(task, print_fn=lines.append)
     text = "\n".join(lines)
-    assert f"diagnosing {family}_trainer: precision=mixed_float16 loss_scale=dynamic batch_size=32" in text
+    assert f"diagnosing {family}: precision=mixed_float16 loss_scale=dynamic batch_size=32" in text
     assert diagnosis.gradients is not None and "suggested static loss scale" in text
     assert os.listdir(tmp_path / "diagnosis")  # the log2|g| histograms

@@ -130,7 +130,7 @@ def test_sigterm_stops_a_task_of_your_own_and_resume_is_bit_exact(tmp_path):
 def test_diagnose_takes_the_task(tmp_path):
     proc = _run("diagnose.py", f"--task={FAMILIES}:TRANSFORMER_TASK", "--batch_size=16")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "diagnosing transformer_trainer: precision=mixed_float16" in proc.stdout
+    assert "diagnosing transformer: precision=mixed_float16" in proc.stdout
     assert "suggested static loss scale" in proc.stdout
     refused = _run("diagnose.py", f"--task={FAMILIES}:GRU_TASK", "--model=gan")
     assert refused.returncode == 1 and "--model is for the shipped models, not --task" in refused.stderr

@@ -190,7 +190,7 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
             display.announce_float32_layers(task, built, setting.precision)
             described_data = f" {described}" if (described := display.describe_data(task)) else ""
             log.info(
-                f"diagnosing {built.trainer.name}: precision={setting.precision} "
+                f"diagnosing {task.name}: precision={setting.precision} "
                 f"loss_scale={setting.loss_scale} batch_size={config.batch_size}{described_data}\n"
             )
             diagnosis = diagnostics.diagnose(
