@@ -1,6 +1,9 @@
 """Tests for tfmp/run/benchmark/largest_batch.py: the largest batch whose training step fits a memory budget."""
 
 import multiprocessing
+import os
+import signal
+import threading
 
 import pytest
 from benchmark_tiny import CRASH_FROM, crashing_trial, sleeping_trial, small_classifier, tiny_config
@@ -65,6 +68,20 @@ def test_a_trial_past_its_time_limit_is_killed_and_does_not_fit():
     trial = largest_batch.run_trial(sleeping_trial, (), 64, {}, timeout=2)
     assert not trial.fits and trial.why_not == "timed out after 2 s"
     assert not multiprocessing.active_children()
+
+
+def test_a_sigterm_during_a_trial_ends_its_process_too():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are installed from the main thread only")
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        largest_batch.run_trial(sleeping_trial, (), 64, {}, timeout=300)
+    timer.join()
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert not multiprocessing.active_children()  # killed, not left to finish its trial
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 @pytest.mark.parametrize(

@@ -19,12 +19,16 @@ and `next_tried`, the smallest batch tried above it, did not.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing
 import multiprocessing.connection
+import signal
+import threading
 import time
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import keras
@@ -227,7 +231,10 @@ def run_trial(
 ) -> Trial:
     """`function(*args)` in a fresh spawned process with `environment` added; a crash or timeout does not fit.
 
-    The process is killed on timeout and always waited for.
+    The process is killed on timeout and always waited for. A SIGTERM to
+    this process (from the main thread's point of view) or a Ctrl-C kills
+    the trial's process too before it ends this one: no trial outlives its
+    search.
 
     Args:
         function: A module-level function returning a `Trial`.
@@ -251,26 +258,57 @@ def run_trial(
         process.start()
     sender.close()
     try:
-        ready = multiprocessing.connection.wait([receiver, process.sentinel], timeout)
-        if not ready:
-            process.kill()
-            return Trial(batch_size, False, why_not=f"timed out after {timeout:.0f} s")
-        try:
-            kind, value = receiver.recv()
-        except EOFError:  # it died without a word
-            process.join()
-            code = process.exitcode
-            code = 128 - code if code is not None and code < 0 else code  # signal N as the shell says it
-            return Trial(batch_size, False, why_not=f"crashed (exit {code})")
-        if kind == "error":
-            raise RuntimeError(f"The trial at batch {batch_size} failed: {value}")
-        return value
+        with _sigterm_raises():
+            return _result(process, receiver, batch_size, timeout)
+    except BaseException:  # SIGTERM, Ctrl-C: the trial goes with this process
+        process.kill()
+        raise
     finally:
         receiver.close()
         process.join(60)  # it exits once it has sent its result
         if process.is_alive():
             process.kill()
             process.join()
+
+
+def _result(
+    process: multiprocessing.process.BaseProcess,
+    receiver: multiprocessing.connection.Connection,
+    batch_size: int,
+    timeout: float,
+) -> Trial:
+    """The `Trial` a started trial's process sends, or the one of a process that timed out or died."""
+    ready = multiprocessing.connection.wait([receiver, process.sentinel], timeout)
+    if not ready:
+        process.kill()
+        return Trial(batch_size, False, why_not=f"timed out after {timeout:.0f} s")
+    try:
+        kind, value = receiver.recv()
+    except EOFError:  # it died without a word
+        process.join()
+        code = process.exitcode
+        code = 128 - code if code is not None and code < 0 else code  # signal N as the shell says it
+        return Trial(batch_size, False, why_not=f"crashed (exit {code})")
+    if kind == "error":
+        raise RuntimeError(f"The trial at batch {batch_size} failed: {value}")
+    return value
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises `SystemExit(143)` in the main thread while inside, so `finally` blocks run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: types.FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _search(
