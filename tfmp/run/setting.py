@@ -128,7 +128,7 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
     precision = precision_lib.canonical_precision(config.precision)
     requested = requested_loss_scale(config.loss_scale)
     if precision == "auto" and config.strategy != "multi_worker":
-        probe_scale = "dynamic" if requested is None else requested  # float16 is timed with its loss scaling
+        probe_scale = loss_scale_for(requested, "mixed_float16")  # float16 is timed with its loss scaling
         precision = _measured_precision(task, data, jit_compile, probe_scale, autotune.detect_hardware(), _time_steps)
     precision = precision_lib.resolve_precision(precision)
     loss_scale = loss_scale_for(requested, precision)
