@@ -5,10 +5,10 @@ import math
 import os
 import pickle
 import re
-import subprocess
 import sys
 
 import pytest
+import script_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,10 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_example_runs_and_ends_with_a_finite_loss(name, event_dirs, tmp_path):
     env = dict(os.environ, TFMP_EXAMPLE_STEPS="2", CUDA_VISIBLE_DEVICES="")
     # cwd is a temporary directory because an example may write TensorBoard logs under ./logs.
-    proc = subprocess.run(
+    proc = script_server.run(
         [sys.executable, os.path.join(ROOT, "examples", name)],
-        capture_output=True,
-        text=True,
         timeout=300,
         env=env,
         cwd=tmp_path,

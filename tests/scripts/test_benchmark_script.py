@@ -8,10 +8,10 @@ import dataclasses
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+import script_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "benchmark.py")
@@ -80,9 +80,7 @@ def test_parsing_accepts_aliases_and_keeps_order():
 
 def _script(*flags):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run(
-        [sys.executable, SCRIPT, *flags], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT
-    )
+    return script_server.run([sys.executable, SCRIPT, *flags], timeout=600, env=env, cwd=ROOT)
 
 
 # One tiny row (the GAN in float32 at batch 8, two short runs), as the end-to-end tests measure it.

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import script_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEP_LINE = re.compile(
@@ -27,7 +28,7 @@ def _run(command, *flags, timeout=600):
             pytest.fail(f"console command {command} is not installed; run pip install -e .")
         command = [executable]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run(command + list(flags), capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return script_server.run(command + list(flags), timeout=timeout, env=env, cwd=ROOT)
 
 
 def _event_files(directory):
@@ -499,10 +500,8 @@ def test_a_state_file_listing_files_elsewhere_is_refused_and_they_stay(tmp_path)
 def test_cluster_flags_outside_a_slurm_step_are_refused_naming_them(flags, expected, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "TF_CONFIG"}
     script = [sys.executable, os.path.join(ROOT, "scripts", "train_gan.py")]
-    proc = subprocess.run(
+    proc = script_server.run(
         script + ["--dataset=digits", f"--logdir={tmp_path / 'logs'}", *flags],
-        capture_output=True,
-        text=True,
         timeout=600,
         env=dict(env, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
         cwd=ROOT,

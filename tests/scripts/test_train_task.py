@@ -9,6 +9,7 @@ import sys
 import families
 import numpy as np
 import pytest
+import script_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAMILIES = os.path.join(ROOT, "tests", "families.py")
@@ -27,9 +28,7 @@ def _env():
 
 
 def _run(script, *flags, timeout=600):
-    return subprocess.run(
-        _command(script, *flags), capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT
-    )
+    return script_server.run(_command(script, *flags), timeout=timeout, env=_env(), cwd=ROOT)
 
 
 def _final(run_dir, step):

@@ -3,20 +3,18 @@
 import json
 import math
 import os
-import subprocess
 import sys
 
 import pytest
+import script_server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _script(*flags, timeout=600):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run(
+    return script_server.run(
         [sys.executable, os.path.join(ROOT, "scripts", "parity.py"), *flags],
-        capture_output=True,
-        text=True,
         timeout=timeout,
         env=env,
         cwd=ROOT,
