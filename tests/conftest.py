@@ -42,10 +42,9 @@ def _timeout(item) -> float:
 def pytest_collection_modifyitems(items):
     """Longest first: a test given a longer timeout (`@pytest.mark.timeout`) is collected before the rest.
 
-    Under `-n 2 --dist worksteal` (the slow command) the k-fold parity test,
-    most of the slow suite's time, then starts at once on one worker while
-    the other takes the rest, instead of starting behind a queue of shorter
-    tests. The sort is stable: otherwise collection order.
+    Under `-n 2 --dist worksteal` such a test then starts at once on one
+    worker while the other takes the rest, instead of starting behind a
+    queue of shorter tests. The sort is stable: otherwise collection order.
     """
     items.sort(key=lambda item: -_timeout(item))
 

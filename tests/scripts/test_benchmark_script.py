@@ -96,6 +96,9 @@ TINY_ROW = (
 )
 
 
+# Two fresh processes, one per run. The fast twins: the kernels mode below (the script's JSON and table),
+# tests/run/benchmark (rows, runs, records) and tests/run/test_reporting.py (the chart).
+@pytest.mark.slow
 def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
     out, chart = tmp_path / "bench.json", tmp_path / "bench.png"
     proc = _script(*TINY_ROW, f"--json_out={out}", f"--plot_out={chart}")
@@ -126,6 +129,7 @@ def test_a_bad_script_value_is_a_usage_error_before_any_work(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow  # the fast twin: tests/run/benchmark/test_kernel_ceiling.py, in process
 def test_ceiling_mode_end_to_end_reports_the_gans_kernel_ceiling(tmp_path):
     out = tmp_path / "ceiling.json"
     proc = _script(

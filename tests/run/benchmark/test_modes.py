@@ -308,6 +308,9 @@ def test_config_errors_name_the_value_before_any_work(changes, message):
         benchmark.compare(tiny_config(**changes), tiny_specs())
 
 
+# Isolated rows start a fresh process each. The fast twins: a row whose process dies (below) and
+# tests/run/test_memory.py's fresh process reading the CPU allocator.
+@pytest.mark.slow
 def test_isolated_rows_measure_their_own_memory_not_what_earlier_rows_left():
     # Two identical rows whose network leaves LEAK_MB resident, as TensorFlow
     # leaves memory of every model a process trains.
@@ -326,6 +329,7 @@ def test_isolated_rows_measure_their_own_memory_not_what_earlier_rows_left():
     assert [r.model for r in isolated] == ["leaky_a", "leaky_b"] and all(r.images_per_sec > 0 for r in isolated)
 
 
+@pytest.mark.slow  # the fast twins: as the test above
 def test_isolated_rows_read_the_cpu_bfc_allocator_in_their_own_process_unless_told_not_to():
     specs = {"small": small_classifier()}
     config = tiny_config(models=("small",), isolate=True)

@@ -55,8 +55,8 @@ TARGET_GAP = 1.0  # points: the parity target
 SLOW_SEEDS = (0,)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(3000)  # 15 runs; beside the other slow tests (-n 2) past the default 900 s; slower CPUs take 2x
+@pytest.mark.sweep
+@pytest.mark.timeout(3000)  # 15 runs: past the default 900 s; slower CPUs take 2x
 def test_mixed_precision_keeps_float32_accuracy_in_paired_runs(tmp_path):
     """MobileNetV2 on the embedded digits, the k-fold design at seed 0: float16 and bfloat16 against float32.
 
