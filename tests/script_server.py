@@ -72,16 +72,17 @@ def run(
 ) -> subprocess.CompletedProcess:
     """`subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)`.
 
-    `argv` is `[sys.executable, FILE.py, *flags]`; any other command, or
-    `fresh=True`, runs as a fresh process.
+    `argv` is `[sys.executable, FILE.py, *flags]` or a console command of this
+    Python's; any other command, or `fresh=True`, runs as a fresh process.
     """
     argv = [os.fspath(argument) for argument in argv]
-    if fresh or len(argv) < 2 or argv[0] != sys.executable or not argv[1].endswith(".py"):
+    script = None if fresh else _python_file(argv)
+    if script is None:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     server = _server(env)
     with tempfile.TemporaryDirectory(prefix="script-run-") as directory:
         out, err = os.path.join(directory, "stdout"), os.path.join(directory, "stderr")
-        request = {"argv": argv[1:], "env": env, "cwd": os.fspath(cwd), "out": out, "err": err, "timeout": timeout}
+        request = {"argv": script, "env": env, "cwd": os.fspath(cwd), "out": out, "err": err, "timeout": timeout}
         server.stdin.write(json.dumps(request) + "\n")
         server.stdin.flush()
         reply = json.loads(server.stdout.readline())
@@ -89,6 +90,23 @@ def run(
     if reply["timed_out"]:
         raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr)
     return subprocess.CompletedProcess(argv, reply["returncode"], stdout, stderr)
+
+
+def _python_file(argv: list[str]) -> list[str] | None:
+    """The file `argv` runs with this Python and its arguments, or None for any other command.
+
+    `[sys.executable, FILE.py, *flags]`, or a console command installed for
+    this Python (`tfmp-train-gan`: a file whose first line is `#!` and
+    `sys.executable`).
+    """
+    if len(argv) >= 2 and argv[0] == sys.executable and argv[1].endswith(".py"):
+        return argv[1:]
+    try:
+        with open(argv[0], "rb") as command:
+            first = command.readline().strip()
+    except OSError:
+        return None
+    return argv if first == b"#!" + os.fsencode(sys.executable) else None
 
 
 def _preload() -> None:
