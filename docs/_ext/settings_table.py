@@ -21,6 +21,15 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", r"\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
+# A flag named in a help's prose (`--strategy's replicas`): set as code, so that it never breaks after `--`.
+_FLAG_IN_PROSE = re.compile(r"(?<![\w`-])(--[a-z][a-z0-9_]*)")
+
+
+def _help(text: str) -> str:
+    """A field's help for its cell: each flag it names set as code."""
+    return _FLAG_IN_PROSE.sub(r"`\1`", text)
+
+
 def _choices(config: type, metadata: Any) -> str:
     choices = metadata.get("choices")
     if isinstance(choices, str):  # the name of a class attribute holding them (`datasets`)
@@ -57,7 +66,7 @@ def settings_table(config: type) -> str:
             f"`{field.default!r}`",
             _choices(config, field.metadata),
             flag,
-            field.metadata["help"],
+            _help(field.metadata["help"]),
         ]
         rows.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     return "\n".join(rows)
