@@ -14,7 +14,9 @@ reaches another or the server.
 What differs from a fresh process: TensorFlow is already imported, so the
 lines it logs while loading are not in the run's stderr, and the variables
 read while it loads are the server's. `run(..., fresh=True)`, or an
-environment that changes one of those variables, starts a fresh process.
+environment that changes one of those variables, starts a fresh process. A
+run whose working directory does not exist exits 1 with the error on its
+stderr, where `subprocess.run` would raise it.
 """
 
 from __future__ import annotations
@@ -175,7 +177,12 @@ def _serve() -> None:
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
-            _child(request)
+            try:
+                _child(request)
+            finally:  # only if the child failed before running the file (a bad cwd, say): never back in this loop
+                with open(request["err"], "a") as err:
+                    traceback.print_exc(file=err)
+                os._exit(1)
         deadline = time.monotonic() + request["timeout"]
         timed_out = False
         while True:
@@ -184,7 +191,10 @@ def _serve() -> None:
                 break
             if time.monotonic() > deadline:
                 timed_out = True
-                os.killpg(pid, signal.SIGKILL)
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:  # it ended just now
+                    pass
                 _, status = os.waitpid(pid, 0)
                 break
             time.sleep(0.01)

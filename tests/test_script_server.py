@@ -54,3 +54,13 @@ def test_a_served_run_past_its_timeout_is_killed_and_raises_as_subprocess_run_do
     # The server carries on.
     after = script_server.run([sys.executable, str(script), "0"], env=_env(), cwd=tmp_path, timeout=120)
     assert after.returncode == 0
+
+
+def test_a_child_that_cannot_start_the_file_exits_1_naming_why_and_the_server_carries_on(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    missing = tmp_path / "no_such_directory"
+    failed = script_server.run([sys.executable, str(script), "0"], env=_env(), cwd=missing, timeout=120)
+    assert failed.returncode == 1 and "FileNotFoundError" in failed.stderr and str(missing) in failed.stderr
+    after = script_server.run([sys.executable, str(script), "0"], env=_env(), cwd=tmp_path, timeout=120)
+    assert after.returncode == 0 and after.stdout.startswith("argv ['0']")

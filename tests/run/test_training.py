@@ -250,6 +250,8 @@ def test_auto_precision_on_a_gpu_measures_every_candidate_float16_with_its_loss_
     assert [e["machine"] for e in entries] == ["a test host | GPU NVIDIA H100 80GB HBM3 9.0"] * 2
 
 
+# Trains both candidates for real (float16 emulated on most CPUs). The fast twin: the injected probes above.
+@pytest.mark.slow
 def test_auto_precision_real_probe_on_a_volta_measures_float32_and_float16(tmp_path, monkeypatch):
     # The one real probe: both candidates train a few steps on this CPU (float16 emulated, so slower).
     volta = autotune.Hardware(gpus=(autotune.GPU("Tesla V100-SXM2-16GB", (7, 0)),), machine="a test host")

@@ -401,6 +401,8 @@ def test_sigkill_at_random_moments_never_breaks_resume(tmp_path, uninterrupted_g
     _assert_same_tensors(uninterrupted_gan, _final_tensors(str(tmp_path / f"run{finished}"), RESUMABLE_STEPS))
 
 
+# Three runs of the script. The fast twin: tests/run/checkpoint/test_run_checkpoint.py's corrupt newest checkpoint.
+@pytest.mark.slow
 def test_a_corrupt_newest_checkpoint_falls_back_and_a_ruined_run_names_its_files(tmp_path):
     flags = [
         "--dataset=digits",
