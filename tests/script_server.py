@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import pathlib
 import runpy
 import signal
 import subprocess
@@ -88,7 +89,7 @@ def run(
         server.stdin.write(json.dumps(request) + "\n")
         server.stdin.flush()
         reply = json.loads(server.stdout.readline())
-        stdout, stderr = (open(path, errors="replace").read() for path in (out, err))
+        stdout, stderr = (pathlib.Path(path).read_text(errors="replace") for path in (out, err))
     if reply["timed_out"]:
         raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr)
     return subprocess.CompletedProcess(argv, reply["returncode"], stdout, stderr)

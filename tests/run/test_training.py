@@ -310,10 +310,10 @@ def test_compare_loss_scaling_runs_the_tutorials_three_configurations(tmp_path):
 # --- per-layer precision by default ------------------------------------------------------
 
 
-@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="the default is for CPUs")
 # A whole bfloat16 run (emulated on most CPUs). The fast twins: tests/models/test_mobilenet_v2.py (the rule, on the
 # built model) and tests/run/shipped/test_shipped_classifier.py (the run's default pattern).
 @pytest.mark.slow
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="the default is for CPUs")
 def test_bfloat16_on_cpu_keeps_the_depthwise_convolutions_in_float32_by_default(tmp_path):
     config = dataclasses.replace(TINY_CLASSIFIER, precision="bf16", steps_per_epoch=1, logdir=str(tmp_path))
     lines = []

@@ -42,6 +42,9 @@ STARTUP_TIMEOUT = 60.0
 # after the server first answers.
 SETTLE_TIMEOUT = 10.0
 
+# A test that starts TensorBoard is slow: two servers, and a run on each test process.
+starts_tensorboard = pytest.mark.slow
+
 # No proxy: a configured http_proxy must not see (or break) 127.0.0.1 requests.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -196,13 +199,13 @@ def _steps_and_values(points):
     return [p[1] for p in points], [p[2] for p in points]
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 def test_runs_are_the_run_and_its_two_networks(tensorboard):
     runs = tensorboard.request("/data/runs")
     assert sorted(runs) == sorted([RUN, GENERATOR, DISCRIMINATOR]), tensorboard.output()
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 def test_plugins_listing_has_scalars_images_and_hparams_active(tensorboard):
     listing = tensorboard.poll(
         "/data/plugins_listing",
@@ -212,7 +215,7 @@ def test_plugins_listing_has_scalars_images_and_hparams_active(tensorboard):
         assert listing[plugin]["enabled"], f"{plugin} is not active: {listing[plugin]}"
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 def test_scalar_tags_follow_the_gan_layout(tensorboard):
     per_network = {f"{kind}_{name}" for kind in ("batch", "epoch") for name in ("loss", "loss_scale", "skipped_steps")}
     expected = {
@@ -237,7 +240,7 @@ def test_scalar_tags_follow_the_gan_layout(tensorboard):
     assert "warm-up" in tags[RUN]["batch_images_per_sec"]["description"]
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 @pytest.mark.parametrize("sub_run, prefix", [(GENERATOR, "g_"), (DISCRIMINATOR, "d_")])
 @pytest.mark.parametrize("tag", ["loss", "loss_scale", "skipped_steps"])
 def test_one_point_per_epoch_equal_to_the_epoch_logs(tensorboard, run, sub_run, prefix, tag):
@@ -258,7 +261,7 @@ def test_one_point_per_epoch_equal_to_the_epoch_logs(tensorboard, run, sub_run, 
         assert all(v == int(v) >= 0 for v in values), points
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 def test_throughput_is_on_the_root_run(tensorboard, run):
     _, result = run
     points = tensorboard.poll(
@@ -274,7 +277,7 @@ def test_throughput_is_on_the_root_run(tensorboard, run):
 GLOBAL_STEPS = list(range(1, EPOCHS * STEPS + 1))
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 @pytest.mark.parametrize("sub_run, prefix", [(GENERATOR, "g_"), (DISCRIMINATOR, "d_")])
 @pytest.mark.parametrize("tag", ["loss", "loss_scale", "skipped_steps"])
 def test_one_point_per_logged_global_step(tensorboard, run, sub_run, prefix, tag):
@@ -291,7 +294,7 @@ def test_one_point_per_logged_global_step(tensorboard, run, sub_run, prefix, tag
     assert values[STEPS - 1 :: STEPS] == pytest.approx(history, rel=1e-6), (values, history)
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 def test_per_step_throughput_is_on_the_root_run(tensorboard):
     points = tensorboard.poll(
         "/data/plugin/scalars/scalars",
@@ -325,7 +328,7 @@ def test_event_files_hold_the_gan_losses_at_each_global_step(run):
         assert scalars["epoch_loss"] == list(range(EPOCHS)), scalars
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 def test_generator_samples_are_one_png_grid_per_epoch(tensorboard):
     tags = tensorboard.poll("/data/plugin/images/tags", lambda t: "samples" in t.get(GENERATOR, {}))
     assert "samples" in tags.get(GENERATOR, {}), tags
@@ -353,7 +356,7 @@ SESSION_GROUPS_REQUEST = {
 }
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 def test_hparams_session_reports_the_run_settings(tensorboard, run):
     _, result = run
     response = tensorboard.poll(
@@ -380,7 +383,7 @@ def test_hparams_session_reports_the_run_settings(tensorboard, run):
         assert loss["value"] == pytest.approx(result.logs[prefix + "loss"], rel=1e-6)
 
 
-@pytest.mark.slow  # starts TensorBoard (module docstring)
+@starts_tensorboard
 def test_hparams_experiment_lists_the_precision(tensorboard):
     experiment = tensorboard.poll(
         "/data/plugin/hparams/experiment",
