@@ -65,7 +65,7 @@ def cpu_bfloat16_float32_layers(input_shape: tuple[int, int, int] = (32, 32, 3))
         input_shape: The classifier's `(height, width, channels)`.
 
     Returns:
-        A `tfmp.precision.keep_float32` pattern naming those layers, e.g. 13
+        A `tfmp.float32_layers.keep_float32` pattern naming those layers, e.g. 13
         of the 17 at 32x32 (blocks 1, 3 and 6 to 16) and the four stride-2
         ones at 224x224.
     """

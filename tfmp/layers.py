@@ -79,7 +79,7 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
 
     Same arguments, variables (names, shapes, float32 dtype), config and
     semantics as the Keras layer, so weights and checkpoints move between the
-    two and `keras.models.clone_model` / `tfmp.precision.float32_copy` work:
+    two and `keras.models.clone_model` / `tfmp.float32_layers.float32_copy` work:
 
     * training (`training=True` and the layer trainable): normalises with the
       batch mean and the biased batch variance, and updates

@@ -74,7 +74,7 @@ def test_the_cpu_bfloat16_advice_names_the_depthwise_convolutions_onednn_lacks(s
 
     with tfmp.precision_scope("bf16"):
         model = build_mobilenet_v2_classifier((side, side, 3), alpha=0.35)
-    kept = tfmp.precision.keep_float32([model], cpu_bfloat16_float32_layers((side, side, 3)))
+    kept = tfmp.float32_layers.keep_float32([model], cpu_bfloat16_float32_layers((side, side, 3)))
     depthwise = [layer for layer in model.layers[1].layers if isinstance(layer, keras.layers.DepthwiseConv2D)]
     # The rule, checked on the built model: stride 2, or an input below 4x4.
     expected = [layer.name for layer in depthwise if layer.strides != (1, 1) or min(layer.input.shape[1:3]) < 4]

@@ -25,6 +25,7 @@ import re
 import typing
 from typing import ClassVar
 
+from tfmp import float32_layers
 from tfmp import optimizers as optimizers_lib
 from tfmp import precision as precision_lib
 from tfmp.run.fields import HELP_GROUPS, ConfigError, check_field, option, redefault
@@ -226,7 +227,7 @@ class TrainConfig:
         check=_profile_steps,
     )
     float32_layers: str = option(
-        precision_lib.FLOAT32_LAYERS_AUTO,
+        float32_layers.FLOAT32_LAYERS_AUTO,
         "Regex (re.search on layer paths such as model/block_1_expand_BN): those layers compute in float32 "
         "under a mixed policy. none: no layer; auto: the model's advice (MobileNetV2 under bfloat16 on CPU: "
         "the depthwise convolutions), none otherwise.",

@@ -47,8 +47,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfmp import float32_layers, trainers
 from tfmp import precision as precision_lib
-from tfmp import trainers
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
 from tfmp.run import determinism, diagnostics, directories, distribute, memory, output, preemption
@@ -132,7 +132,7 @@ def _network_signature(network: keras.Model) -> dict[str, Any]:
     """A network's architecture and per-layer dtype policies, independent of auto-generated layer names."""
     layers = [
         (type(layer).__name__, layer.dtype_policy.name, [list(w.shape) for w in layer.weights])
-        for _, layer in precision_lib.layer_paths(network)
+        for _, layer in float32_layers.layer_paths(network)
     ]
     policies: dict[str, int] = {}
     for _, policy, _ in layers:

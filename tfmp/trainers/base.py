@@ -308,7 +308,7 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
     def float32_copy(self) -> MixedPrecisionTrainer:
         """A trainer of the same kind whose networks compute in float32.
 
-        The networks are copies (`tfmp.precision.float32_copy`) holding the
+        The networks are copies (`tfmp.float32_layers.float32_copy`) holding the
         same weights; the copy is compiled with the same losses but plain
         optimizers. Used to compute float32 reference gradients.
         """

@@ -9,7 +9,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfmp import precision as precision_lib
+from tfmp import float32_layers
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
 
 __all__ = ["GANTrainer", "TUTORIAL_GAN", "TutorialGANTraining", "discriminator_labels"]
@@ -322,8 +322,8 @@ class GANTrainer(MixedPrecisionTrainer):
 
     def float32_copy(self) -> GANTrainer:
         copy = GANTrainer(
-            precision_lib.float32_copy(self.generator),
-            precision_lib.float32_copy(self.discriminator),
+            float32_layers.float32_copy(self.generator),
+            float32_layers.float32_copy(self.discriminator),
             self.label_softening,
             self.label_swap_fraction,
         )

@@ -7,7 +7,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfmp import precision as precision_lib
+from tfmp import float32_layers
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
 
 __all__ = ["ClassifierTrainer", "Trainer"]
@@ -132,7 +132,7 @@ class Trainer(MixedPrecisionTrainer):
         ]
 
     def float32_copy(self) -> Trainer:
-        copy = Trainer(precision_lib.float32_copy(self.network))
+        copy = Trainer(float32_layers.float32_copy(self.network))
         copy.compile(keras.optimizers.SGD(), loss=self.loss, loss_scale="none")
         return copy
 

@@ -71,7 +71,9 @@ def _attention_model(**kwargs):
 
 def _softmax_path(model):
     """The attention's own softmax layer: Keras names it `softmax`, `softmax_1`... by creation order."""
-    (path,) = [path for path, layer in tfmp.precision.layer_paths(model) if isinstance(layer, keras.layers.Softmax)]
+    (path,) = [
+        path for path, layer in tfmp.float32_layers.layer_paths(model) if isinstance(layer, keras.layers.Softmax)
+    ]
     return path
 
 
@@ -82,11 +84,12 @@ def test_softmax_nested_in_attention_names_the_layer_the_user_created():
     (finding,) = diagnostics.float32_output_report(model).findings
     assert (finding.where, finding.what, finding.dtype) == (path, "softmax", "float16")
     assert finding.fix == (
-        f"inside 'attention', the layer you created: tfmp.precision.keep_float32([model], '/attention/{softmax}$') "
+        "inside 'attention', the layer you created: "
+        f"tfmp.float32_layers.keep_float32([model], '/attention/{softmax}$') "
         "before training, or give 'attention' dtype='float32' (its whole attention then computes in float32)"
     )
     # The advised call works: the softmax computes in float32 and nothing is left to report.
-    assert tfmp.precision.keep_float32([model], f"/attention/{softmax}$") == [path]
+    assert tfmp.float32_layers.keep_float32([model], f"/attention/{softmax}$") == [path]
     assert diagnostics.float32_output_report(model).findings == []
     assert model(np.ones((2, 4, 16), "float32"), training=True).shape == (2, 4, 16)
 

@@ -49,7 +49,7 @@ def test_the_float32_layers_are_applied_by_build_and_a_pattern_matching_none_is_
         built = task.build("mixed_bfloat16", "none", False)
         (kept,) = built.float32_layers
         assert built.float32_pattern == "/Conv1$" and kept.endswith("/Conv1")
-        dtypes = {path: layer.compute_dtype for path, layer in tfmp.precision.layer_paths(built.trainer.network)}
+        dtypes = {path: layer.compute_dtype for path, layer in tfmp.float32_layers.layer_paths(built.trainer.network)}
         assert dtypes[kept] == "float32" and dtypes[kept.replace("/Conv1", "/bn_Conv1")] == "bfloat16"
         with pytest.raises(config_lib.ConfigError, match="no_such_layer"):
             task.replace(float32_layers="no_such_layer").build("mixed_bfloat16", "none", False)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from tfmp import float32_layers
 from tfmp import precision as precision_lib
 from tfmp.models.resnet50 import MIN_INPUT_SIZE
 from tfmp.run import config as config_lib
@@ -138,7 +139,7 @@ class BenchmarkConfig:
         float32_layers: Layers computing in float32, as training's setting:
             `"auto"` (each model's advice for bfloat16 on a CPU), `"none"`,
             or a regex searched in layer paths
-            (`tfmp.precision.resolve_float32_layers`).
+            (`tfmp.float32_layers.resolve_float32_layers`).
         tf32: Allow TensorFloat-32 for float32 math on Ampere+ GPUs while
             measuring (TensorFlow's default is on; no effect on CPU).
         isolate: Measure each row of each run in a fresh process (`compare`
@@ -170,7 +171,7 @@ class BenchmarkConfig:
     runs: int = 1
     seed: int = 0
     dataset: str = "digits"
-    float32_layers: str = precision_lib.FLOAT32_LAYERS_AUTO
+    float32_layers: str = float32_layers.FLOAT32_LAYERS_AUTO
     tf32: bool = True
     isolate: bool = True
     cpu_bfc: bool = True

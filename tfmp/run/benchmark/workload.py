@@ -42,7 +42,7 @@ class Workload:
         images_per_step: Examples one step processes (`batch_size *
             trainer.images_per_example`).
         float32_layers: Paths of the layers kept in float32
-            (`tfmp.precision.keep_float32`); empty for none.
+            (`tfmp.float32_layers.keep_float32`); empty for none.
     """
 
     trainer: trainers.MixedPrecisionTrainer

@@ -29,7 +29,7 @@ the reports share.
 """
 
 # In reading order, which the API page keeps.
-from tfmp.precision import float32_copy
+from tfmp.float32_layers import float32_copy
 from tfmp.run.diagnostics.alignment import (
     ALIGNMENT,
     MISALIGNMENT_COST,

@@ -15,7 +15,7 @@ import math
 
 import keras
 
-from tfmp.precision import layer_paths
+from tfmp.float32_layers import layer_paths
 from tfmp.run import _compat
 from tfmp.run.diagnostics._common import Source, is_graph_model, networks, table
 

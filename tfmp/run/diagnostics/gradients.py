@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfmp import trainers as trainers_lib
-from tfmp.precision import layer_paths
+from tfmp.float32_layers import layer_paths
 from tfmp.run.diagnostics._common import Source, as_trainer, scale_of, state_preserved, table
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import Any
 import keras
 
 from tfmp import trainers as trainers_lib
-from tfmp.precision import layer_paths
+from tfmp.float32_layers import layer_paths
 from tfmp.run import _compat
 from tfmp.run.diagnostics._common import Source, is_graph_model, networks, table
 
@@ -106,7 +106,8 @@ def _layer_fix(path: str, layers: dict[str, keras.layers.Layer]) -> str:
         return "give this layer dtype='float32'"
     parent, name = enclosing.rsplit("/", 1)
     pattern = "/" + re.escape(path[len(parent) + 1 :]) + "$"  # e.g. "/attention/softmax$"
-    fix = f"inside {name!r}, the layer you created: tfmp.precision.keep_float32([model], {pattern!r}) before training"
+    keep = f"tfmp.float32_layers.keep_float32([model], {pattern!r})"
+    fix = f"inside {name!r}, the layer you created: {keep} before training"
     if isinstance(layers[enclosing], keras.layers.MultiHeadAttention):  # it passes its dtype to its sub-layers
         fix += f", or give {name!r} dtype='float32' (its whole attention then computes in float32)"
     return fix
@@ -125,7 +126,7 @@ def float32_output_report(source: Source, loss: Any = None) -> OutputReport:
     * a softmax, log-softmax or sigmoid computed in 16 bits, anywhere. For
       one inside a layer the user created (the softmax of a
       `MultiHeadAttention` with dropout), the fix names that layer and the
-      `tfmp.precision.keep_float32` pattern that keeps just the softmax in
+      `tfmp.float32_layers.keep_float32` pattern that keeps just the softmax in
       float32. A `MultiHeadAttention` without dropout is not flagged: Keras
       then computes its softmax in float32 (`keras.ops.dot_product_attention`);
     * a loss computed on 16-bit outputs: a compiled (or given) loss, or, for
