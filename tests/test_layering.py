@@ -21,6 +21,7 @@ MODELS = os.path.join(ROOT, "models")
 CORE_MODULES = (
     "tfmp",
     "tfmp.precision",
+    "tfmp.float32_layers",
     "tfmp.loss_scale",
     "tfmp.optimizers",
     "tfmp.trainers",
@@ -189,7 +190,7 @@ RUN_LAYERS = (
     ("distribute", "checkpoint", "diagnostics", "epochs"),  # run services
     ("callbacks", "directories"),  # a run's side effects and where it writes, built on the services
     ("tasks",),  # the public Task: what the user writes
-    ("task_loader", "shipped"),  # finding what --task=MODULE:NAME names; the shipped tasks
+    ("task_loader", "shipped", "auto_precision"),  # finding what --task names; the shipped tasks; `auto` measured
     ("setting",),  # what a config resolves to before any model is built
     ("runner",),  # one run
     ("training", "benchmark", "reporting"),  # entry points

@@ -8,11 +8,16 @@ written only costs a measurement next time.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import tempfile
+from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ["CACHE_ENV", "cache_dir", "load", "store"]
+__all__ = ["CACHE_ENV", "cache_dir", "load", "remembered", "store"]
+
+T = TypeVar("T")
 
 CACHE_ENV = "TFMP_CACHE_DIR"
 
@@ -50,3 +55,37 @@ def store(path: str, version: int, entries: dict) -> str:
     except OSError as e:
         return f"{directory} is not writable ({e.strerror or e}); set {CACHE_ENV} to a writable directory"
     return ""
+
+
+def remembered(
+    path: str,
+    version: int,
+    key: str,
+    read: Callable[[object], T | None],
+    measure: Callable[[], T],
+    entry: Callable[[T], dict],
+) -> tuple[T, bool, str]:
+    """The value kept under `key` in the cache file at `path`, else `measure()`'s, kept there.
+
+    Args:
+        path: The cache file.
+        version: Its format; a file of another version reads as empty.
+        key: What the value depends on (the machine, the workload).
+        read: The value in a stored entry (None or a missing key: not there,
+            or not usable), e.g. a dataclass's `from_json`.
+        measure: Measures the value when it is not there.
+        entry: The entry to store for a measured value; the time of the
+            measurement is added as `measured`.
+
+    Returns:
+        `(value, cached, not_stored)`: whether the value came from the file,
+        and why a measured one could not be written ("" when it was, or
+        when nothing was measured).
+    """
+    entries = load(path, version)
+    value = read(entries.get(key))
+    if value is not None:
+        return value, True, ""
+    value = measure()
+    entries[key] = {**entry(value), "measured": datetime.datetime.now().isoformat(timespec="seconds")}
+    return value, False, store(path, version, entries)

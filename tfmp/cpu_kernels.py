@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import math
 import os
 import platform
@@ -357,12 +356,14 @@ def kernel_times(
     with _lock:
         if (path, machine) in _memo:
             return _memo[(path, machine)]
-        entries = _cache.load(path, _CACHE_VERSION)
-        times = KernelTimes.from_json(entries.get(machine))
-        if times is None:
-            times = measure() if measure is not None else measure_kernels(cpuinfo=cpuinfo)
-            entries[machine] = {**times.to_json(), "measured": datetime.datetime.now().isoformat(timespec="seconds")}
-            _cache.store(path, _CACHE_VERSION, entries)
+        times, _, _ = _cache.remembered(
+            path,
+            _CACHE_VERSION,
+            machine,
+            read=KernelTimes.from_json,
+            measure=measure if measure is not None else lambda: measure_kernels(cpuinfo=cpuinfo),
+            entry=KernelTimes.to_json,
+        )
         _memo[(path, machine)] = times
         return times
 

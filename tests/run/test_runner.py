@@ -20,7 +20,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tiny import TINY_GAN, quiet, tiny
 
 from tfmp import trainers
-from tfmp.run import rundir, runner, setting, tasks
+from tfmp.run import directories, rundir, runner, tasks
 
 
 def _record_fits(monkeypatch):
@@ -48,7 +48,7 @@ def _record_fits(monkeypatch):
 
 
 def test_a_run_claims_a_new_directory_beside_one_taken_in_the_same_second(tmp_path, monkeypatch):
-    monkeypatch.setattr(setting, "default_run_name", lambda precision, loss_scale, name="": "same-second")
+    monkeypatch.setattr(directories, "default_run_name", lambda precision, loss_scale, name="": "same-second")
     taken = tmp_path / "same-second"
     taken.mkdir()
     (taken / "other-run.txt").write_text("another run's file")

@@ -59,20 +59,6 @@ def test_resolve_names_the_run_directory_without_creating_it(tmp_path):
     assert not logdir.exists()
 
 
-@pytest.mark.parametrize(
-    "name, expected",
-    [
-        ("text_classifier", "text_classifier_float32_ls-none"),
-        ("my model/v2", "my_model_v2_float32_ls-none"),  # one path component, whatever the name holds
-        ("..", "float32_ls-none"),
-        ("", "float32_ls-none"),
-    ],
-)
-def test_the_default_run_name_carries_the_tasks_name_safely(name, expected):
-    run_name = setting.default_run_name("float32", "none", name=name)
-    assert re.fullmatch(r"\d{8}-\d{6}_" + re.escape(expected), run_name), run_name
-
-
 def test_resolve_checks_the_steps_of_an_epoch_only_when_asked(tmp_path):
     task = tiny(tmp_path, batch_size=4096)  # more than the digits' training split
     with pytest.raises(config_lib.ConfigError, match="batch_size=4096"):

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tiny
 
-from tfmp.run import autotune, setting, training
+from tfmp.run import auto_precision, autotune, training
 
 # Tiny but real: the embedded digits, a few steps, narrow models.
 TINY_GAN = dataclasses.replace(tiny.TINY_GAN, epochs=2, log_every=1, precision=training.GANConfig().precision)
@@ -148,7 +148,7 @@ def test_diagnose_run_refuses_a_run_directory_a_training_run_holds(tmp_path):
 
 
 # `auto` measures on the device it sees. The tests inject the device (`autotune.detect_hardware`) and, but
-# for one real tiny probe, the timing (`setting._time_steps`), so every branch runs the same on any machine.
+# for one real tiny probe, the timing (`auto_precision.time_steps`), so every branch runs the same on any machine.
 H100 = autotune.GPU("NVIDIA H100 80GB HBM3", (9, 0))
 
 
@@ -159,7 +159,7 @@ def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
     """
     monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(autotune, "detect_hardware", lambda: hardware)
-    real, probed = setting._time_steps, []
+    real, probed = auto_precision.time_steps, []
 
     def time_steps(trainer, probe):
         policy = next(iter(trainer.networks.values())).dtype_policy.name
@@ -167,7 +167,7 @@ def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
         probed.append((policy, scales, tf.config.experimental.tensor_float_32_execution_enabled()))
         return real(trainer, probe) if figures is None else figures[policy]
 
-    monkeypatch.setattr(setting, "_time_steps", time_steps)
+    monkeypatch.setattr(auto_precision, "time_steps", time_steps)
     return probed
 
 

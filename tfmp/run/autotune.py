@@ -34,12 +34,10 @@ The cache lives in `$TFMP_CACHE_DIR`, else `$XDG_CACHE_HOME/tfmp`, else
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import hashlib
 import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import tensorflow as tf
 
@@ -59,24 +57,11 @@ __all__ = [
     "cpu_has_bfloat16",
     "cpu_has_float16",
     "detect_hardware",
-    "float32_pattern",
     "machine_id",
 ]
 
 _CACHE_NAME = "auto_precision.json"
 _CACHE_VERSION = 1
-
-
-def float32_pattern(task: Any, precision: str) -> str:
-    """The `float32_layers` pattern a run of `task` at `precision` applies ("" = none).
-
-    The task's `config.float32_layers`, where `"auto"` is the model's advice
-    for bfloat16 on a CPU: the task's `cpu_bfloat16_float32_layers`
-    attribute, if it has one (a string; "" for none), and none otherwise
-    (`tfmp.precision.resolve_float32_layers`).
-    """
-    advice = getattr(task, "cpu_bfloat16_float32_layers", "")
-    return precision_lib.resolve_float32_layers(task.config.float32_layers, precision, advice)
 
 
 def cache_file() -> str:
@@ -275,20 +260,21 @@ def choose(
             wanted[0], {}, False, path, hardware.description, _nothing_to_measure(hardware), labels, unit=unit
         )
     key = hashlib.sha256(f"{hardware.key}\n{signature}".encode()).hexdigest()[:20]
-    entries = _cache.load(path, _CACHE_VERSION)
-    figures = _cached_figures(entries.get(key), wanted)
-    cached = figures is not None
-    if not cached:
-        figures = {precision: float(measure(precision)) for precision in wanted}
-    best = max(wanted, key=figures.__getitem__)
-    not_cached = ""
-    if not cached:
-        entries[key] = {
+
+    def fastest(figures: dict[str, float]) -> str:
+        return max(wanted, key=figures.__getitem__)
+
+    figures, cached, not_cached = _cache.remembered(
+        path,
+        _CACHE_VERSION,
+        key,
+        read=lambda entry: _cached_figures(entry, wanted),
+        measure=lambda: {precision: float(measure(precision)) for precision in wanted},
+        entry=lambda figures: {
             "images_per_sec": figures,
-            "precision": best,
+            "precision": fastest(figures),
             "machine": hardware.key,
             "device": hardware.description,
-            "measured": datetime.datetime.now().isoformat(timespec="seconds"),
-        }
-        not_cached = _cache.store(path, _CACHE_VERSION, entries)
-    return Choice(best, figures, cached, path, hardware.description, "", labels, not_cached, unit)
+        },
+    )
+    return Choice(fastest(figures), figures, cached, path, hardware.description, "", labels, not_cached, unit)

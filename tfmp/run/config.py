@@ -46,6 +46,7 @@ __all__ = [
     "TrainConfig",
     "XLA_SETTINGS",
     "option",
+    "loss_scale_for",
     "requested_loss_scale",
 ]
 
@@ -105,6 +106,22 @@ def requested_loss_scale(loss_scale: str | float | None) -> str | float | None:
     if isinstance(loss_scale, str) and loss_scale.strip().lower() == "auto":
         return None
     return optimizers_lib.parse_loss_scale(loss_scale)
+
+
+def loss_scale_for(requested: str | float | None, precision: str) -> str | float:
+    """The loss scale a run of `precision` uses, from the scale its config requests.
+
+    Only `mixed_float16` is loss-scaled: there a scale the config leaves
+    `"auto"` is `"dynamic"`; every other precision gets `"none"`.
+
+    Args:
+        requested: The config's `loss_scale`, parsed once by
+            `tfmp.run.config.requested_loss_scale` (None: `"auto"`).
+        precision: The resolved precision.
+    """
+    if precision != "mixed_float16":
+        return "none"
+    return "dynamic" if requested is None else requested
 
 
 def _seconds(value: float) -> None:

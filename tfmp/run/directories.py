@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 
@@ -21,7 +23,25 @@ import tensorflow as tf
 from tfmp.run import distribute, rundir
 from tfmp.run.config import ConfigError
 
-__all__ = ["Directories", "hold", "make_writable_dir"]
+__all__ = ["Directories", "default_run_name", "hold", "make_writable_dir"]
+
+
+def default_run_name(precision: str, loss_scale: str | float, name: str = "") -> str:
+    """A timestamp, the task's name, then the precision and loss-scale settings.
+
+    `20261126-185627_text_classifier_mixed_float16_ls-dynamic`: the timestamp
+    first, so that runs sort by time. The name is made safe for one path
+    component (each run of characters other than letters, digits, `.`, `_`
+    and `-` becomes one `_`); without a name it is left out.
+
+    Args:
+        precision: The resolved precision.
+        loss_scale: The resolved loss scale.
+        name: The task's name (`tfmp.run.tasks.Task.name`).
+    """
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return f"{stamp}_{safe + '_' if safe else ''}{precision}_ls-{loss_scale}"
 
 
 @dataclasses.dataclass

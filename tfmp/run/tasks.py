@@ -45,7 +45,7 @@ for: the console's fields and TensorBoard's layout (`console_fields`,
 (`probe`, `tfmp.run.diagnostics.probe`), the benchmark's batch and baseline
 (`benchmark_batch`, `tfmp.run.benchmark.workload`; `hand_written_step`,
 `tfmp.run.baseline`) and the float32 advice for bfloat16 on a CPU
-(`cpu_bfloat16_float32_layers`, `tfmp.run.autotune.float32_pattern`).
+(`cpu_bfloat16_float32_layers`, `float32_pattern`).
 
 A Task is cheap to make and holds no TensorFlow state: `build` makes new
 networks each call, under the dtype policy the caller has set
@@ -69,13 +69,11 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfmp import precision as precision_lib
-from tfmp import trainers
-from tfmp.run import autotune
+from tfmp import float32_layers, trainers
 from tfmp.run import data as data_lib
 from tfmp.run.config import ConfigError, TrainConfig
 
-__all__ = ["Built", "SupervisedTask", "Task"]
+__all__ = ["Built", "SupervisedTask", "Task", "float32_pattern"]
 
 # Names this module has always given, defined where they live now: name -> module.
 _ELSEWHERE = {
@@ -95,6 +93,18 @@ def __getattr__(name: str) -> Any:
     if name in _ELSEWHERE:
         return getattr(importlib.import_module(_ELSEWHERE[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def float32_pattern(task: Any, precision: str) -> str:
+    """The `float32_layers` pattern a run of `task` at `precision` applies ("" = none).
+
+    The task's `config.float32_layers`, where `"auto"` is the model's advice
+    for bfloat16 on a CPU: the task's `cpu_bfloat16_float32_layers`
+    attribute, if it has one (a string; "" for none), and none otherwise
+    (`tfmp.float32_layers.resolve_float32_layers`).
+    """
+    advice = getattr(task, "cpu_bfloat16_float32_layers", "")
+    return float32_layers.resolve_float32_layers(task.config.float32_layers, precision, advice)
 
 
 @dataclasses.dataclass
@@ -202,7 +212,7 @@ class Task(abc.ABC):
         The caller sets `precision`'s policy around the call
         (`tfmp.precision_scope`) and seeds (`keras.utils.set_random_seed`).
         Every optimizer skips (and counts) non-finite steps; then the layers
-        `tfmp.run.autotune.float32_pattern` gives for `precision` are kept in
+        `float32_pattern` gives for `precision` are kept in
         float32.
 
         Args:
@@ -216,11 +226,11 @@ class Task(abc.ABC):
             ConfigError: when the float32_layers pattern matches no layer.
         """
         trainer = self.build_trainer(loss_scale, jit_compile, steps_per_epoch, data)
-        pattern = autotune.float32_pattern(self, precision)
+        pattern = float32_pattern(self, precision)
         if not pattern:
             return Built(trainer)
         try:
-            kept = precision_lib.keep_float32(list(trainer.networks.values()), pattern)
+            kept = float32_layers.keep_float32(list(trainer.networks.values()), pattern)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         return Built(trainer, pattern, tuple(kept))
@@ -308,7 +318,7 @@ class SupervisedTask(Task):
 
     @property
     def cpu_bfloat16_float32_layers(self) -> str:
-        """The model's float32 advice for bfloat16 on a CPU (`tfmp.run.autotune.float32_pattern`); "" for none."""
+        """The model's float32 advice for bfloat16 on a CPU (`float32_pattern`); "" for none."""
         return self._advice
 
     def train_data(self, data: Any) -> tf.data.Dataset:

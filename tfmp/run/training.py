@@ -52,8 +52,8 @@ from tfmp.run.config import (
     ImageConfig,
     TrainConfig,
 )
+from tfmp.run.directories import default_run_name
 from tfmp.run.runner import Interrupted, RunResult
-from tfmp.run.setting import default_run_name
 
 __all__ = [
     "COMPARISON",

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 import tfmp
-from tfmp.run import autotune, epochs, shipped
 from tfmp.run import config as config_lib
+from tfmp.run import epochs, shipped, tasks
 from tfmp.run.callbacks import display
 
 TINY_GAN = config_lib.GANConfig(
@@ -55,8 +55,8 @@ def test_the_float32_layers_are_applied_by_build_and_a_pattern_matching_none_is_
             task.replace(float32_layers="no_such_layer").build("mixed_bfloat16", "none", False)
     # "auto": MobileNetV2's depthwise convolutions for bfloat16 on a CPU, nothing under float16.
     auto = shipped.ClassifierTask(TINY_CLASSIFIER)
-    assert "block_1_depthwise" in autotune.float32_pattern(auto, "mixed_bfloat16")
-    assert autotune.float32_pattern(auto, "mixed_float16") == ""
+    assert "block_1_depthwise" in tasks.float32_pattern(auto, "mixed_bfloat16")
+    assert tasks.float32_pattern(auto, "mixed_float16") == ""
     assert shipped.resnet50_task(TINY_CLASSIFIER).cpu_bfloat16_float32_layers == ""
 
 

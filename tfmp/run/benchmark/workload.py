@@ -19,7 +19,6 @@ import keras
 from tfmp import trainers
 from tfmp.run import baseline, tasks
 from tfmp.run import config as config_lib
-from tfmp.run import setting as setting_lib
 from tfmp.run.diagnostics import probe
 
 __all__ = ["Workload", "benchmark_batch", "build_workload"]
@@ -83,7 +82,7 @@ def build_workload(
     `tfmp.run.baseline.hand_written_step`, updating the same networks with
     fresh copies of the task's optimizers. The batch is `benchmark_batch(task)`.
     """
-    loss_scale = setting_lib.loss_scale_for(config_lib.requested_loss_scale(task.config.loss_scale), precision)
+    loss_scale = config_lib.loss_scale_for(config_lib.requested_loss_scale(task.config.loss_scale), precision)
     built = task.build(precision, loss_scale, jit_compile, steps)
     trainer = built.trainer
     step = baseline.hand_written_step(task, trainer, precision, jit_compile, steps) if hand_written else None

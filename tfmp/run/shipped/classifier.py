@@ -67,7 +67,7 @@ class ClassifierTask(SupervisedTask):
 
     @property
     def cpu_bfloat16_float32_layers(self) -> str:
-        """The network's float32 advice for bfloat16 on a CPU (`tfmp.run.autotune.float32_pattern`)."""
+        """The network's float32 advice for bfloat16 on a CPU (`tfmp.run.tasks.float32_pattern`)."""
         if self._advice is not None:
             return self._advice
         return cpu_bfloat16_float32_layers(self.image_shape) if self._network is None else ""
