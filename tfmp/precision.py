@@ -236,29 +236,31 @@ def resolve_jit_compile(xla: str | bool, has_gpu: bool | None = None) -> bool:
     return value
 
 
-# Moved to `tfmp.float32_layers`: reachable here, with a warning naming where they live now.
-_MOVED = frozenset(
-    {
+# Names that moved to another core module: reachable here, with a warning naming where they live now.
+_MOVED = {
+    name: "tfmp.float32_layers"
+    for name in (
         "FLOAT32_LAYERS_AUTO",
         "FLOAT32_LAYERS_NONE",
         "float32_copy",
         "keep_float32",
         "layer_paths",
         "resolve_float32_layers",
-    }
-)
+    )
+}
 
 
 def __getattr__(name: str):
-    """The float32-layer functions that moved to `tfmp.float32_layers`, with a DeprecationWarning."""
+    """The names that moved (the float32-layer functions), with a DeprecationWarning."""
     if name not in _MOVED:
         raise AttributeError(f"module 'tfmp.precision' has no attribute {name!r}")
     import importlib
     import warnings
 
+    module = _MOVED[name]
     warnings.warn(
-        f"`tfmp.precision.{name}` is deprecated; use `tfmp.float32_layers.{name}`. It will be removed in tfmp 0.3.",
+        f"`tfmp.precision.{name}` is deprecated; use `{module}.{name}`. It will be removed in tfmp 0.3.",
         DeprecationWarning,
         stacklevel=2,
     )
-    return getattr(importlib.import_module("tfmp.float32_layers"), name)
+    return getattr(importlib.import_module(module), name)
