@@ -356,13 +356,9 @@ def kernel_times(
     with _lock:
         if (path, machine) in _memo:
             return _memo[(path, machine)]
+        measure = measure or (lambda: measure_kernels(cpuinfo=cpuinfo))
         times, _, _ = _cache.remembered(
-            path,
-            _CACHE_VERSION,
-            machine,
-            read=KernelTimes.from_json,
-            measure=measure if measure is not None else lambda: measure_kernels(cpuinfo=cpuinfo),
-            entry=KernelTimes.to_json,
+            path, _CACHE_VERSION, machine, KernelTimes.from_json, measure, KernelTimes.to_json
         )
         _memo[(path, machine)] = times
         return times
