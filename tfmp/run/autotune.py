@@ -6,10 +6,11 @@ depthwise convolutions or BatchNorm can run slower in bfloat16; on a recent
 GPU a large GAN step gains from 16 bits while a small, launch-bound
 MobileNetV2 step loses (the Performance report has the figures). The
 compute-capability rule (`tfmp.precision.choose_precision`) would pick
-bfloat16 for both. So `choose` times a few training steps of the actual
-model in each candidate precision, picks the fastest, prints every figure,
-and caches the answer in a small JSON file keyed by the device and the
-model's signature, so the probe runs once.
+bfloat16 for both. So `choose` has each candidate precision measured (for
+a task: a few training steps of its model, `tfmp.run.auto_precision`),
+picks the fastest, reports every figure, and caches the answer in a small
+JSON file keyed by the device and the model's signature, so the probe runs
+once.
 
 The candidates (`candidates`) follow the device:
 
