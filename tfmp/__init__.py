@@ -13,6 +13,8 @@ The public names most users need:
 * `tfmp.undo_if_skipped`: a custom loop's step as a transaction, so that a
   skipped step also leaves BatchNorm's statistics as they were.
 * `tfmp.LogLossScale`: `loss_scale` and `skipped_steps` in plain `fit()`'s logs.
+* `tfmp.float32_layers`: the layers that compute in float32 under a mixed
+  policy (`keep_float32`), and a model's float32 copy.
 * `tfmp.cpu_kernels`: what this CPU's float16 and bfloat16 kernels cost,
   and float16 gradients computed in float32 where its float16 kernel is
   pathological (the trainers do it by themselves).
@@ -29,7 +31,7 @@ are `tfmp.models`.
 
 import os as _os
 
-from tfmp import cpu_kernels, mixed_precision, trainers
+from tfmp import cpu_kernels, float32_layers, mixed_precision, trainers
 from tfmp.fit_logs import LogLossScale
 from tfmp.loss_scale import LossScaleOptimizer
 from tfmp.optimizers import wrap_optimizer
@@ -51,6 +53,7 @@ __all__ = [
     "LossScaleOptimizer",
     "PRECISIONS",
     "cpu_kernels",
+    "float32_layers",
     "mixed_precision",
     "precision_scope",
     "resolve_precision",
