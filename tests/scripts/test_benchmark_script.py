@@ -218,7 +218,9 @@ def test_a_memory_budget_without_a_known_unit_is_a_usage_error_naming_it(tmp_pat
     assert "Received: '2 gigs'" in proc.stderr
 
 
-@pytest.mark.slow  # the fast twins: tests/run/benchmark/test_largest_batch.py and the usage error above
+# Before a release (`-m sweep`): nine trial processes, 2.5 minutes. The twins: the slow
+# tests/run/benchmark/test_largest_batch.py (real trials of a tiny model) and the usage error above.
+@pytest.mark.sweep
 def test_max_batch_mode_end_to_end_finds_a_batch_that_fits_and_one_above_that_does_not(tmp_path):
     out = tmp_path / "max_batch.json"
     flags = ("--models=gan", "--precisions=fp32", "--xla=false", "--batch_sizes=8", "--memory_budget=64MiB")

@@ -62,7 +62,8 @@ def _check_the_table_and_records(proc, out, logdir):
 _FLAGS = ("--seeds=5", "--precisions=fp16,float32", "--epochs=2", "--average_last=2", "--steps_per_epoch=1")
 
 
-@pytest.mark.slow  # MobileNetV2 traced twice; the fast twin below takes a task of its own
+# Before a release (`-m sweep`): MobileNetV2 traced twice, 1.5-2 minutes; the fast twin below takes a task of its own.
+@pytest.mark.sweep
 def test_script_prints_the_table_and_writes_the_records(tmp_path):
     out = tmp_path / "parity.json"
     proc = _script(
