@@ -236,31 +236,22 @@ def resolve_jit_compile(xla: str | bool, has_gpu: bool | None = None) -> bool:
     return value
 
 
-# Names that moved to another core module: reachable here, with a warning naming where they live now.
-_MOVED = {
-    name: "tfmp.float32_layers"
-    for name in (
-        "FLOAT32_LAYERS_AUTO",
-        "FLOAT32_LAYERS_NONE",
-        "float32_copy",
-        "keep_float32",
-        "layer_paths",
-        "resolve_float32_layers",
-    )
-}
+# The float32-layer functions moved to this core module (every name of its `__all__`).
+_MOVED_TO = "tfmp.float32_layers"
 
 
 def __getattr__(name: str):
-    """The names that moved (the float32-layer functions), with a DeprecationWarning."""
-    if name not in _MOVED:
-        raise AttributeError(f"module 'tfmp.precision' has no attribute {name!r}")
+    """The names that moved (the float32-layer functions): reachable here, with a DeprecationWarning."""
     import importlib
+
+    moved = importlib.import_module(_MOVED_TO)
+    if name not in moved.__all__:
+        raise AttributeError(f"module 'tfmp.precision' has no attribute {name!r}")
     import warnings
 
-    module = _MOVED[name]
     warnings.warn(
-        f"`tfmp.precision.{name}` is deprecated; use `{module}.{name}`. It will be removed in tfmp 0.3.",
+        f"`tfmp.precision.{name}` is deprecated; use `{_MOVED_TO}.{name}`. It will be removed in tfmp 0.3.",
         DeprecationWarning,
         stacklevel=2,
     )
-    return getattr(importlib.import_module(module), name)
+    return getattr(moved, name)
