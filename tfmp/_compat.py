@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras.src.utils import tracking as _keras_tracking  # Keras 3.15
 from tensorflow.python.distribute import values as _tf_distribute_values  # TF 2.21
@@ -262,7 +263,63 @@ class ModelWorkarounds:
                     lambda v: tf.reshape(v, [1]) if tf.is_tensor(v) and v.shape.rank == 0 else v, step(data)
                 )
 
-        return super()._make_function(step_function)
+            return super()._make_function(step_function)
+        if self.distribute_strategy.num_replicas_in_sync > 1:
+            return super()._make_function(step_function)
+        # Keras reads each log value to the host on its own at every step
+        # (`pythonify_logs`); on a GPU each read waits for the device. The
+        # step returns its logs packed instead, one vector per dtype (the
+        # float logs in one, the counts in another), each read once and
+        # unpacked into the same keys, shapes and dtypes.
+        layout: list[tuple[str, tf.TensorShape, tf.DType]] = []
+
+        def packed_step(data: Any) -> Any:
+            logs = step_function(data)
+            if not _packable(logs):
+                layout.clear()
+                return logs
+            values = {key: tf.convert_to_tensor(value) for key, value in logs.items()}
+            layout[:] = [(key, value.shape, value.dtype) for key, value in values.items()]
+            groups: dict[tf.DType, list[tf.Tensor]] = {}
+            for value in values.values():
+                groups.setdefault(value.dtype, []).append(value)
+            return tuple(_pack(group) for group in groups.values())
+
+        function = super()._make_function(packed_step)
+
+        def unpacked(iterator: Any) -> Any:
+            outputs = function(iterator)
+            if not layout or not isinstance(outputs, tuple):
+                return outputs
+            flat = {value.dtype: iter(np.reshape(value.numpy(), [-1])) for value in outputs}
+            logs = {}
+            for key, shape, dtype in layout:
+                items = [next(flat[dtype]) for _ in range(shape.num_elements())]
+                logs[key] = np.asarray(items, dtype.as_numpy_dtype).reshape(shape)
+            return logs
+
+        return unpacked
+
+
+def _pack(values: list[tf.Tensor]) -> tf.Tensor:
+    """Values of one dtype in one tensor, in order: as they are for one, stacked for scalars, else flattened."""
+    if len(values) == 1:
+        return values[0]
+    if all(value.shape.rank == 0 for value in values):
+        return tf.stack(values)
+    return tf.concat([tf.reshape(value, [-1]) for value in values], axis=0)
+
+
+def _packable(logs: Any) -> bool:
+    """Whether a step's logs are a flat dict of numeric tensors of static shapes, which `_make_function` packs."""
+    if not isinstance(logs, dict) or not logs:
+        return False
+    for value in logs.values():
+        if not tf.is_tensor(value) or not value.shape.is_fully_defined():
+            return False
+        if not (value.dtype.is_floating or value.dtype.is_integer or value.dtype == tf.bool):
+            return False
+    return True
 
 
 # -- Keras optimizers -------------------------------------------------------------------------

@@ -8,8 +8,11 @@ Whether a precision needs loss scaling at all is `tfmp.optimizers`'s business.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import threading
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import keras
@@ -95,13 +98,45 @@ def next_loss_scale(
 
 
 def all_finite(grads: Iterable[Any]) -> tf.Tensor:
-    """Returns a bool scalar: True when every gradient value is finite (`None` entries ignored)."""
+    """Returns a bool scalar: True when every gradient value is finite (`None` entries ignored).
+
+    One check for all of them, not one per gradient: the gradients of each
+    dtype are flattened into one vector, and `is_finite` and `reduce_all`
+    run once on it. A step's check is then a handful of ops whatever the
+    number of variables (on a GPU, a handful of kernel launches; under XLA,
+    one fused reduction), where a check per gradient costs two ops each.
+    """
+    by_dtype: dict[tf.DType, list[tf.Tensor]] = {}
+    for g in grads:
+        if g is None:
+            continue
+        values = tf.convert_to_tensor(g.values if isinstance(g, tf.IndexedSlices) else g)
+        flat = values if values.shape.rank == 1 else tf.reshape(values, [-1])
+        by_dtype.setdefault(values.dtype, []).append(flat)
     checks = [
-        tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
-        for g in grads
-        if g is not None
+        tf.reduce_all(tf.math.is_finite(parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)))
+        for parts in by_dtype.values()
     ]
-    return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+    if not checks:
+        return tf.constant(True)
+    return checks[0] if len(checks) == 1 else tf.reduce_all(tf.stack(checks))
+
+
+@dataclasses.dataclass
+class _Guarded:
+    """What the next update of an optimizer must do besides its own writes (see `LossScaleOptimizer.guard`).
+
+    Attributes:
+        restore: `(variable, value)` pairs assigned back when the step is skipped.
+        if_applied: Callables run only when the step is applied.
+        written: The variables those callables write.
+        taken: Whether an update has taken these into its one conditional (or selection).
+    """
+
+    restore: list[tuple[keras.Variable, tf.Tensor]] = dataclasses.field(default_factory=list)
+    if_applied: list[Callable[[], Any]] = dataclasses.field(default_factory=list)
+    written: list[keras.Variable] = dataclasses.field(default_factory=list)
+    taken: bool = False
 
 
 def _map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], keep: Sequence[bool] = ()) -> list[Any]:
@@ -139,6 +174,20 @@ def _scale(loss: Any, scale: tf.Tensor | None) -> tf.Tensor:
     return loss if scale is None else loss * tf.cast(scale, loss.dtype)
 
 
+# The guards open in this thread (a tf.distribute replica traces in a thread of its own), by optimizer.
+_OPEN_GUARDS = threading.local()
+
+
+def _on_gpu() -> bool:
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _check_jit_compile(jit_compile: Any) -> bool | str:
+    if jit_compile is True or jit_compile is False or jit_compile == "auto":
+        return jit_compile
+    raise ValueError(f'jit_compile must be True, False or "auto". Received: jit_compile={jit_compile!r}')
+
+
 @keras.saving.register_keras_serializable(package="tfmp")
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     """A Keras 3 loss-scale optimizer that also speaks tf.keras 2.
@@ -171,6 +220,16 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         min_scale: float, the lowest scale backoff may reach.
         max_scale: float, the highest scale growth may reach, and the
             highest fixed scale accepted.
+        jit_compile: Whether the update (finite check, inner optimizer,
+            loss-scale state) is compiled with XLA into a few kernels, as
+            tf.keras 2 compiled its optimizers on a GPU. `"auto"` (the
+            default) compiles on a GPU, where an uncompiled update is
+            hundreds of small kernel launches, and not on a CPU, where the
+            compiled update measured slower. A compiled update selects the
+            new or the old values instead of branching, so it never waits
+            on the host for the finite check. Inside a step that XLA
+            compiles whole (`compile(jit_compile=True)`) the update is
+            compiled with it whatever this says.
         name: Optional name of the optimizer.
         **kwargs: Passed to `keras.optimizers.LossScaleOptimizer`.
 
@@ -196,6 +255,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         hysteresis: int = 1,
         min_scale: float = 1.0,
         max_scale: float = DEFAULT_MAX_SCALE,
+        jit_compile: bool | str = "auto",
         name: str | None = None,
         **kwargs: Any,
     ):
@@ -214,6 +274,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
         for setting in _OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
+        self.jit_compile = _check_jit_compile(jit_compile)
         self._api_style = _api_style.ApiStyle()
         self._create_state_variables()
 
@@ -351,12 +412,73 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             grads = step.calls.handed_back(grads, overwrite)
         self._apply_if_finite(grads, trainable_variables, unscale=step.unscale, keep=overwrite)
 
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[_Guarded]:
+        """The block of one training step: what it registers, the step's update does with its own writes.
+
+        `tfmp.undo_if_skipped` registers the forward pass's writes to put
+        back, and the trainers their metric updates to run only when the
+        step is applied. The update inside the block (`apply` /
+        `apply_gradients`) takes them into its one conditional, or, where
+        the update selects (`jit_compile`, or a step compiled by XLA), into
+        its selection of new or old values. Blocks nest: an inner block
+        adds to the outer one. When no update took them (none ran in the
+        block, or a strategy that updates through `merge_call`), `taken`
+        stays False and the caller does the work itself.
+        """
+        guards = _OPEN_GUARDS.__dict__.setdefault("by_optimizer", {})
+        outer = guards.get(id(self))
+        if outer is not None:
+            yield outer
+            return
+        guards[id(self)] = opened = _Guarded()
+        try:
+            yield opened
+        finally:
+            del guards[id(self)]
+
+    def current_guard(self) -> _Guarded | None:
+        """The `guard()` block open in this thread whose update has not run yet, or None."""
+        guard = _OPEN_GUARDS.__dict__.get("by_optimizer", {}).get(id(self))
+        return None if guard is None or guard.taken else guard
+
+    def _take_guard(self) -> _Guarded:
+        guard = self.current_guard()
+        if guard is None:
+            return _Guarded()
+        guard.taken = True
+        return guard
+
+    def _selects(self) -> bool:
+        """Whether this update selects new or old values (compiled) rather than branching on the finite check."""
+        if _compat.tracing_for_xla():
+            return True
+        return self._compiles()
+
+    def _compiles(self) -> bool:
+        """Whether this update is compiled with XLA on its own (`jit_compile`); one replica only."""
+        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
+            return False
+        return self.jit_compile is True or (self.jit_compile == "auto" and _on_gpu())
+
     def _apply_if_finite(self, grads, trainable_variables=None, unscale=True, keep=()):
         if tf.distribute.in_cross_replica_context():
             raise ValueError("apply() must be called in a replica context.")
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if _compat.strategy_supports_no_merge_call() and replicas == 1 and self._selects():
+            guard = self._take_guard()
+            if _compat.tracing_for_xla():
+                self._select_update(grads, trainable_variables, unscale, keep, guard.restore)
+            else:
+                restore = guard.restore
+                compiled = tf.function(self._select_update, jit_compile=True, autograph=False)
+                compiled(grads, trainable_variables, unscale, keep, restore)
+            self._select_if_applied(guard)
+            return
+
         finite = all_finite(grads)
         replica_context = tf.distribute.get_replica_context()
-        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
+        if replicas > 1:
             # Keras 3 decides from replica 0's flag alone, so a non-finite
             # gradient on another replica is applied (weights become inf/nan
             # everywhere). Every replica must see the same decision.
@@ -364,12 +486,27 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             finite = tf.equal(bad, 0.0)
 
         if _compat.strategy_supports_no_merge_call():
-            tf.cond(
-                finite,
-                lambda: self._apply_inner(grads, trainable_variables, unscale, keep),
-                lambda: tf.constant(False),
-            )
-            self._update_state(finite)
+            guard = self._take_guard()
+
+            def applied() -> tf.Tensor:
+                self._apply_inner(grads, trainable_variables, unscale, keep)
+                for update in guard.if_applied:
+                    update()
+                self.last_skipped_flag.assign(0)
+                return tf.constant(True)
+
+            def skipped() -> tf.Tensor:
+                for variable, value in guard.restore:
+                    variable.assign(value)
+                self.skipped_counter.assign_add(1)
+                self.last_skipped_flag.assign(1)
+                return tf.constant(False)
+
+            # The one conditional of the step: the update, what the step
+            # registered to run when it is applied (metrics) or to put back
+            # when it is skipped (BatchNorm's statistics), and the counters.
+            tf.cond(finite, applied, skipped)
+            self._update_scale(finite)
             return
 
         def cross_replica(distribution, finite, grads, trainable_variables):
@@ -391,6 +528,37 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         # Through merge_call's arguments, each replica's gradients reach its own update.
         replica_context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
 
+    def _select_update(self, grads, trainable_variables, unscale, keep, restore) -> tf.Tensor:
+        """The update without a branch: applied always, then each written variable keeps its new or its old value.
+
+        What the inner optimizer writes (the trainable variables, its slots
+        and `iterations`) is read before and selected after, as are the
+        variables in `restore` (against the values given). Compiled by XLA,
+        the reads, the update and the selection fuse into a few kernels.
+        """
+        finite = all_finite(grads)
+        variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
+        written = list(variables) + list(self.inner_optimizer.variables)
+        before = [tf.convert_to_tensor(variable) for variable in written]
+        self._apply_inner(grads, trainable_variables, unscale, keep)
+        for variable, old in zip(written, before):
+            variable.assign(tf.where(finite, tf.convert_to_tensor(variable), old))
+        for variable, old in restore:
+            variable.assign(tf.where(finite, tf.convert_to_tensor(variable), old))
+        self._update_state(finite)
+        return finite
+
+    def _select_if_applied(self, guard: _Guarded) -> None:
+        """Runs the guard's `if_applied` updates and keeps their writes only if the step was applied."""
+        if not guard.if_applied:
+            return
+        before = [tf.convert_to_tensor(variable) for variable in guard.written]
+        for update in guard.if_applied:
+            update()
+        applied = tf.logical_not(self.last_step_skipped)
+        for variable, old in zip(guard.written, before):
+            variable.assign(tf.where(applied, tf.convert_to_tensor(variable), old))
+
     def _apply_inner(self, grads, trainable_variables, unscale, keep):
         if unscale and self._scale_or_none is not None:
             # Divided, as Keras 3's apply unscales.
@@ -398,12 +566,18 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self.inner_optimizer.apply(grads, trainable_variables=trainable_variables)
         return tf.constant(True)
 
-    def _update_state(self, finite: tf.Tensor) -> None:
+    def _update_scale(self, finite: tf.Tensor) -> None:
+        """Moves a dynamic scale to its next state (`next_loss_scale`); a fixed scale never changes."""
+        if not self.dynamic:
+            return
         variables = (self.dynamic_scale, self.step_counter, self.hysteresis_counter)  # a LossScaleState
         state = LossScaleState(*map(tf.convert_to_tensor, variables))
         new = next_loss_scale(state, finite, growth_steps=self.dynamic_growth_steps, **self._own_settings())
         for variable, value in zip(variables, new):
             variable.assign(value)
+
+    def _update_state(self, finite: tf.Tensor) -> None:
+        self._update_scale(finite)
         skipped = tf.cast(tf.logical_not(finite), tf.int64)
         self.skipped_counter.assign_add(skipped)
         self.last_skipped_flag.assign(skipped)
@@ -419,7 +593,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         raise NotImplementedError("tfmp.LossScaleOptimizer runs on the TensorFlow backend only: no stateless_apply.")
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), **self._own_settings()}
+        return {**super().get_config(), **self._own_settings(), "jit_compile": self.jit_compile}
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> LossScaleOptimizer:

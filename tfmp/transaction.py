@@ -106,7 +106,10 @@ def undo_if_skipped(
     so a non-finite batch leaves BatchNormalization's statistics exactly as
     they were, as it leaves the weights. A step that is applied keeps its
     writes and pays only for holding the values read (TensorFlow's
-    copy-on-write keeps them), in a `tf.cond`. It works eagerly, in a
+    copy-on-write keeps them). The restore joins the optimizer's own
+    conditional (`tfmp.LossScaleOptimizer.guard`), or its selection of new
+    or old values where the update is compiled, so the step still branches
+    at most once. It works eagerly, in a
     `tf.function`, under XLA and in a `tf.distribute` replica context (each
     replica puts back its own copy).
 
@@ -134,7 +137,11 @@ def undo_if_skipped(
         return
     _GUARDED.add(optimizer)
     state = state_variables(models)
-    snapshot = [tf.identity(variable) for variable in state]
-    yield
-    if state:
+    # Reads, not copies: TensorFlow's copy-on-write keeps their contents when the step writes the variables.
+    snapshot = [tf.convert_to_tensor(variable) for variable in state]
+    with optimizer.guard() as guard:
+        guard.restore.extend(zip(state, snapshot))
+        yield
+    if state and not guard.taken:
+        # No update of this block took the restore into its own conditional.
         restore_if(optimizer.last_step_skipped, state, snapshot)

@@ -19,14 +19,18 @@ profiler's step view loses its step markers; nothing fails.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2 as _coordination_config  # TF 2.21
 from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as _tf_slurm  # TF 2.21
 from tensorflow.python.eager import context as _tf_context  # TF 2.21
 from tensorflow.python.framework import config as _tf_config  # TF 2.21
+from tensorflow.python.framework import ops as _tf_ops  # TF 2.21
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TF 2.21: the profiler's trace format
 
 from tfmp._compat import PrivateAPI, child_layers, missing, missing_error
@@ -36,6 +40,7 @@ __all__ = [
     "check",
     "child_layers",
     "configure_worker_heartbeat",
+    "count_host_reads",
     "disable_op_determinism",
     "expand_slurm_hostlist",
     "expand_slurm_tasks_per_node",
@@ -78,6 +83,11 @@ PRIVATE_APIS = (
         "Slurm's tasks per node (expand_slurm_tasks_per_node)",
     ),
     PrivateAPI(
+        "tensorflow.python.framework.ops._EagerTensorBase",
+        "_numpy",
+        "every copy of a tensor's value to the host passes through it; counted by the benchmark (count_host_reads)",
+    ),
+    PrivateAPI(
         "tensorflow.tsl.profiler.protobuf.xplane_pb2",
         "XSpace",
         "the TensorFlow profiler's trace, read by the benchmark's ceiling mode",
@@ -98,6 +108,7 @@ def check() -> None:
         "tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2": _coordination_config,
         "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver": _tf_slurm,
         "tensorflow.tsl.profiler.protobuf.xplane_pb2": xplane_pb2,
+        "tensorflow.python.framework.ops._EagerTensorBase": _tf_ops._EagerTensorBase,
     }
     # Set in __init__ rather than on the class: checked on a fresh instance.
     instances = {"keras.layers.Layer": keras.layers.Dense(1)}
@@ -118,6 +129,42 @@ def inbound_nodes(layer: keras.layers.Layer) -> list[Any]:
 
 
 # -- TensorFlow -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def count_host_reads() -> Iterator[list[int]]:
+    """Counts the copies of eager tensors' values to the host (`.numpy()`, `float()`, `bool()`, `np.array`).
+
+    Yields a one-element list that holds the count so far. TensorFlow has no
+    public hook. `.numpy()`, `float()`, `int()` and `bool()` go through
+    `_EagerTensorBase._numpy`; `np.array` and `np.asarray` (how Keras turns
+    logs into numbers) read an eager tensor through the buffer protocol, in
+    C, so those two numpy functions are wrapped instead, counting a call on
+    an eager tensor. All three are put back after the block.
+    """
+    count = [0]
+    numpy_read = _tf_ops._EagerTensorBase._numpy
+    array, asarray = np.array, np.asarray
+
+    def counted(tensor: Any) -> Any:
+        count[0] += 1
+        return numpy_read(tensor)
+
+    def counting(convert: Callable[..., Any]) -> Callable[..., Any]:
+        def convert_counted(value: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(value, _tf_ops._EagerTensorBase):
+                count[0] += 1
+            return convert(value, *args, **kwargs)
+
+        return convert_counted
+
+    _tf_ops._EagerTensorBase._numpy = counted
+    np.array, np.asarray = counting(array), counting(asarray)
+    try:
+        yield count
+    finally:
+        _tf_ops._EagerTensorBase._numpy = numpy_read
+        np.array, np.asarray = array, asarray
 
 
 def configure_worker_heartbeat(cluster: dict[str, list[str]], timeout_seconds: float) -> None:

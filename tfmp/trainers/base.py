@@ -132,7 +132,12 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         states (noise, Dropout masks) keep advancing, so the next step draws
         fresh numbers and a resumed run repeats the same stream. A forward
         pass that belongs to this update (the GAN's fakes for its
-        discriminator step) goes inside `forward`.
+        discriminator step) goes inside `forward`, and so do the metric
+        updates of the step (`unless_skipped`): the update, the restore and
+        the metrics then share the optimizer's one conditional
+        (`tfmp.LossScaleOptimizer.guard`), or its selection of new or old
+        values where the update is compiled. The step waits for the finite
+        check at most once per optimizer, and never under XLA.
 
         Args:
             optimizer: The optimizer of `variables`.
@@ -149,7 +154,8 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
                 "compile() the trainer so it uses tfmp.LossScaleOptimizer. "
                 f"Received: optimizer={optimizer!r}"
             )
-        with transaction.undo_if_skipped(list(self.networks.values()), optimizer):
+        step = optimizer.guard() if scaled else contextlib.nullcontext()
+        with step as guard, transaction.undo_if_skipped(list(self.networks.values()), optimizer):
             with tf.GradientTape() as tape:
                 loss, aux = forward()
                 # Scaled inside the tape, so the gradient flows through the scale.
@@ -159,6 +165,10 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
             if scaled:
                 grads = optimizer.get_unscaled_gradients(grads)
             optimizer.apply_gradients(zip(grads, variables))
+        if guard is not None and not guard.taken:
+            # The update went through merge_call: the metric updates get a conditional of their own.
+            for update in guard.if_applied:
+                self.unless_skipped(optimizer, update)
         return loss, aux
 
     @property
@@ -199,17 +209,35 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
             self.compile(**keras.saving.deserialize_keras_object(config))
 
     @staticmethod
-    def unless_skipped(optimizer: keras.optimizers.Optimizer, update: Callable[[], None]) -> None:
-        """Runs `update` (metric updates, say) unless `optimizer` skipped the step just taken.
+    def unless_skipped(
+        optimizer: keras.optimizers.Optimizer, update: Callable[[], None], written: Sequence[keras.Variable] = ()
+    ) -> None:
+        """Runs `update` (metric updates, say) unless `optimizer` skips the step.
 
         A skipped step's loss and predictions are non-finite; averaged into
         the epoch's loss and metrics they would turn the whole epoch's curve
         into NaN although no weight changed. The skipped-step count says how
         many steps were left out. With an optimizer that never skips,
         `update` simply runs.
+
+        Called inside `optimize`'s `forward` (before the update), `update`
+        joins the update's own conditional, or its selection of new or old
+        values, which then keeps `written` (the variables `update` writes) as
+        they were when the step is skipped. Called after the step, it
+        branches on `optimizer.last_step_skipped` itself.
+
+        Args:
+            optimizer: The optimizer whose step decides.
+            update: Writes the metrics.
+            written: The variables `update` writes.
         """
         if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
             update()
+            return
+        guard = optimizer.current_guard()
+        if guard is not None:
+            guard.if_applied.append(update)
+            guard.written.extend(written)
             return
 
         def run() -> tf.Tensor:

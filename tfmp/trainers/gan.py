@@ -334,24 +334,19 @@ class GANTrainer(MixedPrecisionTrainer):
     def train_step(self, data: Any) -> dict[str, Any]:
         real = self._real_images(data)
         batch_size = tf.shape(real)[0]
-        g_loss, _ = self.optimize(
+        self.optimize(
             self.generator_optimizer,
             self.generator.trainable_variables,
-            lambda: (self.generator_loss(batch_size, training=True), None),
+            lambda: self._recorded(
+                self.generator_optimizer, self.g_loss_tracker, self.generator_loss(batch_size, training=True)
+            ),
         )
-        d_loss, _ = self.optimize(
+        self.optimize(
             self.discriminator_optimizer,
             self.discriminator.trainable_variables,
-            lambda: (self._discriminator_step_loss(real, batch_size), None),
-        )
-        # A skipped update's loss stays out of the epoch's mean.
-        self.unless_skipped(
-            self.generator_optimizer,
-            lambda: self.g_loss_tracker.update_state(self._unscale_for_distribution(g_loss)),
-        )
-        self.unless_skipped(
-            self.discriminator_optimizer,
-            lambda: self.d_loss_tracker.update_state(self._unscale_for_distribution(d_loss)),
+            lambda: self._recorded(
+                self.discriminator_optimizer, self.d_loss_tracker, self._discriminator_step_loss(real, batch_size)
+            ),
         )
         logs = self._logs()
         logs.update(
@@ -363,6 +358,15 @@ class GANTrainer(MixedPrecisionTrainer):
         logs.update(self.learning_rate_logs(self.generator_optimizer, "g_"))
         logs.update(self.learning_rate_logs(self.discriminator_optimizer, "d_"))
         return logs
+
+    def _recorded(
+        self, optimizer: keras.optimizers.Optimizer, tracker: keras.metrics.Mean, loss: tf.Tensor
+    ) -> tuple[tf.Tensor, None]:
+        """`(loss, None)` for `optimize`, with `loss` averaged into `tracker` unless the step is skipped."""
+        self.unless_skipped(
+            optimizer, lambda: tracker.update_state(self._unscale_for_distribution(loss)), tracker.variables
+        )
+        return loss, None
 
     def _discriminator_step_loss(self, real: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
         # The fakes come from the freshly updated generator, inside the

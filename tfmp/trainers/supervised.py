@@ -138,18 +138,21 @@ class Trainer(MixedPrecisionTrainer):
 
     def train_step(self, data: Any) -> dict[str, Any]:
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        loss, y_pred = self.optimize(
-            self.optimizer, self.trainable_variables, lambda: self._forward(x, y, sample_weight)
-        )
-
         loss_tracker = next(metric for metric in self.metrics if metric.name == "loss")  # Keras's, once compiled
 
-        def update_metrics() -> None:
-            batch_size = tf.shape(tf.nest.flatten(x)[0])[0]
-            loss_tracker.update_state(self._unscale_for_distribution(loss), sample_weight=batch_size)
-            self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        def forward() -> tuple[tf.Tensor, Any]:
+            loss, y_pred = self._forward(x, y, sample_weight)
 
-        self.unless_skipped(self.optimizer, update_metrics)
+            def update_metrics() -> None:
+                batch_size = tf.shape(tf.nest.flatten(x)[0])[0]
+                loss_tracker.update_state(self._unscale_for_distribution(loss), sample_weight=batch_size)
+                self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+            written = [variable for metric in self.metrics for variable in metric.variables]
+            self.unless_skipped(self.optimizer, update_metrics, written)
+            return loss, y_pred
+
+        self.optimize(self.optimizer, self.trainable_variables, forward)
         logs = self.undefined_until_counted(self.optimizer, loss_tracker, self.get_metrics_result())
         logs.update(self.loss_scale_logs(self.optimizer))
         logs.update(self.learning_rate_logs(self.optimizer))

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import glob
-import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,16 +25,12 @@ import tensorflow as tf
 
 from tfmp import precision as precision_lib
 from tfmp.run import _compat, tasks
-from tfmp.run.benchmark import modes
+from tfmp.run.benchmark import launches, modes
 from tfmp.run.benchmark.settings import BenchmarkConfig, canonical_models, canonical_precisions, dedupe
 from tfmp.run.benchmark.timing import trainer_driver
 
 __all__ = ["CeilingRecord", "OpTime", "ceiling", "op_times", "op_times_from_xspace", "sixteen_bit_precisions"]
 
-# Ops that run other ops (their time is their callees'), not kernels.
-_CONTAINERS = frozenset(
-    {"StatefulPartitionedCall", "PartitionedCall", "If", "StatelessIf", "While", "StatelessWhile", "Case"}
-)
 # An op type is "not speeding up" below this float32 / 16-bit time ratio.
 SLOW_SPEEDUP = 1.1
 # Op types under this share of the 16-bit kernel time are left out of the list.
@@ -123,27 +116,11 @@ class CeilingRecord:
         return "\n".join(lines)
 
 
-def _op_type(event_name: str) -> str | None:
-    """The op type of a host event named `<node name>:<op type>`; None for other events."""
-    if "::" in event_name or ":" not in event_name:
-        return None
-    op_type = event_name.rsplit(":", 1)[1]
-    if not op_type or not (op_type[0].isupper() or op_type[0] == "_") or op_type in _CONTAINERS:
-        return None
-    return op_type
-
-
 def op_times_from_xspace(space: _compat.xplane_pb2.XSpace) -> dict[str, float]:
-    """Total milliseconds per op type in a profile's host plane (all threads)."""
+    """Total milliseconds per op type in a profile: a GPU's device plane if it has one, else the host plane."""
     totals: dict[str, float] = collections.defaultdict(float)
-    for plane in space.planes:
-        if not plane.name.startswith("/host:"):
-            continue
-        for line in plane.lines:
-            for event in line.events:
-                op_type = _op_type(plane.event_metadata[event.metadata_id].name)
-                if op_type is not None:
-                    totals[op_type] += event.duration_ps / 1e9
+    for op, ms in launches.op_events(space):
+        totals[op] += ms
     return dict(totals)
 
 
@@ -154,18 +131,7 @@ def op_times(run_steps: Callable[[int], Any], steps: int) -> dict[str, float]:
         run_steps: Runs the given number of (warmed-up) steps and waits for them.
         steps: Steps to profile.
     """
-    with tempfile.TemporaryDirectory() as logdir:
-        tf.profiler.experimental.start(logdir)
-        try:
-            run_steps(steps)
-        finally:
-            tf.profiler.experimental.stop()
-        paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
-        if not paths:
-            raise RuntimeError(f"The TensorFlow profiler wrote no trace. Received: files under {logdir}: none")
-        space = _compat.xplane_pb2.XSpace()
-        with open(paths[0], "rb") as f:
-            space.ParseFromString(f.read())
+    space = launches.profile(run_steps, steps)
     return {op: ms / steps for op, ms in op_times_from_xspace(space).items()}
 
 
