@@ -295,3 +295,14 @@ def test_per_replica_statistics_under_mirrored_strategy():
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 3, 16), (32, 8, 8, 64)])
+def test_a_training_call_is_a_constant_handful_of_ops_whatever_the_size(shape):
+    """The fused op, the variance's correction by a constant and one update per moving statistic."""
+    _, fused_bn = _pair("float32", shape)
+    ops = [op for op in _op_types(fused_bn, shape) if op not in ("Placeholder", "Const", "NoOp", "Identity")]
+    assert sorted(ops) == sorted(
+        ["FusedBatchNormV3", "Mul", "Sub", "Sub", "ResourceApplyGradientDescent", "ResourceApplyGradientDescent"]
+        + ["ReadVariableOp"] * 4  # gamma, beta and the two statistics the updates start from
+    )

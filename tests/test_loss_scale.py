@@ -545,6 +545,62 @@ def test_scale_loss_traced_before_build_reads_the_variable():
     assert float(scaled_loss()) == 32.0
 
 
+# -- the compiled update: selected, not branched ----------------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_a_compiled_update_keeps_the_scale_trajectory_and_the_weights(mode):
+    """jit_compile=True selects new or old values in one XLA cluster; the numbers are the branching update's."""
+    kwargs = {"initial_scale": 4, "dynamic_growth_steps": 2, "hysteresis": 2}
+    compiled, c_var = _run(_sgd_lso(jit_compile=True, **kwargs), "FFNFnNFF", mode)
+    branched, b_var = _run(_sgd_lso(jit_compile=False, **kwargs), "FFNFnNFF", mode)
+    assert compiled == branched
+    assert compiled[2] == (8.0, 1, True) and compiled[5] == (2.0, 3, True)
+    np.testing.assert_array_equal(c_var.numpy(), b_var.numpy())
+
+
+def _adam_steps(jit_compile, batches):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.01), initial_scale=2.0**10, jit_compile=jit_compile)
+    opt.build(model.trainable_variables)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            scaled = opt.scale_loss(tf.reduce_mean(model(x) ** 2))
+        opt.apply(tape.gradient(scaled, model.trainable_variables), model.trainable_variables)
+
+    states = []
+    for x in batches:
+        step(tf.constant(x))
+        states.append([v.numpy().copy() for v in model.variables + opt.inner_optimizer.variables])
+        states[-1].append(int(opt.skipped_steps))
+    return states
+
+
+def test_a_compiled_adam_update_matches_the_uncompiled_one_and_a_skip_changes_nothing():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(size=(16, 4)).astype(np.float32) for _ in range(6)]
+    batches[3][2, 1] = np.nan
+    compiled, plain = _adam_steps(True, batches), _adam_steps(False, batches)
+    for a, b in zip(compiled, plain):
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)  # XLA may fuse Adam's arithmetic differently
+    # The NaN step (the fourth) was skipped: every weight, slot and the inner optimizer's iterations are as they were.
+    before, after = compiled[2], compiled[3]
+    assert (before[-1], after[-1]) == (0, 1)
+    for x, y in zip(before[:-1], after[:-1]):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_jit_compile_takes_true_false_or_auto():
+    assert _sgd_lso().jit_compile == "auto"
+    assert tfmp.LossScaleOptimizer.from_config(_sgd_lso(jit_compile=False).get_config()).jit_compile is False
+    with pytest.raises(ValueError, match=r'jit_compile must be True, False or "auto"\. Received: jit_compile=\'yes\''):
+        _sgd_lso(jit_compile="yes")
+
+
 # -- state: config, checkpoints, .keras files -------------------------------------
 
 

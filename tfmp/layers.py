@@ -27,6 +27,7 @@ import functools
 import random
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfmp import _compat
@@ -83,9 +84,10 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
 
     * training (`training=True` and the layer trainable): normalises with the
       batch mean and the biased batch variance, and updates
-      `moving_x = moving_x * momentum + batch_x * (1 - momentum)` with the
-      biased variance, as Keras does (`FusedBatchNormV3` returns the
-      Bessel-corrected variance; it is converted back);
+      `moving_x -= (moving_x - batch_x) * (1 - momentum)` with the biased
+      variance, as Keras does (up to rounding: the form is tf.keras 2's, one
+      kernel per statistic; `FusedBatchNormV3` returns the Bessel-corrected
+      variance, converted back by a constant where the shape is static);
     * inference: normalises with the moving statistics;
     * statistics, gamma and beta are float32 whatever the policy; the output
       has the layer's compute dtype. Under a distribution strategy each
@@ -144,11 +146,10 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
             )
             # The op normalises with the biased variance but returns n/(n-1)
             # times it; Keras averages the biased one into moving_variance.
-            n = tf.cast(tf.size(x, out_type=tf.int64) // tf.cast(tf.shape(x)[-1], tf.int64), tf.float32)
-            variance = variance * (tf.maximum(n - 1.0, 0.0) / tf.maximum(n, 1.0))
-            momentum = self.momentum
-            self.moving_mean.assign(self.moving_mean * momentum + tf.stop_gradient(mean) * (1.0 - momentum))
-            self.moving_variance.assign(self.moving_variance * momentum + tf.stop_gradient(variance) * (1.0 - momentum))
+            variance = variance * _bias_correction(x)
+            decay = 1.0 - self.momentum
+            _move_average(self.moving_mean, mean, decay)
+            _move_average(self.moving_variance, variance, decay)
         else:
             y, _, _, _, _, _ = tf.raw_ops.FusedBatchNormV3(
                 x=x,
@@ -162,6 +163,30 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
                 is_training=False,
             )
         return tf.cast(y, self.compute_dtype)
+
+
+def _bias_correction(x: tf.Tensor) -> tf.Tensor | np.float32:
+    """(n - 1) / n for the n values per channel of `x`: a constant when its shape is static."""
+    if x.shape[:-1].is_fully_defined():
+        n = np.float32(x.shape[:-1].num_elements())
+        return np.maximum(n - np.float32(1.0), np.float32(0.0)) / np.maximum(n, np.float32(1.0))
+    n = tf.cast(tf.size(x, out_type=tf.int64) // x.shape[-1], tf.float32)  # the channels are static
+    return tf.maximum(n - 1.0, 0.0) / tf.maximum(n, 1.0)
+
+
+def _move_average(variable: keras.Variable, value: tf.Tensor, decay: float) -> None:
+    """`variable -= (variable - value) * decay` in one kernel, tf.keras 2's moving-average update.
+
+    `ResourceApplyGradientDescent` computes `var - alpha * delta` in place,
+    as tf.keras 2's BatchNormalization did with `assign_sub`; the value is
+    Keras 3's `variable * momentum + value * (1 - momentum)` up to rounding.
+    Under a strategy, in a replica context, the handle is this replica's;
+    TensorFlow's copy-on-write leaves a value read before (a transaction's
+    snapshot) as it was.
+    """
+    # No gradient flows through the update (the op has none), so `value` needs no stop_gradient.
+    delta = tf.convert_to_tensor(variable) - value
+    tf.raw_ops.ResourceApplyGradientDescent(var=variable.handle, alpha=tf.constant(decay, tf.float32), delta=delta)
 
 
 def fuse_batch_norms(model: keras.Model) -> keras.Model:

@@ -470,9 +470,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             if _compat.tracing_for_xla():
                 self._select_update(grads, trainable_variables, unscale, keep, guard.restore)
             else:
-                restore = guard.restore
-                compiled = tf.function(self._select_update, jit_compile=True, autograph=False)
-                compiled(grads, trainable_variables, unscale, keep, restore)
+                self._compiled_update(trainable_variables, unscale, keep, guard)(
+                    grads, [value for _, value in guard.restore]
+                )
             self._select_if_applied(guard)
             return
 
@@ -527,6 +527,31 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
         # Through merge_call's arguments, each replica's gradients reach its own update.
         replica_context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
+
+    def _compiled_update(
+        self, trainable_variables: Sequence[Any] | None, unscale: bool, keep: Sequence[bool], guard: _Guarded
+    ) -> Callable[[list[Any], list[tf.Tensor]], tf.Tensor]:
+        """`_select_update` as one XLA-compiled function of the gradients and the restore values, made once per use.
+
+        The variables are captured, not passed: a Keras variable given as an
+        argument would become a tensor. One function per set of variables, so
+        eager steps do not trace it anew each time.
+        """
+        restored = [variable for variable, _ in guard.restore]
+        key = (
+            tuple(id(v) for v in trainable_variables or ()),
+            unscale,
+            tuple(keep),
+            tuple(id(v) for v in restored),
+        )
+        cache = self.__dict__.setdefault("_compiled_updates", {})
+        if key not in cache:
+
+            def update(grads: list[Any], old: list[tf.Tensor]) -> tf.Tensor:
+                return self._select_update(grads, trainable_variables, unscale, keep, list(zip(restored, old)))
+
+            cache[key] = tf.function(update, jit_compile=True, autograph=False)
+        return cache[key]
 
     def _select_update(self, grads, trainable_variables, unscale, keep, restore) -> tf.Tensor:
         """The update without a branch: applied always, then each written variable keeps its new or its old value.

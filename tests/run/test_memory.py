@@ -67,10 +67,28 @@ def test_the_cpu_bfc_allocator_is_read_in_a_fresh_process_that_switches_it_on():
     assert after < held - 60  # and given back when freed
 
 
-def test_the_default_cpu_allocator_cannot_be_read():
-    if os.environ.get(memory.CPU_BFC_ENV, "").lower() in ("true", "1") or tf.config.list_logical_devices("GPU"):
-        pytest.skip("this process reads an allocator: a GPU, or the BFC allocator switched on")
-    assert memory.AllocatorMemory.of_this_process() is None
+def test_an_allocator_is_read_exactly_where_it_keeps_statistics():
+    """None where the CPU allocator keeps no statistics; where it does, its count follows an allocation.
+
+    Which CPU allocator a process gets is TensorFlow's decision: the default one
+    keeps none, the BFC allocator (`TF_CPU_ALLOCATOR_USE_BFC=true`) does, and so
+    does the default one where TensorFlow loaded its CUDA platform (a CUDA
+    toolkit without a GPU). The test asks the allocator, as the code does.
+    """
+    allocator = memory.AllocatorMemory.of_this_process()
+    if tf.config.list_logical_devices("GPU"):
+        assert allocator.device == "GPU:0"
+        return
+    try:
+        tf.config.experimental.get_memory_info("CPU:0")
+    except ValueError:
+        assert allocator is None
+        return
+    assert allocator.device == "CPU:0"
+    before = allocator.current_mb()
+    held = tf.ones((2048, 2048)) @ tf.ones((2048, 2048))  # 16 MiB
+    assert allocator.current_mb() - before >= 15.9
+    del held
 
 
 def test_cpu_bfc_environment_names_the_switch_and_the_budget_in_whole_mib():

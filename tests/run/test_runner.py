@@ -20,7 +20,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tiny import TINY_GAN, quiet, tiny
 
 from tfmp import trainers
-from tfmp.run import directories, rundir, runner, tasks
+from tfmp.run import directories, memory, rundir, runner, tasks
 
 
 def _record_fits(monkeypatch):
@@ -134,6 +134,9 @@ def test_the_run_has_the_callbacks_its_config_asks_for_and_no_others(changes, as
         "AverageReplicaStatistics",
         "GeneratorSamples",
         *asked,
+        # The peak memory where this machine's allocator keeps statistics (a GPU, the CPU's BFC allocator, or a
+        # CPU allocator TensorFlow's CUDA platform switched on): asked of the allocator, as the runner asks.
+        *(["PeakMemory"] if memory.AllocatorMemory.of_this_process() is not None else []),
         "Checkpointing",
     ]
 

@@ -10,9 +10,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from models.gan import build_discriminator, build_generator
 
 import tfmp
+from models.gan import build_discriminator, build_generator
 from tfmp import trainers
 from tfmp.layers import FusedBatchNormalization
 from tfmp.run import _compat
@@ -119,7 +119,8 @@ def test_the_trainers_step_branches_once_and_never_under_xla(precision):
     data = (tf.constant(x), tf.constant(y))
     with tfmp.precision_scope(precision):
         trainer = _compiled("tfmp")
-        gan = trainers.GANTrainer(build_generator(latent_dim=8, widths=(8, 8, 8)), build_discriminator(widths=(8, 8, 8)))
+        widths = (8, 8, 8)
+        gan = trainers.GANTrainer(build_generator(latent_dim=8, widths=widths), build_discriminator(widths=widths))
         gan.compile()
     real = tf.constant(np.random.default_rng(0).uniform(size=(8, 28, 28, 1)).astype(np.float32))
     assert isinstance(trainer.optimizer, tfmp.LossScaleOptimizer)  # the exact skip is on
