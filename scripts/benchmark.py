@@ -123,6 +123,12 @@ _CPU_BFC = flags.DEFINE_bool(
     "(TF_CPU_ALLOCATOR_USE_BFC=true) so the allocator's peak and step memory are read; --nocpu_bfc keeps "
     "TensorFlow's default CPU allocator (no allocator figures on a CPU).",
 )
+_COUNT_LAUNCHES = flags.DEFINE_bool(
+    "count_launches",
+    _DEFAULTS.count_launches,
+    "--mode=compare: after timing, count each path's ops executed per step (kernels on a GPU) and host reads per "
+    "step, what a step costs a GPU's host; --nocount_launches skips the profiled pass.",
+)
 _MEMORY_BUDGET = flags.DEFINE_string(
     "memory_budget",
     None,
@@ -244,6 +250,7 @@ def _config(specs: dict[str, tasks.Task]) -> benchmark.BenchmarkConfig:
             tf32=_TF32.value,
             isolate=_ISOLATE.value,
             cpu_bfc=_CPU_BFC.value,
+            count_launches=_COUNT_LAUNCHES.value,
         )
         config.validate(specs)
         if _MODE.value == "ceiling":

@@ -39,6 +39,13 @@ KEYS = [
     "peak_ratio_to_float32",
     "step_ratio_to_float32",
     "runs",
+    "ratio_to_plain_fit",
+    "ops_per_step",
+    "hand_written_ops_per_step",
+    "plain_fit_ops_per_step",
+    "host_reads_per_step",
+    "hand_written_host_reads_per_step",
+    "plain_fit_host_reads_per_step",
 ]
 
 

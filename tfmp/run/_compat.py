@@ -135,8 +135,11 @@ def inbound_nodes(layer: keras.layers.Layer) -> list[Any]:
 def count_host_reads() -> Iterator[list[int]]:
     """Counts the copies of eager tensors' values to the host (`.numpy()`, `float()`, `bool()`, `np.array`).
 
-    Yields a one-element list that holds the count so far. TensorFlow has no
-    public hook. `.numpy()`, `float()`, `int()` and `bool()` go through
+    Yields a one-element list that holds the count so far. A read counts
+    when it would wait for an accelerator: of a tensor on one, where there is
+    one; without one, any read but those made under an explicit CPU device
+    scope (`tf.device("/cpu:0")`), whose eager tensors stay on the host on
+    any machine. TensorFlow has no public hook. `.numpy()`, `float()`, `int()` and `bool()` go through
     `_EagerTensorBase._numpy`; `np.array` and `np.asarray` (how Keras turns
     logs into numbers) read an eager tensor through the buffer protocol, in
     C, so those two numpy functions are wrapped instead, counting a call on
@@ -147,13 +150,13 @@ def count_host_reads() -> Iterator[list[int]]:
     array, asarray = np.array, np.asarray
 
     def counted(tensor: Any) -> Any:
-        count[0] += 1
+        count[0] += _waits(tensor)
         return numpy_read(tensor)
 
     def counting(convert: Callable[..., Any]) -> Callable[..., Any]:
         def convert_counted(value: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(value, _tf_ops._EagerTensorBase):
-                count[0] += 1
+                count[0] += _waits(value)
             return convert(value, *args, **kwargs)
 
         return convert_counted
@@ -165,6 +168,15 @@ def count_host_reads() -> Iterator[list[int]]:
     finally:
         _tf_ops._EagerTensorBase._numpy = numpy_read
         np.array, np.asarray = array, asarray
+
+
+def _waits(tensor: Any) -> int:
+    """1 if reading `tensor` would wait for an accelerator (see `count_host_reads`), else 0."""
+    if "CPU" not in tensor.device.upper():
+        return 1
+    if _tf_config.list_physical_devices("GPU"):
+        return 0
+    return 0 if "CPU" in _tf_context.context().device_name.upper() else 1
 
 
 def configure_worker_heartbeat(cluster: dict[str, list[str]], timeout_seconds: float) -> None:

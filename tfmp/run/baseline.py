@@ -20,7 +20,7 @@ import tensorflow as tf
 from tfmp import cpu_kernels, trainers
 from tfmp import loss_scale as loss_scale_lib
 
-__all__ = ["HandWritten", "gan", "hand_written_step", "supervised"]
+__all__ = ["HandWritten", "gan", "hand_written_step", "plain_fit_model", "supervised"]
 
 
 @dataclasses.dataclass
@@ -183,3 +183,24 @@ def hand_written_step(
         loss = task.loss() if hasattr(task, "loss") else trainer.loss
         return supervised(trainer.network, optimizer, loss, precision, jit_compile)
     return None
+
+
+def plain_fit_model(
+    task: Any, trainer: trainers.MixedPrecisionTrainer, jit_compile: bool, steps_per_epoch: int
+) -> keras.Model | None:
+    """What a user would train instead of `trainer`: its network compiled by Keras's own `compile()`; None for a GAN.
+
+    For a `tfmp.Trainer` only: its network (the same object, so the same
+    weights and policy) compiled with the task's loss (or the trainer's), the
+    trainer's metrics and a fresh copy of the task's optimizer. Keras's
+    `compile()` wraps that optimizer in its own `LossScaleOptimizer` under
+    float16, with no exact skip and no transaction: plain `model.fit()`.
+    """
+    if not isinstance(trainer, trainers.Trainer):
+        return None
+    (optimizer,) = tuple(task.optimizers(steps_per_epoch))
+    network = trainer.network
+    loss = task.loss() if hasattr(task, "loss") else trainer.loss
+    metrics = task.metrics() if hasattr(task, "metrics") else None
+    network.compile(optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile)
+    return network

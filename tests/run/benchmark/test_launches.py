@@ -15,7 +15,7 @@ import tfmp
 from models.gan import build_discriminator, build_generator
 from tfmp import trainers
 from tfmp.layers import FusedBatchNormalization
-from tfmp.run import _compat
+from tfmp.run import _compat, config, runner, tasks
 from tfmp.run.benchmark import launches
 
 PRECISIONS = ["float32", "mixed_float16", "mixed_bfloat16"]
@@ -148,3 +148,53 @@ def test_a_trainer_step_executes_at_most_5_percent_more_ops_than_keras_fit_and_r
     trainer_ops, trainer_reads = _fit_counts(trainer, data)
     assert trainer_ops <= 1.05 * keras_ops, (trainer_ops, keras_ops)
     assert trainer_reads <= keras_reads, (trainer_reads, keras_reads)
+
+
+def _task(tmp_path, steps):
+    x, y = _batch(64)
+    return tasks.SupervisedTask(
+        model=_bn_cnn,
+        train_data=(x, y),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        config=config.TrainConfig(
+            precision="float32", batch_size=16, epochs=1, steps_per_epoch=steps, warmup_steps=1, logdir=str(tmp_path)
+        ),
+        name="bn_cnn",
+    )
+
+
+def _run_reads(tmp_path, steps):
+    """Host reads during a whole run's fit() at the run's defaults: its callbacks, summaries and checkpoints."""
+    fit, reads = keras.Model.fit, []
+
+    def counted_fit(model, *args, **kwargs):
+        with _compat.count_host_reads() as count:
+            result = fit(model, *args, **kwargs)
+        reads.append(count[0])
+        return result
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(keras.Model, "fit", counted_fit)
+        runner.Runner(_task(tmp_path / str(steps), steps), print_fn=lambda line: None).run()
+    return sum(reads)
+
+
+def test_a_run_at_its_defaults_reads_the_device_no_more_often_per_step_than_plain_keras_fit(tmp_path):
+    """Steady state: the difference between a run of 12 steps and one of 4, per step, against plain fit()'s."""
+    run = (_run_reads(tmp_path, 12) - _run_reads(tmp_path, 4)) / 8
+    x, y = _batch(64)
+    keras.utils.set_random_seed(0)
+    plain = _bn_cnn()
+    plain.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+
+    def fit_reads(steps):
+        with _compat.count_host_reads() as count:
+            plain.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+        return count[0]
+
+    fit_reads(2)  # traced
+    keras_fit = (fit_reads(12) - fit_reads(4)) / 8
+    assert run <= keras_fit, (run, keras_fit)
+    assert keras_fit >= 3  # has the next batch come, the loss, the accuracy: each read on its own

@@ -61,6 +61,13 @@ KEYS = [
     "peak_ratio_to_float32",
     "step_ratio_to_float32",
     "runs",
+    "ratio_to_plain_fit",
+    "ops_per_step",
+    "hand_written_ops_per_step",
+    "plain_fit_ops_per_step",
+    "host_reads_per_step",
+    "hand_written_host_reads_per_step",
+    "plain_fit_host_reads_per_step",
 ]
 
 
@@ -90,6 +97,12 @@ def test_records_have_exactly_the_json_keys_and_types(records):
             assert isinstance(row[key], float) and row[key] > 0, (key, row[key])
         assert row["peak_gpu_mb"] is None  # no GPU here
         assert row["unit"] == "img/s"  # an image classifier
+        # Every path's launches: the trainer's exact skip costs ops beyond plain fit()'s, and no more host reads.
+        assert isinstance(row["ratio_to_plain_fit"], float) and row["ratio_to_plain_fit"] > 0
+        for path in ("", "hand_written_", "plain_fit_"):
+            assert row[f"{path}ops_per_step"] > 10 and row[f"{path}host_reads_per_step"] > 0, path
+        assert row["ops_per_step"] > row["hand_written_ops_per_step"]  # the finite check, the counters, the logs
+        assert row["host_reads_per_step"] <= row["plain_fit_host_reads_per_step"]
 
 
 def _dense():
@@ -184,8 +197,10 @@ def _clocked_compare(durations, **changes):
         assert timing, "no benchmark module reads time.perf_counter: update _Clock"
         for module in timing:
             patch.setattr(module, "time", clock)
+        # The launches are counted by running more steps than the scripted ones: not here.
         records = benchmark.compare(
-            tiny_config(models=("tiny",), steps=2, **changes), {"tiny": _ClockedTask(clock, durations)}
+            tiny_config(models=("tiny",), steps=2, count_launches=False, **changes),
+            {"tiny": _ClockedTask(clock, durations)},
         )
     assert durations == {"float32": [], "mixed_bfloat16": []}  # every scripted step ran
     return records
@@ -407,8 +422,11 @@ def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
         modes, "trainer_driver", lambda workload, *args, **kwargs: timed.append(workload.trainer) or _FakeDriver()
     )
     monkeypatch.setattr(modes, "hand_written_driver", lambda *args, **kwargs: _FakeDriver())
+    monkeypatch.setattr(modes, "fit_driver", lambda *args, **kwargs: _FakeDriver())
     monkeypatch.setattr(modes, "interleave", lambda drivers, steps, repeats: None)
-    benchmark.compare(tiny_config(models=("tiny",), precisions=("fp16",), seed=3), tiny_specs())
+    benchmark.compare(
+        tiny_config(models=("tiny",), precisions=("fp16",), seed=3, count_launches=False), tiny_specs()
+    )
     steps = 1 + 2 * 1  # warm-up + steps x repeats of tiny_config
     assert [row[:-1] for row in built] == [("tiny", BATCH, 3, "mixed_float16", "dynamic", steps)]
     assert timed == [built[0][-1]]

@@ -11,7 +11,8 @@ functions give, on any machine, what a step will suffer on one:
 * `xla_conditionals(fn, *args)`: the HLO `conditional`s when XLA compiles it;
 * `executed_ops(run_steps, steps)`: ops executed per step, from the
   TensorFlow profiler (on a GPU, the kernels on its device plane);
-* `host_reads(run_steps, steps)`: copies of tensor values to the host per step.
+* `host_reads(run_steps, steps)`: copies of tensor values to the host per
+  step, and `fit_host_reads(model, dataset, steps)` those of `model.fit()`.
 
 The benchmark's rows show the last two for each path; `kernel_ceiling` reads
 the same profiles for op times.
@@ -34,6 +35,7 @@ __all__ = [
     "CONTAINERS",
     "conditionals",
     "executed_ops",
+    "fit_host_reads",
     "host_reads",
     "op_events",
     "op_type",
@@ -154,6 +156,28 @@ def executed_ops(run_steps: Callable[[int], Any], steps: int) -> float:
         steps: Steps to count over.
     """
     return sum(1 for _ in op_events(profile(run_steps, steps))) / steps
+
+
+def fit_host_reads(model: Any, dataset: Any, steps: int) -> float:
+    """Host reads per step of `model.fit(dataset)` in steady state, with Keras's own callbacks (`verbose=0`).
+
+    Keras reads each log value of each step inside `fit()` (its callbacks'
+    `pythonify_logs`), outside the step function, so the count is of whole
+    `fit()` calls: the difference between one of `2 * steps` steps and one of
+    `steps`, per step, which leaves out what a `fit()` reads once.
+
+    Args:
+        model: A compiled Keras model, already fitted once (traced).
+        dataset: Repeated data it is fed.
+        steps: Steps of the shorter fit.
+    """
+
+    def reads(n: int) -> int:
+        with _compat.count_host_reads() as count:
+            model.fit(dataset, epochs=1, steps_per_epoch=n, shuffle=False, verbose=0)
+        return count[0]
+
+    return (reads(2 * steps) - reads(steps)) / steps
 
 
 def host_reads(run_steps: Callable[[int], Any], steps: int) -> float:

@@ -26,10 +26,11 @@ import tensorflow as tf
 from tfmp import precision as precision_lib
 from tfmp.run import config as config_lib
 from tfmp.run import task_loader, tasks
+from tfmp.run.benchmark import launches
 from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record
 from tfmp.run.benchmark.settings import BenchmarkConfig, canonical_models, canonical_precisions, dedupe, default_specs
-from tfmp.run.benchmark.timing import hand_written_driver, interleave, trainer_driver
+from tfmp.run.benchmark.timing import Driver, fit_driver, hand_written_driver, interleave, trainer_driver
 from tfmp.run.benchmark.workload import Workload, build_workload
 from tfmp.run.callbacks import display
 from tfmp.run.memory import AllocatorMemory, GpuPeakMemory, HostPeakMemory, cpu_bfc_environment
@@ -96,7 +97,11 @@ def _kept(float32_layers: int) -> str:
 
 @dataclasses.dataclass
 class _RowRun:
-    """One run of one `compare` row: the rounds' throughputs of both paths, paired by position."""
+    """One run of one `compare` row: the rounds' throughputs of each path, paired by position, and what each executes.
+
+    `ops` and `reads` are per step, by path (`"trainer"`, `"hand_written"`,
+    `"plain_fit"`): the ops executed and the host reads (`launches`).
+    """
 
     trainer: list[float]
     hand_written: list[float]
@@ -107,6 +112,15 @@ class _RowRun:
     allocator: str | None = None
     peak_mb: float | None = None
     step_mb: float | None = None
+    plain_fit: list[float] = dataclasses.field(default_factory=list)
+    ops: dict[str, float] = dataclasses.field(default_factory=dict)
+    reads: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @staticmethod
+    def _paired(trainer: list[float], other: list[float]) -> float | None:
+        if not other:
+            return None
+        return statistics.median(t / o for t, o in zip(trainer, other))
 
     @property
     def paired_ratio(self) -> float | None:
@@ -114,9 +128,31 @@ class _RowRun:
 
         None when the task has no hand-written step.
         """
-        if not self.hand_written:
-            return None
-        return statistics.median(t / h for t, h in zip(self.trainer, self.hand_written))
+        return self._paired(self.trainer, self.hand_written)
+
+    @property
+    def plain_fit_ratio(self) -> float | None:
+        """The same paired ratio against plain Keras `fit()`; None for a task without one (a GAN)."""
+        return self._paired(self.trainer, self.plain_fit)
+
+
+def _count_launches(
+    drivers: Mapping[str, Driver], models: Mapping[str, keras.Model], dataset: tf.data.Dataset, steps: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(ops executed per step, host reads per step) of each path, after its timed rounds.
+
+    The reads of a path that is a Keras model (`models`) are those of its
+    `fit()`, where Keras reads the logs; the hand-written step's, those of
+    its driver.
+    """
+    ops = {path: launches.executed_ops(driver.run, steps) for path, driver in drivers.items()}
+    reads = {
+        path: launches.fit_host_reads(models[path], dataset, steps)
+        if path in models
+        else launches.host_reads(driver.run, steps)
+        for path, driver in drivers.items()
+    }
+    return ops, reads
 
 
 def _measure_compare_row(
@@ -133,13 +169,21 @@ def _measure_compare_row(
             trainer = trainer_driver(
                 workload, dataset, (batch_size,), config.warmup_steps, first_fit=True, allocator=allocator
             )
-            drivers = [trainer]
+            drivers = {"trainer": trainer}
             if workload.hand_written_step is not None:
-                drivers.append(hand_written_driver(workload, dataset, config.warmup_steps))
-            interleave(drivers, config.steps, config.repeats)
+                drivers["hand_written"] = hand_written_driver(workload, dataset, config.warmup_steps)
+            if workload.plain_fit is not None:
+                drivers["plain_fit"] = fit_driver(workload.plain_fit, dataset, (batch_size,), config.warmup_steps)
+            interleave(list(drivers.values()), config.steps, config.repeats)
+            ops, reads = {}, {}
+            if config.count_launches:
+                models = {"trainer": workload.trainer, "plain_fit": workload.plain_fit}
+                ops, reads = _count_launches(
+                    drivers, {k: v for k, v in models.items() if v is not None}, dataset, config.steps
+                )
     return _RowRun(
         trainer.images_per_sec,
-        drivers[1].images_per_sec if len(drivers) > 1 else [],
+        drivers["hand_written"].images_per_sec if "hand_written" in drivers else [],
         workload.images_per_step,
         len(workload.float32_layers),
         host.peak_mb,
@@ -147,6 +191,9 @@ def _measure_compare_row(
         None if allocator is None else allocator.name,
         trainer.peak_mb,
         trainer.step_mb,
+        drivers["plain_fit"].images_per_sec if "plain_fit" in drivers else [],
+        ops,
+        reads,
     )
 
 
@@ -226,6 +273,12 @@ def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: 
     peak_gpu = [run.peak_gpu_mb for run in runs if run.peak_gpu_mb is not None]
     peak = [run.peak_mb for run in runs if run.peak_mb is not None]
     step = [run.step_mb for run in runs if run.step_mb is not None]
+    plain = [run.plain_fit_ratio for run in runs if run.plain_fit_ratio is not None]
+
+    def per_step(kind: str, path: str) -> float | None:
+        counts = [getattr(run, kind)[path] for run in runs if path in getattr(run, kind)]
+        return statistics.median(counts) if counts else None
+
     return Record(
         model=spec.name,
         precision=precision,
@@ -246,6 +299,13 @@ def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: 
         allocator=runs[0].allocator,
         peak_mb=max(peak) if peak else None,
         step_mb=max(step) if step else None,
+        ratio_to_plain_fit=statistics.median(plain) if plain else None,
+        ops_per_step=per_step("ops", "trainer"),
+        hand_written_ops_per_step=per_step("ops", "hand_written"),
+        plain_fit_ops_per_step=per_step("ops", "plain_fit"),
+        host_reads_per_step=per_step("reads", "trainer"),
+        hand_written_host_reads_per_step=per_step("reads", "hand_written"),
+        plain_fit_host_reads_per_step=per_step("reads", "plain_fit"),
     )
 
 

@@ -59,6 +59,18 @@ class Record:
         peak_ratio_to_float32: `peak_mb` over the float32 row's (same model,
             XLA setting and batch size); None without one.
         step_ratio_to_float32: `step_mb` over the float32 row's.
+        ratio_to_plain_fit: The trainer's throughput over plain Keras
+            `fit()`'s in the same round (its network compiled by Keras's own
+            `compile()`, `tfmp.run.baseline.plain_fit_model`), paired and
+            taken as `ratio_to_hand_written` is; None for a GAN.
+        ops_per_step: Ops the trainer's step executes (`tfmp.run.benchmark.launches`:
+            kernels on a GPU); what a step costs a GPU's host in launches.
+        hand_written_ops_per_step: The same for the hand-written step.
+        plain_fit_ops_per_step: The same for plain `fit()`.
+        host_reads_per_step: Copies of tensor values to the host per step of
+            the trainer as `fit()` runs it (each waits for the device on a GPU).
+        hand_written_host_reads_per_step: The same for the hand-written step.
+        plain_fit_host_reads_per_step: The same for plain `fit()`.
     """
 
     model: str
@@ -84,18 +96,29 @@ class Record:
     step_mb: float | None = None
     peak_ratio_to_float32: float | None = None
     step_ratio_to_float32: float | None = None
+    ratio_to_plain_fit: float | None = None
+    ops_per_step: float | None = None
+    hand_written_ops_per_step: float | None = None
+    plain_fit_ops_per_step: float | None = None
+    host_reads_per_step: float | None = None
+    hand_written_host_reads_per_step: float | None = None
+    plain_fit_host_reads_per_step: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict, one key per attribute (each spread after its median, the unit after
-        the throughput's spread, the allocator's figures after the resident set's)."""
+        the throughput's spread, the allocator's figures after the resident set's, the per-step launch counts
+        after the ratio to plain `fit()`)."""
         row = dataclasses.asdict(self)
         memory = ["allocator", "peak_mb", "step_mb", "peak_ratio_to_float32", "step_ratio_to_float32"]
-        keys = [k for k in row if not k.endswith(("_min", "_max")) and k != "unit" and k not in memory]
+        launch = [k for k in row if k.endswith("_per_step")]
+        keys = [k for k in row if not k.endswith(("_min", "_max")) and k != "unit" and k not in memory + launch]
         for median in ("images_per_sec", "ratio_to_float32", "ratio_to_hand_written"):
             at = keys.index(median) + 1
             keys[at:at] = [f"{median}_min", f"{median}_max"] + (["unit"] if median == "images_per_sec" else [])
         at = keys.index("peak_gpu_mb") + 1
         keys[at:at] = memory
+        at = keys.index("ratio_to_plain_fit") + 1
+        keys[at:at] = launch
         return {k: row[k] for k in keys}
 
 

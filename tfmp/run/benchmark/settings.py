@@ -158,6 +158,11 @@ class BenchmarkConfig:
             TensorFlow's default CPU allocator. Not isolated, a row reads
             the allocator only where this process's environment switched it
             on. No effect on a GPU, whose allocator is always read.
+        count_launches: After the timed rounds, count what each path
+            executes per step: ops (kernels on a GPU, from the profiler)
+            and host reads (`tfmp.run.benchmark.launches`); the records'
+            `*ops_per_step` and `*host_reads_per_step`. False leaves them
+            None and saves a profiled pass and a few `fit()`s per row.
     """
 
     models: tuple[str, ...] = MODELS
@@ -175,6 +180,7 @@ class BenchmarkConfig:
     tf32: bool = True
     isolate: bool = True
     cpu_bfc: bool = True
+    count_launches: bool = True
 
     def validate(self, valid_models: Iterable[str] = MODELS) -> None:
         """Raises ValueError, naming the value, for an impossible setting."""
@@ -187,7 +193,7 @@ class BenchmarkConfig:
         _check_integer("resnet_input_size", self.resnet_input_size, MIN_INPUT_SIZE)
         for name in ("warmup_steps", "steps", "repeats", "runs"):
             _check_integer(name, getattr(self, name), 1)
-        for name in ("tf32", "isolate", "cpu_bfc"):
+        for name in ("tf32", "isolate", "cpu_bfc", "count_launches"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool. Received: {name}={getattr(self, name)!r}")
         if not isinstance(self.dataset, str) or self.dataset.lower() not in data_lib.DATASETS:

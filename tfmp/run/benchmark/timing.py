@@ -15,13 +15,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from tfmp.run.benchmark.workload import Workload
 from tfmp.run.memory import AllocatorMemory
 
-__all__ = ["Driver", "hand_written_driver", "interleave", "trainer_driver"]
+__all__ = ["Driver", "fit_driver", "hand_written_driver", "interleave", "trainer_driver"]
 
 
 def _block(outputs: Any) -> None:
@@ -132,14 +133,26 @@ def trainer_driver(
     Returns:
         The trainer's driver, past its warm-up.
     """
-    trainer = workload.trainer
+    return fit_driver(workload.trainer, dataset, batch_sizes, warmup_steps, first_fit, allocator)
+
+
+def fit_driver(
+    model: keras.Model,
+    dataset: tf.data.Dataset,
+    batch_sizes: Sequence[int],
+    warmup_steps: int,
+    first_fit: bool = True,
+    allocator: AllocatorMemory | None = None,
+) -> Driver:
+    """Any compiled Keras model's step as `fit()` runs it (its `train_function`), warmed up; see `trainer_driver`."""
     if first_fit:
-        trainer.fit(dataset, epochs=1, steps_per_epoch=1, shuffle=False, verbose=0)
+        model.fit(dataset, epochs=1, steps_per_epoch=1, shuffle=False, verbose=0)
         warmup_steps -= 1
-    trainer.make_train_function()  # a no-op after fit(); as fit() calls it
+    model.make_train_function()  # a no-op after fit(); as fit() calls it
     # The iterator fit() would make: the strategy's distributed dataset.
-    iterator = iter(trainer.distribute_strategy.experimental_distribute_dataset(dataset))
-    driver = Driver(lambda: trainer.train_function(iterator), batch_sizes, trainer.images_per_example, allocator)
+    iterator = iter(model.distribute_strategy.experimental_distribute_dataset(dataset))
+    per_example = getattr(model, "images_per_example", 1)
+    driver = Driver(lambda: model.train_function(iterator), batch_sizes, per_example, allocator)
     if first_fit:
         driver.position = 1
     if warmup_steps > 0:

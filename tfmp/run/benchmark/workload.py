@@ -42,6 +42,9 @@ class Workload:
             trainer.images_per_example`).
         float32_layers: Paths of the layers kept in float32
             (`tfmp.float32_layers.keep_float32`); empty for none.
+        plain_fit: The trainer's network compiled by Keras's own `compile()`
+            (`tfmp.run.baseline.plain_fit_model`), what a user would `fit()`
+            instead; None when not built, or for a GAN.
     """
 
     trainer: trainers.MixedPrecisionTrainer
@@ -50,6 +53,7 @@ class Workload:
     batch: Any
     images_per_step: int
     float32_layers: tuple[str, ...] = ()
+    plain_fit: keras.Model | None = None
 
 
 def benchmark_batch(task: tasks.Task) -> Any:
@@ -80,12 +84,14 @@ def build_workload(
     scale is the config's (dynamic under `mixed_float16` by default, none
     otherwise). The hand-written step (`hand_written`) is
     `tfmp.run.baseline.hand_written_step`, updating the same networks with
-    fresh copies of the task's optimizers. The batch is `benchmark_batch(task)`.
+    fresh copies of the task's optimizers, and so is the plain `fit()` model
+    (`tfmp.run.baseline.plain_fit_model`). The batch is `benchmark_batch(task)`.
     """
     loss_scale = config_lib.loss_scale_for(config_lib.requested_loss_scale(task.config.loss_scale), precision)
     built = task.build(precision, loss_scale, jit_compile, steps)
     trainer = built.trainer
     step = baseline.hand_written_step(task, trainer, precision, jit_compile, steps) if hand_written else None
+    plain = baseline.plain_fit_model(task, trainer, jit_compile, steps) if hand_written else None
     return Workload(
         trainer,
         None if step is None else step.step,
@@ -93,4 +99,5 @@ def build_workload(
         benchmark_batch(task),
         task.config.batch_size * trainer.images_per_example,
         built.float32_layers,
+        plain,
     )

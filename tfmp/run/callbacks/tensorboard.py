@@ -157,7 +157,9 @@ class Summaries(keras.callbacks.Callback):
             if value is None or not np.isscalar(value) and np.ndim(value):
                 continue
             run, name = self.route(key)
-            with self.writer(run).as_default():
+            # On the host: on a GPU the summary's own eager ops (its recording condition, the value) would run
+            # there, and reading the condition back would wait for the step.
+            with self.writer(run).as_default(), tf.device("/cpu:0"):
                 tf.summary.scalar(
                     f"{prefix}_{name}", float(value), step=step, description=describe(name, per_step=prefix == "batch")
                 )
