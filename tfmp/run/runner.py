@@ -310,7 +310,7 @@ class Runner:
             timer,
             console_fields(task),
             trainer.loss_scale_prefixes,
-            config.log_every,
+            setting.log_every,
             setting.run_dir,
             # A bar bypasses the lines (it writes to sys.stdout), so auto only picks it for print on a terminal.
             progress=callbacks_lib.console_mode(config.console, sys.stdout if self.print_fn is print else None)
@@ -318,7 +318,7 @@ class Runner:
         )
         # At the global step, so that a resumed run continues its per-step curves.
         summaries = callbacks_lib.Summaries(
-            dirs.writes, summary_route(task), self._hparams(setting, strategy), config.log_every, position, timer
+            dirs.writes, summary_route(task), self._hparams(setting, strategy), setting.log_every, position, timer
         )
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
         callbacks = [timer, console, summaries, distribute.AverageReplicaStatistics()]

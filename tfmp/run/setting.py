@@ -16,13 +16,15 @@ import logging
 import os
 from typing import Any
 
+import tensorflow as tf
+
 from tfmp import precision as precision_lib
 from tfmp.run import auto_precision, autotune, directories
 from tfmp.run import epochs as epochs_lib
-from tfmp.run.config import ConfigError, TrainConfig, requested_loss_scale
+from tfmp.run.config import GPU_LOG_EVERY, ConfigError, TrainConfig, requested_loss_scale
 from tfmp.run.tasks import Task
 
-__all__ = ["Setting", "resolve", "settle"]
+__all__ = ["Setting", "resolve", "resolve_log_every", "settle"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ class Setting:
         data: What the task's `load_data` returned.
         run_dir: The run's TensorBoard directory (not created).
         steps_per_epoch: The training steps of an epoch (None: not counted).
+        log_every: The steps between two logged steps (`log_every=0` resolved).
         config: The task's config these were resolved from (validated):
             what the run reads for the settings it does not resolve.
     """
@@ -50,6 +53,7 @@ class Setting:
     run_dir: str
     steps_per_epoch: int | None = None
     config: TrainConfig | None = None
+    log_every: int = 1
 
 
 def resolve(task: Task, check_steps: bool = True) -> Setting:
@@ -102,4 +106,21 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
             config.on_nonfinite,
         )
     name = config.run_name or directories.default_run_name(precision, loss_scale, name=task.name)
-    return Setting(precision, loss_scale, jit_compile, data, os.path.join(config.logdir, name), steps, config)
+    run_dir = os.path.join(config.logdir, name)
+    return Setting(
+        precision, loss_scale, jit_compile, data, run_dir, steps, config, resolve_log_every(config.log_every)
+    )
+
+
+def resolve_log_every(log_every: int, has_gpu: bool | None = None) -> int:
+    """The steps between two logged steps: `log_every`, or for 0 every step on a CPU and `GPU_LOG_EVERY` on a GPU.
+
+    Args:
+        log_every: The setting (`TrainConfig.log_every`).
+        has_gpu: Whether a GPU is visible; detected when None.
+    """
+    if log_every:
+        return log_every
+    if has_gpu is None:
+        has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    return GPU_LOG_EVERY if has_gpu else 1
