@@ -20,6 +20,7 @@ profiler's step view loses its step markers; nothing fails.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,6 +42,7 @@ __all__ = [
     "child_layers",
     "configure_worker_heartbeat",
     "count_host_reads",
+    "on_host",
     "disable_op_determinism",
     "expand_slurm_hostlist",
     "expand_slurm_tasks_per_node",
@@ -136,10 +138,10 @@ def count_host_reads() -> Iterator[list[int]]:
     """Counts the copies of eager tensors' values to the host (`.numpy()`, `float()`, `bool()`, `np.array`).
 
     Yields a one-element list that holds the count so far. A read counts
-    when it would wait for an accelerator: of a tensor on one, where there is
-    one; without one, any read but those made under an explicit CPU device
-    scope (`tf.device("/cpu:0")`), whose eager tensors stay on the host on
-    any machine. TensorFlow has no public hook. `.numpy()`, `float()`, `int()` and `bool()` go through
+    when it would wait for an accelerator: with a GPU, a read of a tensor on
+    it; without one, any read but those inside `on_host()`, whose tensors
+    stay on the host on any machine. TensorFlow has no public hook.
+    `.numpy()`, `float()`, `int()` and `bool()` go through
     `_EagerTensorBase._numpy`; `np.array` and `np.asarray` (how Keras turns
     logs into numbers) read an eager tensor through the buffer protocol, in
     C, so those two numpy functions are wrapped instead, counting a call on
@@ -170,13 +172,32 @@ def count_host_reads() -> Iterator[list[int]]:
         np.array, np.asarray = array, asarray
 
 
+_HOST_SIDE = threading.local()
+
+
+@contextlib.contextmanager
+def on_host() -> Iterator[None]:
+    """Runs the block's eager ops on the host CPU, whatever the device; its reads are not counted as waits.
+
+    For bookkeeping around a step (a TensorBoard summary's value and its
+    recording condition): on a GPU those small eager ops would run there, and
+    reading the condition back would wait for the step. `count_host_reads`
+    leaves out the reads made inside.
+    """
+    outer = getattr(_HOST_SIDE, "active", False)
+    _HOST_SIDE.active = True
+    try:
+        with tf.device("/cpu:0"):
+            yield
+    finally:
+        _HOST_SIDE.active = outer
+
+
 def _waits(tensor: Any) -> int:
     """1 if reading `tensor` would wait for an accelerator (see `count_host_reads`), else 0."""
-    if "CPU" not in tensor.device.upper():
-        return 1
     if _tf_config.list_physical_devices("GPU"):
-        return 0
-    return 0 if "CPU" in _tf_context.context().device_name.upper() else 1
+        return 0 if "CPU" in tensor.device.upper() else 1
+    return 0 if getattr(_HOST_SIDE, "active", False) else 1
 
 
 def configure_worker_heartbeat(cluster: dict[str, list[str]], timeout_seconds: float) -> None:

@@ -151,7 +151,7 @@ def test_a_trainer_step_executes_at_most_5_percent_more_ops_than_keras_fit_and_r
 
 
 def _task(tmp_path, steps):
-    x, y = _batch(64)
+    x, y = _batch(16 * 12)  # 12 batches: an epoch of up to 12 steps
     return tasks.SupervisedTask(
         model=_bn_cnn,
         train_data=(x, y),

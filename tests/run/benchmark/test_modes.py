@@ -424,9 +424,7 @@ def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
     monkeypatch.setattr(modes, "hand_written_driver", lambda *args, **kwargs: _FakeDriver())
     monkeypatch.setattr(modes, "fit_driver", lambda *args, **kwargs: _FakeDriver())
     monkeypatch.setattr(modes, "interleave", lambda drivers, steps, repeats: None)
-    benchmark.compare(
-        tiny_config(models=("tiny",), precisions=("fp16",), seed=3, count_launches=False), tiny_specs()
-    )
+    benchmark.compare(tiny_config(models=("tiny",), precisions=("fp16",), seed=3, count_launches=False), tiny_specs())
     steps = 1 + 2 * 1  # warm-up + steps x repeats of tiny_config
     assert [row[:-1] for row in built] == [("tiny", BATCH, 3, "mixed_float16", "dynamic", steps)]
     assert timed == [built[0][-1]]
