@@ -38,6 +38,13 @@ KEYS = [
     "peak_ratio_to_float32",
     "step_ratio_to_float32",
     "runs",
+    "ratio_to_plain_fit",
+    "ops_per_step",
+    "hand_written_ops_per_step",
+    "plain_fit_ops_per_step",
+    "host_reads_per_step",
+    "hand_written_host_reads_per_step",
+    "plain_fit_host_reads_per_step",
 ]
 
 
@@ -74,7 +81,7 @@ def test_markdown_table_has_a_header_and_one_row_per_record(records):
     assert [cell.strip() for cell in lines[0].strip("|").split("|")] == KEYS
     assert len(lines) == 2 + len(records)
     assert lines[3].startswith("| tiny | mixed_bfloat16 | false | 8 | ")
-    assert lines[3].endswith(" | n/a | 1 |")  # no GPU figure; one run
+    assert lines[3].endswith(" | n/a | 1 |" + " n/a |" * 7)  # no GPU figure; one run; no launches counted
 
 
 def test_json_file_holds_the_records(records, tmp_path):

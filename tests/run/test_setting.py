@@ -6,8 +6,10 @@ import re
 import pytest
 from tiny import HAS_GPU, tiny
 
-from tfmp.run import autotune, output, setting
+import tfmp
+from tfmp.run import auto_precision, autotune, output, setting
 from tfmp.run import config as config_lib
+from tfmp.run.benchmark import workload
 
 # --- resolve ------------------------------------------------------------------------------
 
@@ -74,3 +76,34 @@ def test_resolve_decides_auto_by_rule_under_multi_worker_without_measuring(tmp_p
     monkeypatch.setattr(autotune, "detect_hardware", measured)
     resolved = setting.resolve(tiny(tmp_path, precision="auto", strategy="multi_worker"))
     assert (resolved.precision, resolved.loss_scale) == ("float32", "none")
+
+
+def test_the_loss_scale_rule_has_one_home_and_every_caller_follows_it(tmp_path, monkeypatch):
+    """Patched, `config.loss_scale_for` changes what the run, `auto`'s candidates and the benchmark train with."""
+    asked = []
+
+    def rule(requested, precision):
+        asked.append(precision)
+        return 64.0 if precision == "mixed_float16" else "none"
+
+    monkeypatch.setattr(config_lib, "loss_scale_for", rule)
+    assert setting.resolve(tiny(tmp_path, precision="fp16")).loss_scale == 64.0
+    assert setting.resolve(tiny(tmp_path, precision="bf16")).loss_scale == "none"
+
+    built = []
+    task = tiny(tmp_path / "auto", precision="auto")
+    build = type(task).build
+
+    def recording_build(self, precision, loss_scale, *args, **kwargs):
+        built.append((precision, loss_scale))
+        return build(self, precision, loss_scale, *args, **kwargs)
+
+    monkeypatch.setattr(type(task), "build", recording_build)
+    hardware = autotune.Hardware(cpu_bfloat16=True, cpu_float16=True, machine="test")
+    auto_precision.fastest(task, task.load_data(), False, None, hardware, timer=lambda trainer, probe: 1.0)
+    assert ("mixed_float16", 64.0) in built and ("float32", "none") in built
+
+    with tfmp.precision_scope("mixed_float16"):
+        trainer = workload.build_workload(tiny(tmp_path, precision="fp16"), "mixed_float16", False).trainer
+    assert asked[-1] == "mixed_float16"
+    assert float(trainer.generator_optimizer.loss_scale) == 64.0 and not trainer.generator_optimizer.dynamic

@@ -21,6 +21,7 @@ from tfmp import precision as precision_lib
 from tfmp import trainers
 from tfmp.run import autotune, diagnostics
 from tfmp.run import callbacks as callbacks_lib
+from tfmp.run import config as config_lib
 from tfmp.run.callbacks.display import example_unit
 from tfmp.run.tasks import Built, Task
 
@@ -51,7 +52,7 @@ def fastest(
     task: Task,
     data: Any,
     jit_compile: bool,
-    float16_loss_scale: str | float,
+    requested_loss_scale: str | float | None,
     hardware: autotune.Hardware,
     timer: Callable[[trainers.MixedPrecisionTrainer, Any], float] | None = None,
 ) -> str:
@@ -67,7 +68,8 @@ def fastest(
         task: The task whose model is measured (its config is valid).
         data: What the task's `load_data` returned.
         jit_compile: Whether the run's step is XLA-compiled.
-        float16_loss_scale: The loss scale `mixed_float16` trains with.
+        requested_loss_scale: The config's loss scale as `tfmp.run.config.requested_loss_scale`
+            parsed it (None: not set); each candidate trains with `loss_scale_for` its precision.
         hardware: The device (`tfmp.run.autotune.detect_hardware`).
         timer: Times a trainer's steps on the probe batch (the tests inject one).
     """
@@ -79,7 +81,7 @@ def fastest(
 
     def build(precision: str) -> Built:
         if precision not in built:
-            scale = float16_loss_scale if precision == "mixed_float16" else "none"
+            scale = config_lib.loss_scale_for(requested_loss_scale, precision)
             with precision_lib.precision_scope(precision):
                 built[precision] = task.build(precision, scale, jit_compile, 1, data)
         return built[precision]
@@ -102,7 +104,7 @@ def fastest(
         }
         # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
         if "mixed_float16" in candidates:
-            described["loss_scale"] = str(float16_loss_scale)
+            described["loss_scale"] = str(config_lib.loss_scale_for(requested_loss_scale, "mixed_float16"))
         if hardware.gpus:
             described["tf32"] = bool(config.tf32)
         signature = json.dumps(described, sort_keys=True, default=str)

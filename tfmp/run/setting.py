@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tfmp import precision as precision_lib
 from tfmp.run import auto_precision, autotune, directories
+from tfmp.run import config as config_lib
 from tfmp.run import epochs as epochs_lib
 from tfmp.run.config import GPU_LOG_EVERY, ConfigError, TrainConfig, requested_loss_scale
 from tfmp.run.tasks import Task
@@ -86,15 +87,14 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
     data = task.load_data()
     steps = epochs_lib.steps_per_epoch(task, data) if check_steps else None
     requested = requested_loss_scale(config.loss_scale)  # None: not set
-    float16_scale = "dynamic" if requested is None else requested  # as `loss_scale_for` gives mixed_float16
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
     asked = precision_lib.canonical_precision(config.precision)
     if asked != "auto" or config.strategy == "multi_worker":
         precision = precision_lib.resolve_precision(asked)  # under multi_worker, the compute-capability rule
     else:
         with precision_lib.tf32_scope(config.tf32):  # each candidate is timed as the run will train it
-            precision = auto_precision.fastest(task, data, jit_compile, float16_scale, autotune.detect_hardware())
-    loss_scale = float16_scale if precision == "mixed_float16" else "none"
+            precision = auto_precision.fastest(task, data, jit_compile, requested, autotune.detect_hardware())
+    loss_scale = config_lib.loss_scale_for(requested, precision)
     # Only a scale the user set: the default ("auto") says nothing to ignore, nor does an auto precision.
     if requested not in (None, "none") and loss_scale == "none" and asked != "auto":
         log.info(f"note: loss_scale={requested} is ignored under {precision}; only float16 needs loss scaling.")

@@ -198,3 +198,15 @@ def test_a_run_at_its_defaults_reads_the_device_no_more_often_per_step_than_plai
     keras_fit = (fit_reads(12) - fit_reads(4)) / 8
     assert run <= keras_fit, (run, keras_fit)
     assert keras_fit >= 3  # has the next batch come, the loss, the accuracy: each read on its own
+
+
+def test_steps_per_execution_runs_several_steps_a_call_and_reads_once_for_them():
+    data = tf.data.Dataset.from_tensors(_batch()).repeat()
+    keras.utils.set_random_seed(0)
+    trainer = tfmp.Trainer(_bn_cnn())
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    trainer.compile("adam", loss=loss, metrics=["accuracy"], steps_per_execution=4)
+    history = trainer.fit(data, steps_per_epoch=8, epochs=1, verbose=0)
+    assert int(trainer.optimizer.iterations) == 8 and history.history["skipped_steps"] == [0]
+    reads = launches.fit_host_reads(trainer, data, 8)
+    assert reads <= 3 / 4, reads  # one call of 4 steps: is there a next batch, the float logs, the counts
