@@ -119,14 +119,19 @@ def test_the_trainers_step_branches_once_and_never_under_xla(precision):
     data = (tf.constant(x), tf.constant(y))
     with tfmp.precision_scope(precision):
         trainer = _compiled("tfmp")
+    assert isinstance(trainer.optimizer, tfmp.LossScaleOptimizer)  # the exact skip is on
+    assert launches.conditionals(trainer.train_step, data) == 1
+    assert launches.xla_conditionals(trainer.train_step, data) == 0
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
+def test_the_gans_step_branches_once_per_optimizer_and_never_under_xla(precision):
+    with tfmp.precision_scope(precision):
         widths = (8, 8, 8)
         gan = trainers.GANTrainer(build_generator(latent_dim=8, widths=widths), build_discriminator(widths=widths))
         gan.compile()
     real = tf.constant(np.random.default_rng(0).uniform(size=(8, 28, 28, 1)).astype(np.float32))
-    assert isinstance(trainer.optimizer, tfmp.LossScaleOptimizer)  # the exact skip is on
-    assert launches.conditionals(trainer.train_step, data) == 1
     assert launches.conditionals(gan.train_step, real) == 2
-    assert launches.xla_conditionals(trainer.train_step, data) == 0
     assert launches.xla_conditionals(gan.train_step, real) == 0
 
 
