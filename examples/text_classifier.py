@@ -83,7 +83,7 @@ def main() -> None:
     steps = int(os.environ.get("TFMP_EXAMPLE_STEPS", "0"))  # 0: whole epochs
     task = TASK
     if steps:
-        task = TASK.replace(steps_per_epoch=max(1, steps // TASK.config.epochs))
+        task = TASK.with_config(steps_per_epoch=max(1, steps // TASK.config.epochs))
     result = training.train(task)
 
     loss, accuracy = result.logs["loss"], result.logs["val_accuracy"]

@@ -134,7 +134,7 @@ def load_task(spec: str, holders: dict[str, flags.FlagHolder]) -> tasks.Task:
             f"--{unknown[0]} is not a setting of the task's config ({type(task.config).__name__}). "
             f"Received: --task={spec}"
         )
-    return task.replace(**_values(type(task.config), given))
+    return task.with_config(**_values(type(task.config), given))
 
 
 # What make_strategy is made from: the settings a strategy made before the task must share with the task's config.

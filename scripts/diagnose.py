@@ -96,7 +96,7 @@ def _task():
                 f"--{holder.name} is for the shipped models, not --task. Received: --task={_TASK.value}"
             )
     task = common.load_task(_TASK.value, _FLAGS)
-    return task if _FLAGS["precision"].present else task.replace(precision=_FLAGS["precision"].value)
+    return task if _FLAGS["precision"].present else task.with_config(precision=_FLAGS["precision"].value)
 
 
 def main(argv):

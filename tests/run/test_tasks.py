@@ -17,7 +17,8 @@ def test_a_tasks_public_surface_is_what_a_task_is():
     public = {name for name in dir(tasks.Task) if not name.startswith("_")}
     assert public == {
         "name",
-        "replace",
+        "with_config",
+        "replace",  # deprecated: with_config
         "load_data",
         "train_data",
         "validation_data",
@@ -143,3 +144,12 @@ def test_a_supervised_task_refuses_a_model_instead_of_a_function_and_an_unknown_
     assert epochs.steps_per_epoch(endless.replace(steps_per_epoch=4), None) == 4
     with pytest.raises(TypeError, match="Received: 'not data'"):
         tasks.SupervisedTask(tiny.dense_model(), "not data", loss="mse").train_data(None)
+
+
+def test_with_config_copies_the_task_with_new_settings_and_replace_still_does_with_a_warning():
+    task = tiny.tiny("logs")
+    other = task.with_config(seed=7)
+    assert (other.config.seed, task.config.seed, type(other)) == (7, tiny.TINY_GAN.seed, type(task))
+    with pytest.warns(DeprecationWarning, match=r"Task\.replace\(\) is deprecated .* use Task\.with_config\(\)"):
+        old = task.replace(seed=7)
+    assert old.config == other.config

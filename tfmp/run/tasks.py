@@ -63,6 +63,7 @@ import abc
 import copy
 import dataclasses
 import importlib
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -148,11 +149,21 @@ class Task(abc.ABC):
         if name is not None:
             self.name = name
 
-    def replace(self, **changes: Any) -> Task:
-        """This task with `dataclasses.replace(config, **changes)` as its config."""
+    def with_config(self, **changes: Any) -> Task:
+        """A copy of this task whose config is `dataclasses.replace(config, **changes)`; this task is unchanged."""
         other = copy.copy(self)
         other.config = dataclasses.replace(self.config, **changes)
         return other
+
+    def replace(self, **changes: Any) -> Task:
+        """Deprecated name of `with_config` (it replaced the config, not the task); removed in tfmp 0.3."""
+        warnings.warn(
+            "Task.replace() is deprecated and will be removed in tfmp 0.3: use Task.with_config(), "
+            f"which does the same. Received: replace(**{changes!r})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.with_config(**changes)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

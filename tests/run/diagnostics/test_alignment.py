@@ -187,3 +187,13 @@ def test_a_frozen_layer_does_not_pass_on_the_input_width():
         model = keras.Model(inputs, keras.layers.Dense(3, name="head")(x), name="f")
     found = {(f.severity, f.layer, f.dimension) for f in diagnostics.tensor_core_report(model).findings}
     assert ("warn", "f/wide", "input features") in found  # 12 is the frozen layer's choice, not the data's
+
+
+def test_tfmp_0_1s_print_fn_still_prints_the_report_with_a_deprecation_warning():
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5)])
+    lines = []
+    with pytest.warns(DeprecationWarning, match=r"tensor_core_report\(print_fn=\.\.\.\) is deprecated .* tfmp 0\.3"):
+        report = diagnostics.tensor_core_report(model, 8, 8, lines.append)
+    assert lines == [str(report)]
+    with pytest.warns(DeprecationWarning):
+        assert str(diagnostics.tensor_core_report(model, 8, print_fn=None)) == str(report)  # None: quiet, as in 0.1

@@ -67,7 +67,7 @@ def _row_task(spec: tasks.Task, batch_size: int, config: BenchmarkConfig, **chan
     runs over the measurement as it runs over a training run.
     """
     steps = config.warmup_steps + config.steps * config.repeats
-    return spec.replace(
+    return spec.with_config(
         batch_size=batch_size,
         seed=config.seed,
         float32_layers=config.float32_layers,

@@ -7,6 +7,7 @@ the reports.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -72,7 +73,7 @@ def state_preserved(trainer: trainers_lib.MixedPrecisionTrainer):
 
 
 def as_trainer(source: Source, loss: Any) -> trainers_lib.MixedPrecisionTrainer:
-    """`source` if it is a trainer, else a `ClassifierTrainer` of the model with `loss` and no loss scaling."""
+    """`source` if it is a trainer, else a `tfmp.Trainer` of the model with `loss` and no loss scaling."""
     if isinstance(source, trainers_lib.MixedPrecisionTrainer):
         return source
     model = next(iter(networks(source).values()))
@@ -81,6 +82,29 @@ def as_trainer(source: Source, loss: Any) -> trainers_lib.MixedPrecisionTrainer:
         raise ValueError(
             f"A plain model needs its loss: pass loss=... or compile the model. Received: loss=None for {model.name!r}"
         )
-    trainer = trainers_lib.ClassifierTrainer(model)
+    trainer = trainers_lib.Trainer(model)
     trainer.compile(keras.optimizers.SGD(), loss=loss, loss_scale="none")
     return trainer
+
+
+# `print_fn` not given: the default of the reports since tfmp 0.2, which print nothing themselves.
+UNSET: Any = object()
+
+
+def removed_print_fn(function: str, print_fn: Any, report: Any) -> None:
+    """tfmp 0.1's `print_fn` argument of a report: warns that it goes in tfmp 0.3, and prints `report` with it.
+
+    The reports return their result (its `str()` is the table) and log
+    nothing themselves since tfmp 0.2; code written for 0.1 that passes
+    `print_fn` keeps working, with a `DeprecationWarning`, for one release.
+    """
+    if print_fn is UNSET:
+        return
+    warnings.warn(
+        f"{function}(print_fn=...) is deprecated and will be removed in tfmp 0.3: the report is returned; print "
+        f"str(report) yourself. Received: print_fn={print_fn!r}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if print_fn is not None:
+        print_fn(str(report))

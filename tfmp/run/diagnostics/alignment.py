@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import keras
 
 from tfmp.float32_layers import layer_paths
 from tfmp.run import _compat
+from tfmp.run.diagnostics import _common
 from tfmp.run.diagnostics._common import Source, is_graph_model, networks, table
 
 __all__ = ["ALIGNMENT", "MISALIGNMENT_COST", "AlignmentFinding", "AlignmentReport", "tensor_core_report"]
@@ -229,6 +231,7 @@ def tensor_core_report(
     source: Source,
     batch_size: int | None = None,
     multiple: int = ALIGNMENT,
+    print_fn: Any = _common.UNSET,
 ) -> AlignmentReport:
     """Finds the dimensions of `source` that keep its math off Tensor Cores.
 
@@ -258,6 +261,7 @@ def tensor_core_report(
         source: A built `keras.Model`, or a trainer (all its networks).
         batch_size: The training batch size, or None to skip that check.
         multiple: The alignment to check (8 for float16/bfloat16).
+        print_fn: Deprecated (tfmp 0.1 printed the report with it): warns, and still prints.
 
     Returns:
         The `AlignmentReport` (its `str()` is the table); `.warnings` are
@@ -298,4 +302,6 @@ def tensor_core_report(
                         "info" if reason else "warn", path, dimension, value, _aligned(value, multiple), reason
                     )
                 )
-    return AlignmentReport(findings, batch_size, multiple)
+    report = AlignmentReport(findings, batch_size, multiple)
+    _common.removed_print_fn("tensor_core_report", print_fn, report)
+    return report

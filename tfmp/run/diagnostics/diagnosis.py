@@ -7,6 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfmp.run.diagnostics import _common
 from tfmp.run.diagnostics._common import Source
 from tfmp.run.diagnostics.alignment import AlignmentReport, tensor_core_report
 from tfmp.run.diagnostics.gradients import GradientReport, gradient_report
@@ -53,18 +54,22 @@ def diagnose(
     loss: Any = None,
     loss_scale: float | str | None = "current",
     batch_size: int | None = None,
+    print_fn: Any = _common.UNSET,
 ) -> Diagnosis:
     """Runs all four reports on `source` with one batch `data`.
 
     `batch_size` is the training batch size the alignment report checks
     (default: the size of `data`). The `Diagnosis`'s `str()` is the four
-    tables.
+    tables. `print_fn`, tfmp 0.1's way to print them, still prints them,
+    with a `DeprecationWarning` (it goes in tfmp 0.3).
     """
     if batch_size is None:
         batch_size = int(tf.shape(tf.nest.flatten(data)[0])[0])
-    return Diagnosis(
+    diagnosis = Diagnosis(
         tensor_core_report(source, batch_size),
         float32_output_report(source, loss),
         gradient_report(source, data, loss, loss_scale),
         first_nonfinite(source, data, loss, loss_scale),
     )
+    _common.removed_print_fn("diagnose", print_fn, diagnosis)
+    return diagnosis

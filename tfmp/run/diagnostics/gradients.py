@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tfmp import trainers as trainers_lib
 from tfmp.float32_layers import layer_paths
+from tfmp.run.diagnostics import _common
 from tfmp.run.diagnostics._common import Source, as_trainer, scale_of, state_preserved, table
 
 __all__ = [
@@ -244,6 +245,8 @@ def gradient_report(
     loss_scale: float | str | None = "current",
     margin: float = SCALE_MARGIN,
     reference: trainers_lib.MixedPrecisionTrainer | None = None,
+    *,
+    print_fn: Any = _common.UNSET,
 ) -> GradientReport:
     """What float16 would lose of each variable's gradient on one batch.
 
@@ -264,6 +267,7 @@ def gradient_report(
         margin: The suggested scale keeps max|g| x scale x margin <= 65504.
         reference: A float32 copy made earlier by `trainer.float32_copy()`,
             to reuse across calls; its weights are refreshed from `source`.
+        print_fn: Deprecated (tfmp 0.1 printed the report with it): warns, and still prints.
 
     Returns:
         The `GradientReport`; its `str()` is the table.
@@ -296,7 +300,9 @@ def gradient_report(
         stats = [_variable_gradients(n, g, scale) for n, g in zip(names, grads)]
         max_abs = max((s.max_abs for s in stats), default=0.0)
         objectives.append(ObjectiveGradients(name, stats, scale, _suggest_scale(max_abs, margin), margin))
-    return GradientReport(objectives, batch_size, _compute_dtype(trainer))
+    report = GradientReport(objectives, batch_size, _compute_dtype(trainer))
+    _common.removed_print_fn("gradient_report", print_fn, report)
+    return report
 
 
 def write_gradient_summaries(report: GradientReport, logdir: str, step: int) -> None:

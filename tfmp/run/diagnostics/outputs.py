@@ -16,6 +16,7 @@ import keras
 from tfmp import trainers as trainers_lib
 from tfmp.float32_layers import layer_paths
 from tfmp.run import _compat
+from tfmp.run.diagnostics import _common
 from tfmp.run.diagnostics._common import Source, is_graph_model, networks, table
 
 __all__ = ["OutputFinding", "OutputReport", "float32_output_report"]
@@ -119,7 +120,7 @@ def _output_dtypes(model: keras.Model) -> list[str]:
     return []  # subclassed: unknown without running it
 
 
-def float32_output_report(source: Source, loss: Any = None) -> OutputReport:
+def float32_output_report(source: Source, loss: Any = None, print_fn: Any = _common.UNSET) -> OutputReport:
     """Finds what should be float32 but is computed in float16 or bfloat16.
 
     * a model output in 16 bits (add a float32 `Activation("linear")`);
@@ -135,6 +136,7 @@ def float32_output_report(source: Source, loss: Any = None) -> OutputReport:
     Args:
         source: A `keras.Model` or a trainer.
         loss: The loss applied to a model's outputs, if it is not compiled.
+        print_fn: Deprecated (tfmp 0.1 printed the report with it): warns, and still prints.
 
     Returns:
         The `OutputReport`; its `str()` is the table.
@@ -180,4 +182,6 @@ def float32_output_report(source: Source, loss: Any = None) -> OutputReport:
                         "compute the loss on float32 outputs (the same fix)",
                     )
                 )
-    return OutputReport(findings)
+    report = OutputReport(findings)
+    _common.removed_print_fn("float32_output_report", print_fn, report)
+    return report

@@ -85,7 +85,7 @@ def paired_start(task: tasks.Task) -> PairedStart:
     Returns:
         A `PairedStart`; compare two with `np.array_equal` / `digest()`.
     """
-    task = task.replace(run_name="paired_start")
+    task = task.with_config(run_name="paired_start")
     with output.lines_to(None):  # the run's own notes, not this check's
         setting = setting_lib.resolve(task)
     steps = epochs_lib.steps_per_epoch(task, setting.data)
@@ -153,7 +153,7 @@ def run_parity(
                 task = parity_task(config, seed, fold, arm)
                 evaluations = _Evaluations()
                 result = runner.Runner(
-                    task.replace(run_name=os.path.join(parent, name)), None, callbacks=[evaluations]
+                    task.with_config(run_name=os.path.join(parent, name)), None, callbacks=[evaluations]
                 ).run()
                 if len(evaluations.loss) < config.average_last:
                     raise training.ConfigError(

@@ -57,6 +57,6 @@ class _ParityTask(tasks.ClassifierTask):
 def parity_task(config: ParityConfig, seed: int, fold: int, arm: Arm) -> tasks.Task:
     """The task of one run: `config.task` (or the classifier) at `seed` and `arm.precision`, on fold `fold`."""
     if config.task is not None:
-        return config.task.replace(seed=int(seed), precision=arm.precision)
+        return config.task.with_config(seed=int(seed), precision=arm.precision)
     run = dataclasses.replace(config.classifier, seed=int(seed), precision=arm.precision)
     return _ParityTask(run, arm, fold, config.folds, config.lr_warmup_steps)
