@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import re
 from typing import Any
+
+# The tables import tfmp, and with it TensorFlow: its start-up lines (oneDNN, CUDA, CPU features) would fill
+# the build's log. Set before the first import, as the scripts do.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 MARKER = re.compile(r"^<!-- settings-table: ([\w.]+) -->$", re.M)
 
