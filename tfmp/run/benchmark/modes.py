@@ -181,6 +181,8 @@ def _measure_compare_row(
                 ops, reads = _count_launches(
                     drivers, {k: v for k, v in models.items() if v is not None}, dataset, config.steps
                 )
+                if xla and not tf.config.list_physical_devices("GPU"):
+                    ops = {}  # a CPU's profile shows a compiled step as one call, not its kernels: no count
     return _RowRun(
         trainer.images_per_sec,
         drivers["hand_written"].images_per_sec if "hand_written" in drivers else [],

@@ -65,6 +65,8 @@ class Record:
             taken as `ratio_to_hand_written` is; None for a GAN.
         ops_per_step: Ops the trainer's step executes (`tfmp.run.benchmark.launches`:
             kernels on a GPU); what a step costs a GPU's host in launches.
+            None for an XLA row on a CPU, whose profile shows the compiled
+            step as one call.
         hand_written_ops_per_step: The same for the hand-written step.
         plain_fit_ops_per_step: The same for plain `fit()`.
         host_reads_per_step: Copies of tensor values to the host per step of
