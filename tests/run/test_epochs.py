@@ -16,7 +16,7 @@ TINY_CLASSIFIER = config_lib.ClassifierConfig(dataset="digits", batch_size=16, a
 def test_a_user_task_without_the_hooks_gets_its_epochs_stream_and_batches_from_its_pipeline():
     x, y = tiny.arrays()
     task = tasks.SupervisedTask(tiny.dense_model(), (x, y), loss="mse", config=config_lib.TrainConfig(batch_size=8))
-    assert not hasattr(task, "stream") and not hasattr(task, "steps_per_epoch")
+    assert task.stream(None, 0) is None and task.steps_per_epoch(None) is None  # Task's defaults: derive them
     assert epochs.steps_per_epoch(task, None) == 3
     first = [b[1].numpy().tolist() for b in task.train_data(None)]
     resumed = [b[1].numpy().tolist() for b in epochs.stream(task, None, 2).take(2)]

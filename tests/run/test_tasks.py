@@ -15,22 +15,31 @@ from tfmp.run import diagnostics, epochs, tasks
 
 def test_a_tasks_public_surface_is_what_a_task_is():
     public = {name for name in dir(tasks.Task) if not name.startswith("_")}
-    assert public == {
-        "name",
-        "with_config",
-        "replace",  # deprecated: with_config
-        "load_data",
-        "train_data",
-        "validation_data",
-        "optimizers",
-        "build_trainer",
-        "build",
-        "hparams",
-        "callbacks",
-    }
+    written = {"name", "with_config", "replace", "load_data", "train_data", "validation_data", "optimizers"}
+    written |= {"build_trainer", "build", "hparams", "callbacks", "loss", "metrics", "hooks"}
+    assert public == written | set(tasks.Task.hooks())
+    assert "replace" in written  # deprecated: with_config
     assert tasks.Task.__abstractmethods__ == {"train_data", "build_trainer"}
     added = {name for name in dir(tasks.SupervisedTask) if not name.startswith("_")} - public
-    assert added == {"build_model", "loss", "metrics", "cpu_bfloat16_float32_layers"}
+    assert added == {"build_model"}
+
+
+def test_every_hook_the_framework_calls_is_declared_and_documented_on_task_and_looked_up_nowhere():
+    import pathlib
+    import re
+
+    hooks = tasks.Task.hooks()
+    assert len(hooks) == 11 and all(hasattr(tasks.Task, hook) for hook in hooks)
+    documented = tasks.Task.__doc__.split("Optional hooks", 1)[1]
+    assert set(re.findall(r"`(\w+)`", documented)) - {"hooks"} == set(hooks)
+    package = pathlib.Path(tasks.__file__).parents[1]
+    lookups = [
+        f"{path}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"(hasattr|getattr)\((task|self\.task|spec)\b", line)
+    ]
+    assert lookups == []
 
 
 def test_the_old_names_are_the_shipped_tasks_and_the_loader():

@@ -100,7 +100,7 @@ def fastest(
             "batch_size": config.batch_size,
             "xla": jit_compile,
             # What decides the float32 layers under bfloat16: the setting and the model's advice.
-            "float32_layers": [config.float32_layers, getattr(task, "cpu_bfloat16_float32_layers", "")],
+            "float32_layers": [config.float32_layers, task.cpu_bfloat16_float32_layers],
         }
         # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
         if "mixed_float16" in candidates:

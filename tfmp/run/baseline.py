@@ -167,21 +167,22 @@ def hand_written_step(
     """The benchmark's baseline for `trainer`, built by `task` (a `tfmp.run.tasks.Task`); None when there is none.
 
     The task's own `hand_written_step(trainer, precision, jit_compile,
-    steps_per_epoch)` when it defines one; otherwise, from the trainer's
+    steps_per_epoch)` when it gives one (not None); otherwise, from the trainer's
     kind and fresh copies of the task's optimizers (`task.optimizers`):
     `supervised` for a `tfmp.Trainer` (with the task's `loss()`, or the
     trainer's compiled loss), `gan` for a `tfmp.GANTrainer` (seeded by
     `config.seed`), and None for any other trainer.
     """
-    if hasattr(task, "hand_written_step"):
-        return task.hand_written_step(trainer, precision, jit_compile, steps_per_epoch)
+    own = task.hand_written_step(trainer, precision, jit_compile, steps_per_epoch)
+    if own is not None:
+        return own
     optimizers = tuple(task.optimizers(steps_per_epoch))
     if isinstance(trainer, trainers.GANTrainer):
         return gan(trainer, optimizers, precision, jit_compile, task.config.seed)
     if isinstance(trainer, trainers.Trainer):
         (optimizer,) = optimizers
-        loss = task.loss() if hasattr(task, "loss") else trainer.loss
-        return supervised(trainer.network, optimizer, loss, precision, jit_compile)
+        loss = task.loss()
+        return supervised(trainer.network, optimizer, trainer.loss if loss is None else loss, precision, jit_compile)
     return None
 
 
@@ -200,7 +201,8 @@ def plain_fit_model(
         return None
     (optimizer,) = tuple(task.optimizers(steps_per_epoch))
     network = trainer.network
-    loss = task.loss() if hasattr(task, "loss") else trainer.loss
-    metrics = task.metrics() if hasattr(task, "metrics") else None
+    loss = task.loss()
+    loss = trainer.loss if loss is None else loss
+    metrics = task.metrics() or None
     network.compile(optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile)
     return network

@@ -36,8 +36,9 @@ def steps_per_epoch(task: Any, data: Any) -> int:
         ConfigError: when the pipeline yields no batch, or repeats forever
             or has an unknown length and `config.steps_per_epoch` is not set.
     """
-    if hasattr(task, "steps_per_epoch"):
-        return task.steps_per_epoch(data)
+    own = task.steps_per_epoch(data)
+    if own is not None:
+        return own
     c = task.config
     batches = int(task.train_data(data).cardinality())
     if batches == 0:
@@ -68,8 +69,9 @@ def stream(task: Any, data: Any, position: int = 0) -> tf.data.Dataset:
 
     The task's own `stream(data, position)` when it defines one.
     """
-    if hasattr(task, "stream"):
-        return task.stream(data, position)
+    own = task.stream(data, position)
+    if own is not None:
+        return own
     return task.train_data(data).repeat().skip(position)
 
 

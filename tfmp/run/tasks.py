@@ -36,16 +36,16 @@ Two ways to make one:
   has them. The shipped GAN and image classifier are such subclasses
   (`tfmp.run.shipped`).
 
-What the run framework derives, a task may also customise, by defining a
-method or attribute of the same name, which the module that uses it looks
-for: the console's fields and TensorBoard's layout (`console_fields`,
-`summary_route`, `example_unit`, `describe_data`, in
-`tfmp.run.callbacks.display`), the epoch's length and the resumed stream
-(`steps_per_epoch`, `stream`, in `tfmp.run.epochs`), the diagnosis's batch
-(`probe`, `tfmp.run.diagnostics.probe`), the benchmark's batch and baseline
-(`benchmark_batch`, `tfmp.run.benchmark.workload`; `hand_written_step`,
-`tfmp.run.baseline`) and the float32 advice for bfloat16 on a CPU
-(`cpu_bfloat16_float32_layers`, `float32_pattern`).
+What the run framework derives, a task may also customise: `Task` declares
+each optional hook with a default that says "derive it" (None, or the
+common value), and the module that uses it derives what the default leaves
+open. Display: `console_fields`, `example_unit`, `summary_route`,
+`describe_data` (`tfmp.run.callbacks.display`). Epochs and resume:
+`steps_per_epoch`, `stream` (`tfmp.run.epochs`). Diagnosis and benchmark:
+`probe` (`tfmp.run.diagnostics.probe`), `benchmark_batch`,
+`drop_remainder` (`tfmp.run.benchmark`), `hand_written_step`
+(`tfmp.run.baseline`). Precision: `cpu_bfloat16_float32_layers`
+(`float32_pattern`). `Task.hooks()` names them all.
 
 A Task is cheap to make and holds no TensorFlow state: `build` makes new
 networks each call, under the dtype policy the caller has set
@@ -101,10 +101,10 @@ def float32_pattern(task: Any, precision: str) -> str:
 
     The task's `config.float32_layers`, where `"auto"` is the model's advice
     for bfloat16 on a CPU: the task's `cpu_bfloat16_float32_layers`
-    attribute, if it has one (a string; "" for none), and none otherwise
+    attribute ("" for none, `Task`'s default)
     (`tfmp.float32_layers.resolve_float32_layers`).
     """
-    advice = getattr(task, "cpu_bfloat16_float32_layers", "")
+    advice = task.cpu_bfloat16_float32_layers
     return float32_layers.resolve_float32_layers(task.config.float32_layers, precision, advice)
 
 
@@ -127,10 +127,18 @@ class Task(abc.ABC):
     """A model's part of a run: its data and the trainer it builds.
 
     Implement `train_data` and `build_trainer`; override `load_data`,
-    `validation_data`, `optimizers`, `hparams` and `callbacks` where the
-    model has them. The run framework passes `data` (whatever `load_data`
-    returned) back to the data methods and never looks inside it. `build`
-    is what the framework calls; it is not meant to be overridden.
+    `validation_data`, `optimizers`, `hparams`, `callbacks`, `loss` and
+    `metrics` where the model has them. The run framework passes `data`
+    (whatever `load_data` returned) back to the data methods and never looks
+    inside it. `build` is what the framework calls; it is not meant to be
+    overridden.
+
+    Optional hooks, each with a default that lets the framework derive it:
+    for display `console_fields`, `example_unit`, `summary_route`,
+    `describe_data`; for epochs and resume `steps_per_epoch`, `stream`; for
+    diagnosis and the benchmark `probe`, `benchmark_batch`,
+    `drop_remainder`, `hand_written_step`; for precision
+    `cpu_bfloat16_float32_layers`. `hooks()` names them.
 
     Args:
         config: The run's settings (precision, batch size, epochs, ...); the
@@ -253,6 +261,88 @@ class Task(abc.ABC):
     def callbacks(self, trainer: trainers.MixedPrecisionTrainer, run_dir: str) -> list[keras.callbacks.Callback]:
         """The model's own callbacks of a run writing to `run_dir`."""
         return []
+
+    def loss(self) -> Any:
+        """The loss, as `compile()` takes it; None: the trainer's compiled loss (`SupervisedTask` gives its own)."""
+        return None
+
+    def metrics(self) -> list[Any]:
+        """The metrics, as `compile()` takes them; none by default (`SupervisedTask` gives its own)."""
+        return []
+
+    # -- optional hooks: display -------------------------------------------------
+    # Each default says "derive it": the module named uses the hook and derives what a None leaves open.
+
+    #: The console's `(label, log key)` pairs; None: the loss and the first metric (`tfmp.run.callbacks.display`).
+    console_fields: tuple[tuple[str, str], ...] | None = None
+    #: What the throughput counts, printed as `<unit>/s`: `"ex"` (examples); the image tasks say `"img"`.
+    example_unit: str = "ex"
+
+    def summary_route(self, key: str) -> tuple[str, str] | None:
+        """TensorBoard's `(run, name)` for the log `key`; None: Keras's layout (`display.keras_route`)."""
+        return None
+
+    def describe_data(self) -> str:
+        """The data, as the run's first line names it (`"dataset=digits"`); "" says nothing."""
+        return ""
+
+    # -- optional hooks: epochs and resume --------------------------------------
+
+    def steps_per_epoch(self, data: Any) -> int | None:
+        """The training steps of an epoch; None: counted from the pipeline (`tfmp.run.epochs.steps_per_epoch`)."""
+        return None
+
+    def stream(self, data: Any, position: int) -> tf.data.Dataset | None:
+        """The training batches from global step `position` on, epoch after epoch; None: `train_data` repeated.
+
+        A resumed run continues this stream where it stopped (`tfmp.run.epochs.stream`).
+        """
+        return None
+
+    # -- optional hooks: diagnosis and benchmark --------------------------------
+
+    def probe(self, data: Any) -> Any:
+        """The batch the diagnosis and `auto` measure on; None: the pipeline's first (`tfmp.run.diagnostics.probe`)."""
+        return None
+
+    def benchmark_batch(self) -> Any:
+        """The batch a benchmark row feeds; None: `probe` over `load_data()` (`tfmp.run.benchmark.benchmark_batch`)."""
+        return None
+
+    #: Whether the training pipeline drops a last partial batch (the benchmark's input pipeline counts batches so).
+    drop_remainder: bool = False
+
+    def hand_written_step(
+        self, trainer: trainers.MixedPrecisionTrainer, precision: str, jit_compile: bool, steps_per_epoch: int
+    ) -> Any:
+        """The benchmark's baseline; None: made from the trainer's kind (`tfmp.run.baseline.hand_written_step`)."""
+        return None
+
+    # -- optional hooks: precision -----------------------------------------------
+
+    #: The `float32_layers` pattern `"auto"` keeps in float32 for bfloat16 on a CPU ("" for none; `float32_pattern`).
+    cpu_bfloat16_float32_layers: str = ""
+
+    @classmethod
+    def hooks(cls) -> tuple[str, ...]:
+        """The names of the optional hooks the run framework calls, as this class declares them."""
+        return _HOOKS
+
+
+# The optional hooks, in the order `Task` declares them; `Task.hooks()` and the docstring list them.
+_HOOKS = (
+    "console_fields",
+    "example_unit",
+    "summary_route",
+    "describe_data",
+    "steps_per_epoch",
+    "stream",
+    "probe",
+    "benchmark_batch",
+    "drop_remainder",
+    "hand_written_step",
+    "cpu_bfloat16_float32_layers",
+)
 
 
 def _clone_optimizer(optimizer: str | keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:

@@ -17,7 +17,7 @@ def test_a_user_task_without_a_probe_gets_its_first_training_batch():
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(20, 4)).astype(np.float32), rng.integers(0, 3, 20)
     task = tasks.SupervisedTask(_model, (x, y), loss="mse", config=config_lib.TrainConfig(batch_size=8))
-    assert not hasattr(task, "probe")
+    assert task.probe(None) is None  # Task's default: derive it
     features, labels = diagnostics.probe(task, None)
     first_features, first_labels = next(iter(task.train_data(None)))
     np.testing.assert_array_equal(features.numpy(), first_features.numpy())

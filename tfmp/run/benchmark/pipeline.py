@@ -58,7 +58,7 @@ def training_pipeline(task: tasks.Task) -> Pipeline:
     """
     data = task.load_data()
     if isinstance(task.config, ImageConfig):
-        sizes = epoch_batch_sizes(len(data.x_train), task.config.batch_size, getattr(task, "drop_remainder", False))
+        sizes = epoch_batch_sizes(len(data.x_train), task.config.batch_size, task.drop_remainder)
     else:
         sizes = tuple(int(tf.nest.flatten(batch)[0].shape[0]) for batch in task.train_data(data))
     return Pipeline(task.train_data(data).repeat(), sizes)

@@ -64,8 +64,9 @@ def benchmark_batch(task: tasks.Task) -> Any:
     `tfmp.run.diagnostics.probe` over `task.load_data()`, the first batch of
     the task's own training data.
     """
-    if hasattr(task, "benchmark_batch"):
-        return task.benchmark_batch()
+    own = task.benchmark_batch()
+    if own is not None:
+        return own
     return probe(task, task.load_data())
 
 

@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 
 def console_fields(task: Any) -> tuple[tuple[str, str], ...]:
     """The `(label, log key)` pairs of `task`'s console lines: its `console_fields`, or its loss and first metric."""
-    if hasattr(task, "console_fields"):
+    if task.console_fields is not None:
         return tuple(task.console_fields)
-    metrics = task.metrics()[:1] if hasattr(task, "metrics") else []
+    metrics = task.metrics()[:1]
     names = [m if isinstance(m, str) else getattr(m, "name", None) for m in metrics]
     return (("Loss", "loss"),) + tuple((n.replace("_", " ").title(), n) for n in names if n)
 
@@ -50,18 +50,22 @@ def keras_route(key: str) -> tuple[str, str]:
 
 
 def summary_route(task: Any) -> Callable[[str], tuple[str, str]]:
-    """Where each of `task`'s logs goes in TensorBoard: its `summary_route`, or `keras_route`."""
-    return task.summary_route if hasattr(task, "summary_route") else keras_route
+    """Where each of `task`'s logs goes in TensorBoard: its `summary_route`, or `keras_route` where that says None."""
+
+    def route(key: str) -> tuple[str, str]:
+        return task.summary_route(key) or keras_route(key)
+
+    return route
 
 
 def example_unit(task: Any) -> str:
     """What `task`'s throughput counts: its `example_unit`, or `"ex"` (examples)."""
-    return getattr(task, "example_unit", "ex")
+    return task.example_unit
 
 
 def describe_data(task: Any) -> str:
     """`task`'s data in the run's description line: its `describe_data()`, or "" (nothing said)."""
-    return task.describe_data() if hasattr(task, "describe_data") else ""
+    return task.describe_data()
 
 
 def announce_float32_layers(task: Any, built: Any, precision: str) -> None:

@@ -18,8 +18,9 @@ def probe(task: Any, data: Any) -> Any:
     Raises:
         ConfigError: when the training pipeline gives no batch.
     """
-    if hasattr(task, "probe"):
-        return task.probe(data)
+    own = task.probe(data)
+    if own is not None:
+        return own
     for batch in task.train_data(data).take(1):
         return batch
     raise ConfigError(f"The training data of {task.name!r} is empty: its pipeline gave no batch.")
