@@ -392,6 +392,45 @@ def test_a_skipped_step_leaves_batch_norm_statistics_and_weights_bit_for_bit(pre
     _assert_unchanged_but_seeds(before, trainer, draws=[1])  # the Dropout drew its mask
 
 
+@pytest.mark.parametrize("precision, bad", [("float32", "nan"), ("mixed_float16", "overflow")])
+def test_the_compiled_update_a_gpu_runs_skips_a_step_bit_for_bit_too(precision, bad):
+    """`jit_compile=True` (the default on a GPU): no branch, each variable selected; a skip still changes nothing."""
+    x, y = _images(4, 8)
+    with tfmp.precision_scope(precision):
+        trainer = trainers.Trainer(_bn_classifier())
+        if bad == "overflow":
+            optimizer = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.1), initial_scale=2.0**24, jit_compile=True)
+        else:
+            optimizer = tfmp.LossScaleOptimizer(
+                keras.optimizers.Adam(0.1), dynamic=False, initial_scale=1.0, jit_compile=True
+            )
+            x[2, 5, 5, 1] = np.nan
+        trainer.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    before = _all_values(trainer)
+    history = trainer.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False).history
+    assert int(trainer.optimizer.skipped_steps) == 1 and np.isnan(history["loss"][0])  # nothing counted
+    _assert_unchanged_but_seeds(before, trainer, draws=[1])
+
+
+def test_the_compiled_update_keeps_a_skipped_steps_loss_and_metrics_out_of_the_means_exactly():
+    x, y = _data(32)
+    poisoned = x.copy()
+    poisoned[9] = np.nan
+
+    def history(x, y):
+        trainer = trainers.Trainer(_linear_classifier())
+        optimizer = tfmp.LossScaleOptimizer(
+            keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1.0, jit_compile=True
+        )
+        trainer.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        return trainer.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
+
+    with_nan = history(poisoned, y)
+    clean = history(np.concatenate([x[:8], x[16:]]), np.concatenate([y[:8], y[16:]]))
+    assert with_nan["skipped_steps"] == [1, 2]
+    assert with_nan["loss"] == clean["loss"] and with_nan["accuracy"] == clean["accuracy"]
+
+
 def test_a_finite_step_updates_batch_norm_statistics_as_without_skipping():
     """The restore is conditional: a finite step trains exactly as a plain optimizer does."""
     x, y = _images(4, 8)
