@@ -7,10 +7,12 @@ at its spaces) and lets the dotted names of the API headings wrap after a dot. T
 tables (parameters, attributes, settings), and other pages' tables of `WIDE_TABLE` columns or
 more, get each cell labelled with its column's header (`data-label`), so that
 docs/stylesheets/extra.css can stack a row's cells on a narrow screen instead of scrolling
-columns out of sight. A word too long for
-a narrow screen (a dotted path, a file path, a list of values) may wrap after its separators: after
-a dot before a name, a slash, a comma, an opening parenthesis or `::`; and a part between those
-still longer than `LONG_PART` characters after its underscores and hyphens. Only the HTML's layout
+columns out of sight. Only a word too long for a narrow screen's line (more than `NARROW_WORD`
+characters) gets break points, so on a wide screen and for every shorter word nothing breaks: after
+a slash in a path; after a dot before a name in a dotted name (not a leading dot, and not in a path,
+whose file's extension stays on); after a comma, an `=`, an opening parenthesis or `::`; and inside
+a part between those that is longer than `LONG_PART` characters, after its underscores and
+hyphens, unless it is the word's last part or a flag's name (`--flag`). Only the HTML's layout
 changes: the text, and what a reader copies, stay the same.
 """
 
@@ -22,9 +24,14 @@ import re
 _INLINE_CODE = re.compile(r"<code>([^<]*)</code>")
 _PRE = re.compile(r"(<pre\b.*?</pre>)", re.DOTALL)
 _OBJECT_NAME = re.compile(r'(<span class="doc doc-object-name[^"]*">)([^<]*)(</span>)')
-# Where a long word may wrap: after a dot that starts a name (not a decimal point), a slash, a comma,
-# an opening parenthesis with arguments after it, `::`.
-_SEPARATOR = re.compile(r"(?<=\.)(?=[A-Za-z_])|(?<=[/,])(?=.)|(?<=\()(?=[^)])|(?<=::)(?=.)")
+# A word of inline code longer than this may wrap on a narrow screen (a 420-px screen holds about 40
+# characters of code after the text before it); shorter words never do.
+NARROW_WORD = 32
+# Where a long word may wrap: after a dot that follows a name and starts one (not a decimal point or a
+# leading dot), a slash, a comma, an `=`, an opening parenthesis with arguments after it, `::`.
+_SEPARATOR = re.compile(r"(?<=[\w)]\.)(?=[A-Za-z_])|(?<=[/,=])(?=.)|(?<=\()(?=[^)])|(?<=::)(?=.)")
+# In a path, only after its slashes (and commas): `digits.npz` keeps its extension.
+_PATH_SEPARATOR = re.compile(r"(?<=[/,])(?=.)")
 # A part (between separators) longer than this may also wrap after its underscores and hyphens.
 LONG_PART = 24
 _INNER = re.compile(r"(?<=[_-])(?=[^_-])")
@@ -41,13 +48,23 @@ _ENTITY = re.compile(r"&[#\w]+;")
 
 
 def _break_points(word: str) -> str:
-    """`word` with `<wbr>` after its separators, and inside its long parts; entities kept whole."""
+    """`word` with `<wbr>` where a narrow screen may wrap it (see the module docstring); entities kept whole."""
     entities = _ENTITY.findall(word)
     # Each entity stands in as one private-use character while the break points are placed.
     for i, entity in enumerate(entities):
         word = word.replace(entity, chr(0xE000 + i), 1)
-    parts = _SEPARATOR.split(word)
-    word = "<wbr>".join(_INNER.sub("<wbr>", p) if len(p) > LONG_PART else p for p in parts)
+    if len(word) > NARROW_WORD:
+        path = "/" in word and not word.startswith("--")
+        parts = (_PATH_SEPARATOR if path else _SEPARATOR).split(word)
+        flag = word.startswith("--")
+
+        def inner(index: int, part: str) -> str:
+            last = index == len(parts) - 1
+            if len(part) <= LONG_PART or last or (flag and index == 0):
+                return part
+            return _INNER.sub("<wbr>", part)
+
+        word = "<wbr>".join(inner(i, p) for i, p in enumerate(parts))
     for i, entity in enumerate(entities):
         word = word.replace(chr(0xE000 + i), entity, 1)
     return word

@@ -37,26 +37,46 @@ def test_a_word_split_by_a_line_break_in_the_source_is_two_words():
 
 def test_long_words_wrap_after_their_separators_only():
     # A dotted name after its dots (not a decimal point), a path after its slashes, a list after its commas.
-    html = "<code>tfmp.cpu_kernels.float32_gradients(0.35) a/b/c --precisions=float32,bf16 x::y compile()</code>"
+    html = (
+        "<code>tfmp.cpu_kernels.float32_gradients(0.35) docs/guides/benchmark-methodology.md "
+        "--precisions=float32,mixed_bfloat16,mixed_float16 tfmp.run.benchmark::launches_op_events</code>"
+    )
     assert narrow_screens.wrap_points(html) == (
         '<code><span class="nobr">tfmp.<wbr>cpu_kernels.<wbr>float32_gradients(<wbr>0.35)</span> '
-        '<span class="nobr">a/<wbr>b/<wbr>c</span> <span class="nobr">--precisions=float32,<wbr>bf16</span> '
-        '<span class="nobr">x::<wbr>y</span> <span class="nobr">compile()</span></code>'
+        '<span class="nobr">docs/<wbr>guides/<wbr>benchmark-methodology.md</span> '
+        '<span class="nobr">--precisions=<wbr>float32,<wbr>mixed_bfloat16,<wbr>mixed_float16</span> '
+        '<span class="nobr">tfmp.<wbr>run.<wbr>benchmark::<wbr>launches_op_events</span></code>'
     )
 
 
-def test_a_long_part_also_wraps_after_its_underscores_and_hyphens():
+def test_a_word_that_fits_a_narrow_screen_never_breaks():
+    # Flags, short paths, file names, a leading dot: each fits a 420-px line, so no break point at any width.
+    words = ["--strategy=multi_worker", ".ci/run", "tfmp/datasets/digits.npz", "tensorboard-plugin-profile"]
+    words += ["TF_CPU_ALLOCATOR_USE_BFC=true", "make_strategy(&quot;multi_worker&quot;)", "a/b/c", "x::y"]
+    for word in words:
+        assert narrow_screens.wrap_points(f"<code>{word}</code>") == f'<code><span class="nobr">{word}</span></code>'
+
+
+def test_a_long_part_also_wraps_after_its_underscores_and_hyphens_but_not_the_last_or_a_flags_name():
     html = "<code>20261126-185627_text_classifier_mixed_float16/train</code>"
     assert narrow_screens.wrap_points(html) == (
         '<code><span class="nobr">20261126-<wbr>185627_<wbr>text_<wbr>classifier_<wbr>mixed_<wbr>float16/<wbr>'
         "train</span></code>"
     )
+    # A path's last part (a file's name) and a flag's name stay whole.
+    assert narrow_screens.wrap_points("<code>logs/a_very_long_run_name_of_the_mixed_float16_gan</code>") == (
+        '<code><span class="nobr">logs/<wbr>a_very_long_run_name_of_the_mixed_float16_gan</span></code>'
+    )
+    assert narrow_screens.wrap_points("<code>--tensorboard_profile_batches_to_keep=10,20</code>") == (
+        '<code><span class="nobr">--tensorboard_profile_batches_to_keep=<wbr>10,<wbr>20</span></code>'
+    )
 
 
 def test_entities_stay_whole():
-    html = "<code>make_strategy(&quot;multi_worker&quot;)</code>"
+    html = "<code>make_strategy(&quot;multi_worker&quot;,cluster_resolver=resolver)</code>"
     assert narrow_screens.wrap_points(html) == (
-        '<code><span class="nobr">make_strategy(<wbr>&quot;multi_worker&quot;)</span></code>'
+        '<code><span class="nobr">make_strategy(<wbr>&quot;multi_worker&quot;,<wbr>cluster_resolver=<wbr>'
+        "resolver)</span></code>"
     )
 
 
