@@ -52,6 +52,16 @@ def test_native_16_bit_types_are_read_from_the_cpu_flags(text, bfloat16, float16
 
 
 @pytest.mark.parametrize(
+    "text, kind",
+    [(AVX2, "AVX2 only"), (AVX512_BF16, "AVX512-BF16"), (AVX512_FP16, "AVX512-FP16"), (ARM_FP16, "Arm BF16"), ("", "")],
+)
+def test_the_cpu_class_the_figures_name_is_read_from_the_flags(text, kind, tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text(text)
+    assert cpu_kernels.cpu_class(str(path)) == kind
+
+
+@pytest.mark.parametrize(
     "times, routed",
     [
         (AVX2_TIMES, {*CONV}),  # a gradient kernel at 1.2x float32's time stays float16's

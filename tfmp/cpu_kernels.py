@@ -56,6 +56,7 @@ from tfmp import _cache, _compat
 __all__ = [
     "GRADIENT_FAMILIES",
     "KernelTimes",
+    "cpu_class",
     "cpu_has_bfloat16",
     "cpu_has_float16",
     "describe",
@@ -121,6 +122,28 @@ def cpu_has_float16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     the arithmetic is float32's, so it does not count.
     """
     return bool(_FP16_FLAGS & _cpu_flags(cpuinfo))
+
+
+def cpu_class(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's class as tfmp's figures name it: its 16-bit instructions, or the widest vector unit.
+
+    `"AMX"`, `"AVX512-FP16"`, `"AVX512-BF16"`, `"AVX-512"`, `"AVX2 only"`, `"Arm BF16"` or `"Arm"`
+    (from `/proc/cpuinfo`'s flags); `""` where they cannot be read.
+    """
+    flags = _cpu_flags(cpuinfo)
+    if not flags:
+        return ""
+    if "amx_bf16" in flags or "amx_fp16" in flags:
+        return "AMX"
+    if "avx512_fp16" in flags:
+        return "AVX512-FP16"
+    if "avx512_bf16" in flags:
+        return "AVX512-BF16"
+    if "avx512f" in flags:
+        return "AVX-512"
+    if "avx2" in flags:
+        return "AVX2 only"
+    return "Arm BF16" if "bf16" in flags else "Arm"
 
 
 def machine_id(cpuinfo: str = "/proc/cpuinfo") -> str:

@@ -27,11 +27,14 @@ import dataclasses
 import importlib
 import json
 import math
+import os
 import statistics
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import tensorflow as tf
+
+from tfmp import cpu_kernels
 
 __all__ = [
     "Gap",
@@ -162,7 +165,11 @@ def _device_name() -> str:
 
     gpus = tf.config.list_physical_devices("GPU")
     names = sorted({tf.config.experimental.get_device_details(g).get("device_name", "GPU") for g in gpus})
-    return f"{len(gpus)} x {' + '.join(names)}" if gpus else f"CPU ({platform.processor() or platform.machine()})"
+    if gpus:
+        return f"{len(gpus)} x {' + '.join(names)}"
+    machine = platform.processor() or platform.machine()
+    kind = cpu_kernels.cpu_class()
+    return f"CPU ({machine}, {kind}, {os.cpu_count()} cores)" if kind else f"CPU ({machine}, {os.cpu_count()} cores)"
 
 
 def _has_memory(record: ThroughputRecord) -> bool:
