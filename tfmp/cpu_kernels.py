@@ -124,26 +124,21 @@ def cpu_has_float16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return bool(_FP16_FLAGS & _cpu_flags(cpuinfo))
 
 
-def cpu_class(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's class as tfmp's figures name it: its 16-bit instructions, or the widest vector unit.
+# The CPU classes tfmp's figures are named by, each by the flag that marks it, the first that matches.
+_CLASSES = (
+    ("AMX", {"amx_bf16", "amx_fp16"}),
+    ("AVX512-FP16", {"avx512_fp16"}),
+    ("AVX512-BF16", {"avx512_bf16"}),
+    ("AVX-512", {"avx512f"}),
+    ("AVX2 only", {"avx2"}),
+    ("Arm BF16", {"bf16"}),
+)
 
-    `"AMX"`, `"AVX512-FP16"`, `"AVX512-BF16"`, `"AVX-512"`, `"AVX2 only"`, `"Arm BF16"` or `"Arm"`
-    (from `/proc/cpuinfo`'s flags); `""` where they cannot be read.
-    """
+
+def cpu_class(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's class as tfmp's figures name it (`_CLASSES`; `"Arm"` for other flags, "" for none readable)."""
     flags = _cpu_flags(cpuinfo)
-    if not flags:
-        return ""
-    if "amx_bf16" in flags or "amx_fp16" in flags:
-        return "AMX"
-    if "avx512_fp16" in flags:
-        return "AVX512-FP16"
-    if "avx512_bf16" in flags:
-        return "AVX512-BF16"
-    if "avx512f" in flags:
-        return "AVX-512"
-    if "avx2" in flags:
-        return "AVX2 only"
-    return "Arm BF16" if "bf16" in flags else "Arm"
+    return next((name for name, marks in _CLASSES if marks & flags), "Arm" if flags else "")
 
 
 def machine_id(cpuinfo: str = "/proc/cpuinfo") -> str:
