@@ -182,6 +182,12 @@ def _on_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
+def _keep_new_if(condition: tf.Tensor, pairs: Iterable[tuple[keras.Variable, tf.Tensor]]) -> None:
+    """Each `(variable, old value)`: the variable keeps what it holds now when `condition`, else `old` again."""
+    for variable, old in pairs:
+        variable.assign(tf.where(condition, tf.convert_to_tensor(variable), old))
+
+
 def _check_jit_compile(jit_compile: Any) -> bool | str:
     if jit_compile is True or jit_compile is False or jit_compile == "auto":
         return jit_compile
@@ -449,25 +455,19 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         guard.taken = True
         return guard
 
-    def _selects(self) -> bool:
-        """Whether this update selects new or old values (compiled) rather than branching on the finite check."""
-        if _compat.tracing_for_xla():
-            return True
-        return self._compiles()
-
     def _compiles(self) -> bool:
-        """Whether this update is compiled with XLA on its own (`jit_compile`); one replica only."""
-        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
-            return False
+        """Whether `jit_compile` asks for the update compiled with XLA on its own, here."""
         return self.jit_compile is True or (self.jit_compile == "auto" and _on_gpu())
 
     def _apply_if_finite(self, grads, trainable_variables=None, unscale=True, keep=()):
         if tf.distribute.in_cross_replica_context():
             raise ValueError("apply() must be called in a replica context.")
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        if _compat.strategy_supports_no_merge_call() and replicas == 1 and self._selects():
+        in_xla = _compat.tracing_for_xla()
+        # One replica, compiled (the whole step by XLA, or the update on its own): select, do not branch.
+        if _compat.strategy_supports_no_merge_call() and replicas == 1 and (in_xla or self._compiles()):
             guard = self._take_guard()
-            if _compat.tracing_for_xla():
+            if in_xla:
                 self._select_update(grads, trainable_variables, unscale, keep, guard.restore)
             else:
                 self._compiled_update(trainable_variables, unscale, keep, guard)(
@@ -566,10 +566,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         written = list(variables) + list(self.inner_optimizer.variables)
         before = [tf.convert_to_tensor(variable) for variable in written]
         self._apply_inner(grads, trainable_variables, unscale, keep)
-        for variable, old in zip(written, before):
-            variable.assign(tf.where(finite, tf.convert_to_tensor(variable), old))
-        for variable, old in restore:
-            variable.assign(tf.where(finite, tf.convert_to_tensor(variable), old))
+        _keep_new_if(finite, [*zip(written, before), *restore])
         self._update_state(finite)
         return finite
 
@@ -580,9 +577,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         before = [tf.convert_to_tensor(variable) for variable in guard.written]
         for update in guard.if_applied:
             update()
-        applied = tf.logical_not(self.last_step_skipped)
-        for variable, old in zip(guard.written, before):
-            variable.assign(tf.where(applied, tf.convert_to_tensor(variable), old))
+        _keep_new_if(tf.logical_not(self.last_step_skipped), zip(guard.written, before))
 
     def _apply_inner(self, grads, trainable_variables, unscale, keep):
         if unscale and self._scale_or_none is not None:

@@ -150,15 +150,16 @@ def count_host_reads() -> Iterator[list[int]]:
     count = [0]
     numpy_read = _tf_ops._EagerTensorBase._numpy
     array, asarray = np.array, np.asarray
+    gpu = bool(_tf_config.list_physical_devices("GPU"))
 
     def counted(tensor: Any) -> Any:
-        count[0] += _waits(tensor)
+        count[0] += _waits(tensor, gpu)
         return numpy_read(tensor)
 
     def counting(convert: Callable[..., Any]) -> Callable[..., Any]:
         def convert_counted(value: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(value, _tf_ops._EagerTensorBase):
-                count[0] += _waits(value)
+                count[0] += _waits(value, gpu)
             return convert(value, *args, **kwargs)
 
         return convert_counted
@@ -193,9 +194,9 @@ def on_host() -> Iterator[None]:
         _HOST_SIDE.active = outer
 
 
-def _waits(tensor: Any) -> int:
+def _waits(tensor: Any, gpu: bool) -> int:
     """1 if reading `tensor` would wait for an accelerator (see `count_host_reads`), else 0."""
-    if _tf_config.list_physical_devices("GPU"):
+    if gpu:
         return 0 if "CPU" in tensor.device.upper() else 1
     return 0 if getattr(_HOST_SIDE, "active", False) else 1
 
