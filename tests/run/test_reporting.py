@@ -11,41 +11,9 @@ import os
 import sys
 
 import pytest
+from record_keys import COMPARE_KEYS
 
 from tfmp.run import benchmark, parity, reporting
-
-KEYS = [
-    "model",
-    "precision",
-    "xla",
-    "batch_size",
-    "images_per_sec",
-    "images_per_sec_min",
-    "images_per_sec_max",
-    "unit",
-    "step_ms",
-    "ratio_to_float32",
-    "ratio_to_float32_min",
-    "ratio_to_float32_max",
-    "ratio_to_hand_written",
-    "ratio_to_hand_written_min",
-    "ratio_to_hand_written_max",
-    "peak_host_mb",
-    "peak_gpu_mb",
-    "allocator",
-    "peak_mb",
-    "step_mb",
-    "peak_ratio_to_float32",
-    "step_ratio_to_float32",
-    "runs",
-    "ratio_to_plain_fit",
-    "ops_per_step",
-    "hand_written_ops_per_step",
-    "plain_fit_ops_per_step",
-    "host_reads_per_step",
-    "hand_written_host_reads_per_step",
-    "plain_fit_host_reads_per_step",
-]
 
 
 def _record(model, precision, images_per_sec):
@@ -78,7 +46,7 @@ def records():
 
 def test_markdown_table_has_a_header_and_one_row_per_record(records):
     lines = reporting.markdown_table(records).splitlines()
-    assert [cell.strip() for cell in lines[0].strip("|").split("|")] == KEYS
+    assert [cell.strip() for cell in lines[0].strip("|").split("|")] == COMPARE_KEYS
     assert len(lines) == 2 + len(records)
     assert lines[3].startswith("| tiny | mixed_bfloat16 | false | 8 | ")
     assert lines[3].endswith(" | n/a | 1 |" + " n/a |" * 7)  # no GPU figure; one run; no launches counted

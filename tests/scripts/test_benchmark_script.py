@@ -12,41 +12,10 @@ import sys
 
 import pytest
 import script_server
+from record_keys import COMPARE_KEYS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "benchmark.py")
-KEYS = [
-    "model",
-    "precision",
-    "xla",
-    "batch_size",
-    "images_per_sec",
-    "images_per_sec_min",
-    "images_per_sec_max",
-    "unit",
-    "step_ms",
-    "ratio_to_float32",
-    "ratio_to_float32_min",
-    "ratio_to_float32_max",
-    "ratio_to_hand_written",
-    "ratio_to_hand_written_min",
-    "ratio_to_hand_written_max",
-    "peak_host_mb",
-    "peak_gpu_mb",
-    "allocator",
-    "peak_mb",
-    "step_mb",
-    "peak_ratio_to_float32",
-    "step_ratio_to_float32",
-    "runs",
-    "ratio_to_plain_fit",
-    "ops_per_step",
-    "hand_written_ops_per_step",
-    "plain_fit_ops_per_step",
-    "host_reads_per_step",
-    "hand_written_host_reads_per_step",
-    "plain_fit_host_reads_per_step",
-]
 
 
 def _load_script():
@@ -111,7 +80,7 @@ def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
     proc = _script(*TINY_ROW, f"--json_out={out}", f"--plot_out={chart}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())
-    assert len(rows) == 1 and list(rows[0]) == KEYS
+    assert len(rows) == 1 and list(rows[0]) == COMPARE_KEYS
     if importlib.util.find_spec("matplotlib") is not None:  # the chart, its memory panel drawn from the same rows
         assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     row = rows[0]

@@ -29,6 +29,7 @@ from benchmark_tiny import (
     tiny_config,
     tiny_specs,
 )
+from record_keys import COMPARE_KEYS
 
 import tfmp
 from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
@@ -36,39 +37,6 @@ from tfmp.models.small_cnn import build_small_cnn
 from tfmp.run import benchmark, memory, reporting, tasks
 from tfmp.run import config as config_lib
 from tfmp.run.benchmark import modes
-
-KEYS = [
-    "model",
-    "precision",
-    "xla",
-    "batch_size",
-    "images_per_sec",
-    "images_per_sec_min",
-    "images_per_sec_max",
-    "unit",
-    "step_ms",
-    "ratio_to_float32",
-    "ratio_to_float32_min",
-    "ratio_to_float32_max",
-    "ratio_to_hand_written",
-    "ratio_to_hand_written_min",
-    "ratio_to_hand_written_max",
-    "peak_host_mb",
-    "peak_gpu_mb",
-    "allocator",
-    "peak_mb",
-    "step_mb",
-    "peak_ratio_to_float32",
-    "step_ratio_to_float32",
-    "runs",
-    "ratio_to_plain_fit",
-    "ops_per_step",
-    "hand_written_ops_per_step",
-    "plain_fit_ops_per_step",
-    "host_reads_per_step",
-    "hand_written_host_reads_per_step",
-    "plain_fit_host_reads_per_step",
-]
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +50,7 @@ def test_records_have_exactly_the_json_keys_and_types(records):
     assert [(r.model, r.precision) for r in records] == [("tiny", "float32"), ("tiny", "mixed_bfloat16")]
     for record in records:
         row = json.loads(json.dumps(record.to_json()))
-        assert list(row) == KEYS
+        assert list(row) == COMPARE_KEYS
         assert isinstance(row["model"], str) and isinstance(row["precision"], str)
         assert row["xla"] is False and row["batch_size"] == BATCH
         for key in (
