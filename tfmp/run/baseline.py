@@ -181,9 +181,14 @@ def hand_written_step(
         return gan(trainer, optimizers, precision, jit_compile, task.config.seed)
     if isinstance(trainer, trainers.Trainer):
         (optimizer,) = optimizers
-        loss = task.loss()
-        return supervised(trainer.network, optimizer, trainer.loss if loss is None else loss, precision, jit_compile)
+        return supervised(trainer.network, optimizer, _loss(task, trainer), precision, jit_compile)
     return None
+
+
+def _loss(task: Any, trainer: trainers.Trainer) -> Any:
+    """The task's loss, or the trainer's compiled loss where the task gives none."""
+    loss = task.loss()
+    return trainer.loss if loss is None else loss
 
 
 def plain_fit_model(
@@ -201,8 +206,6 @@ def plain_fit_model(
         return None
     (optimizer,) = tuple(task.optimizers(steps_per_epoch))
     network = trainer.network
-    loss = task.loss()
-    loss = trainer.loss if loss is None else loss
     metrics = task.metrics() or None
-    network.compile(optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile)
+    network.compile(optimizer, loss=_loss(task, trainer), metrics=metrics, jit_compile=jit_compile)
     return network

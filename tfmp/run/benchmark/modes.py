@@ -137,15 +137,19 @@ class _RowRun:
 
 
 def _count_launches(
-    drivers: Mapping[str, Driver], models: Mapping[str, keras.Model], dataset: tf.data.Dataset, steps: int
+    drivers: Mapping[str, Driver],
+    models: Mapping[str, keras.Model],
+    dataset: tf.data.Dataset,
+    steps: int,
+    count_ops: bool = True,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """(ops executed per step, host reads per step) of each path, after its timed rounds.
 
     The reads of a path that is a Keras model (`models`) are those of its
     `fit()`, where Keras reads the logs; the hand-written step's, those of
-    its driver.
+    its driver. Without `count_ops` no op is counted (and no profile taken).
     """
-    ops = {path: launches.executed_ops(driver.run, steps) for path, driver in drivers.items()}
+    ops = {path: launches.executed_ops(driver.run, steps) for path, driver in drivers.items()} if count_ops else {}
     reads = {
         path: launches.fit_host_reads(models[path], dataset, steps)
         if path in models
@@ -178,11 +182,11 @@ def _measure_compare_row(
             ops, reads = {}, {}
             if config.count_launches:
                 models = {"trainer": workload.trainer, "plain_fit": workload.plain_fit}
+                # A CPU's profile shows a compiled step as one call, not its kernels: no op count there.
+                count_ops = not xla or bool(tf.config.list_physical_devices("GPU"))
                 ops, reads = _count_launches(
-                    drivers, {k: v for k, v in models.items() if v is not None}, dataset, config.steps
+                    drivers, {k: v for k, v in models.items() if v is not None}, dataset, config.steps, count_ops
                 )
-                if xla and not tf.config.list_physical_devices("GPU"):
-                    ops = {}  # a CPU's profile shows a compiled step as one call, not its kernels: no count
     return _RowRun(
         trainer.images_per_sec,
         drivers["hand_written"].images_per_sec if "hand_written" in drivers else [],
