@@ -1,0 +1,93 @@
+"""tools/figures.py: a quoted figure or sample output that differs from its record is reported."""
+
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "tools" / "figures.py"
+_SPEC = importlib.util.spec_from_file_location("figures", _PATH)
+figures = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(figures)
+
+
+@pytest.fixture
+def records(tmp_path, monkeypatch):
+    record = {
+        "machine": "2-core test CPU",
+        "command": "python3 scripts/benchmark.py --models=gan",
+        "tfmp_commit": "0" * 40,
+        "date": "2026-11-29",
+        "source": "measured",
+        "data": {
+            "rows": [
+                {"model": "gan", "precision": "float32", "images_per_sec": 211.5, "step_ratio": 0.66},
+                {"model": "gan", "precision": "mixed_float16", "images_per_sec": 197.4, "ratio_to_float32": 0.933},
+            ],
+            "output": ["first line", "second line", "third line"],
+        },
+    }
+    (tmp_path / "bench.json").write_text(json.dumps(record))
+    (tmp_path / "partial.json").write_text(json.dumps({"machine": "x", "data": {}}))
+    figures._load.cache_clear()
+    monkeypatch.setattr(figures, "RECORDS", str(tmp_path))
+    yield tmp_path
+    figures._load.cache_clear()
+
+
+def _messages(text):
+    return [p.message for p in figures.check_text(text, "page.md")]
+
+
+def test_a_figure_equal_to_its_record_at_the_quoted_decimals_passes(records):
+    text = (
+        "float16 ran at 0.93x<!-- figure: bench data.rows[precision=mixed_float16].ratio_to_float32 --> "
+        "float32's speed (**197.4**<!-- figure: bench data.rows[1].images_per_sec --> against 211.5 img/s"
+        "<!-- figure: bench data.rows[model=gan,precision=float32].images_per_sec -->), 34% lower"
+        "<!-- figure: bench data.rows[0].step_ratio lower scale=100 -->, 0.9333"
+        "<!-- figure: bench data.rows[1].images_per_sec / data.rows[0].images_per_sec -->"
+    )
+    assert _messages(text) == []
+
+
+def test_a_wrong_figure_names_both_values(records):
+    text = "float16 ran at 0.73x<!-- figure: bench data.rows[precision=mixed_float16].ratio_to_float32 -->\n"
+    [problem] = figures.check_text(text, "page.md")
+    assert (problem.path, problem.line) == ("page.md", 1)
+    assert problem.message == (
+        "0.73 quoted, the record bench data.rows[precision=mixed_float16].ratio_to_float32 gives 0.93"
+    )
+
+
+def test_a_wrong_figure_in_a_file_fails_the_command_line(records, tmp_path, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("| row | 1,353<!-- figure: bench data.rows[0].images_per_sec --> |\n")
+    assert figures.main([str(page)]) == 1
+    assert "1,353 quoted, the record bench data.rows[0].images_per_sec gives 212" in capsys.readouterr().out
+
+
+def test_missing_records_keys_and_fields_are_problems(records):
+    assert _messages("1.5x<!-- figure: nowhere data.x -->")[0].startswith("figure nowhere data.x: ")
+    assert "no 'ratio'" in _messages("1.5x<!-- figure: bench data.ratio -->")[0]
+    assert "matches 2 items" in _messages("1<!-- figure: bench data.rows[model=gan].images_per_sec -->")[0]
+    assert "Missing: ['command'" in _messages("1<!-- figure: partial data -->")[0]
+    assert "not a number" in _messages("1<!-- figure: bench data.output -->")[0]
+    assert "no number" in _messages("about<!-- figure: bench data.rows[0].images_per_sec -->")[0]
+    assert "unknown options ['round']" in _messages("1<!-- figure: bench data.rows[0].images_per_sec round -->")[0]
+
+
+def test_a_sample_must_be_the_records_lines_in_order(records):
+    good = "<!-- sample: bench data.output -->\n```text\nfirst line\n...\nthird line\n```\n"
+    assert _messages(good) == []
+    bad = "<!-- sample: bench data.output -->\n```text\nthird line\nfirst line\n```\n"
+    assert _messages(bad) == ["sample bench data.output: this line is not in the record (in order): 'first line'"]
+    assert "no fenced block" in _messages("<!-- sample: bench data.output -->\ntext\n")[0]
+
+
+def test_every_record_in_the_repository_names_its_machine_command_commit_date_and_source():
+    paths = sorted(pathlib.Path(figures.RECORDS).glob("*.json"))
+    assert paths
+    for path in paths:
+        record = figures.load_record(path.stem)
+        assert all(isinstance(record[field], str) and record[field] for field in figures.REQUIRED_FIELDS[:-1]), path

@@ -1,0 +1,287 @@
+"""Checks every figure the docs quote against the record it comes from (docs/records/*.json).
+
+    python3 tools/figures.py              # README.md, getting-started, PERFORMANCE, NUMERICS, the guides
+    python3 tools/figures.py docs/PERFORMANCE.md
+
+A quoted figure carries an HTML comment right after it that names its record and the key of the
+value in it; the comment is invisible on GitHub and on the docs site:
+
+    the GAN ran at 0.93x<!-- figure: avx2-gan-fp16-batch256 ratio_to_float32 --> float32's speed
+
+The check reads the number just before the comment (`0.93`), formats the record's value with as many
+decimals as the quote has, and fails when the two differ. Options after the key: `scale=100` (a
+percentage of a ratio), `lower` (`1 - value`, for "34% lower" with `scale=100`). A key is a dotted
+path into the record (`data.ms.matmul.float32`); a segment `rows[model=gan,precision=float32]`
+picks the one list item whose fields have those values, `rows[0]` an index; `a / b` quotes the
+ratio of two values.
+
+A sample output (a fenced block of console text) carries `<!-- sample: RECORD KEY -->` on the line
+before it: each line of the block, other than `...`, must be a line of the record's text, in order.
+
+The mkdocs build runs the same check on every page (docs/_ext/quoted_figures.py), and
+tests/docs/test_quoted_figures.py on README.md and every page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import glob
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+__all__ = [
+    "RECORDS",
+    "REQUIRED_FIELDS",
+    "Problem",
+    "check_file",
+    "check_files",
+    "check_text",
+    "covered_files",
+    "load_record",
+    "lookup",
+    "main",
+]
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORDS = os.path.join(REPO, "docs", "records")
+# What every record says of itself: where it was measured, how, at which tfmp, when, and whether the
+# file holds the command's own output or figures transcribed from elsewhere.
+REQUIRED_FIELDS = ("machine", "command", "tfmp_commit", "date", "source", "data")
+
+FIGURE = re.compile(r"<!--\s*figure:\s*(?P<record>[\w.-]+)\s+(?P<key>.+?)(?P<options>(?:\s+\w+(?:=\S+)?)*)\s*-->")
+SAMPLE = re.compile(r"^\s*<!--\s*sample:\s*(?P<record>[\w.-]+)\s+(?P<key>\S+)\s*-->\s*$")
+# A number as the docs write it: 1,353 or 0.93 or -0.23 or +0.47 (the minus may be U+2212); a sign only
+# where no word, number or figure comment precedes it, so that a range's dash (9-22x) is not read as a minus.
+NUMBER = re.compile(r"(?:(?<![\w.>])[-+\u2212])?\d[\d,]*(?:\.\d+)?")
+_SEGMENT = re.compile(r"^(?P<name>[^\[\]]*)(?:\[(?P<select>[^\]]*)\])?$")
+_OPTIONS = ("scale", "lower")
+
+
+class Problem(NamedTuple):
+    """A quoted figure or sample that does not match its record.
+
+    Attributes:
+        path: The file quoting it.
+        line: Its line (1-based).
+        message: What differs, e.g. `0.73 quoted, the record avx2-gan ratio_to_float32 gives 0.93`.
+    """
+
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+@functools.cache
+def _load(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    missing = [field for field in REQUIRED_FIELDS if field not in record]
+    if missing:
+        raise ValueError(f"{path}: a record needs the fields {list(REQUIRED_FIELDS)}. Missing: {missing}")
+    return record
+
+
+def load_record(name: str, records: str | None = None) -> dict:
+    """The record `<records>/<name>.json` (default: `RECORDS`), checked for `REQUIRED_FIELDS`.
+
+    Raises:
+        FileNotFoundError: when there is no such record.
+        ValueError: when it lacks a required field.
+    """
+    return _load(os.path.join(records or RECORDS, f"{name}.json"))
+
+
+def _literal(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _step(value: object, segment: str, key: str) -> object:
+    match = _SEGMENT.match(segment)
+    if match is None:
+        raise KeyError(f"key {key!r}: cannot read the segment {segment!r}")
+    if match["name"]:
+        if not isinstance(value, dict) or match["name"] not in value:
+            raise KeyError(f"key {key!r}: no {match['name']!r} here. Received fields: {_fields(value)}")
+        value = value[match["name"]]
+    select = match["select"]
+    if select is None:
+        return value
+    if not isinstance(value, list):
+        raise KeyError(f"key {key!r}: [{select}] needs a list. Received: {type(value).__name__}")
+    if re.fullmatch(r"-?\d+", select):
+        return value[int(select)]
+    wanted = {k.strip(): _literal(v.strip()) for k, v in (pair.split("=", 1) for pair in select.split(","))}
+    found = [item for item in value if isinstance(item, dict) and all(item.get(k) == v for k, v in wanted.items())]
+    if len(found) != 1:
+        raise KeyError(f"key {key!r}: [{select}] matches {len(found)} items, not one")
+    return found[0]
+
+
+def _fields(value: object) -> list[str]:
+    return sorted(value) if isinstance(value, dict) else []
+
+
+def lookup(record: dict, key: str) -> object:
+    """The value at `key` in `record` (the grammar is in the module's docstring); `a / b` divides two values.
+
+    Raises:
+        KeyError: naming the key and what was there instead.
+    """
+    if " / " in key:
+        numerator, denominator = (lookup(record, part.strip()) for part in key.split(" / ", 1))
+        return float(numerator) / float(denominator)
+    value: object = record
+    for segment in key.split("."):
+        value = _step(value, segment, key)
+    return value
+
+
+def _quoted_number(line: str, start: int, end: int) -> str | None:
+    """The last number in `line[start:end]`, the text before a figure's comment (its own quote), or None."""
+    numbers = [m.group() for m in NUMBER.finditer(line, start, end)]
+    return numbers[-1] if numbers else None
+
+
+def _format(value: float, quoted: str) -> str:
+    digits = quoted.split(".", 1)[1] if "." in quoted else ""
+    return f"{value:.{len(digits)}f}"
+
+
+def _plain(quoted: str) -> str:
+    return quoted.replace(",", "").replace("\u2212", "-").lstrip("+")
+
+
+def _check_figure(match: re.Match, quoted: str | None, path: str, line: int) -> Problem | None:
+    name, key = match["record"], match["key"].strip()
+    options = dict(
+        (option.split("=", 1) + [""])[:2]
+        for option in match["options"].split()
+        if option  # noqa: RUF005
+    )
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        return Problem(path, line, f"figure {name} {key}: unknown options {unknown} (known: {list(_OPTIONS)})")
+    if quoted is None:
+        return Problem(path, line, f"figure {name} {key}: no number before the comment")
+    try:
+        value = lookup(load_record(name), key)
+    except (OSError, ValueError, KeyError) as e:
+        return Problem(path, line, f"figure {name} {key}: {e}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return Problem(path, line, f"figure {name} {key}: the record holds {value!r}, not a number")
+    if "lower" in options:
+        value = 1 - value
+    value *= float(options.get("scale") or 1)
+    plain = _plain(quoted)
+    expected = _format(value, plain)
+    if float(expected) == float(plain):  # -0.0 and 0.0 alike
+        return None
+    return Problem(path, line, f"{quoted} quoted, the record {name} {key} gives {expected}")
+
+
+def _record_lines(value: object) -> list[str]:
+    text = "\n".join(value) if isinstance(value, list) else str(value)
+    return [line.rstrip() for line in text.splitlines()]
+
+
+def _check_sample(match: re.Match, block: Sequence[str], path: str, line: int) -> Problem | None:
+    name, key = match["record"], match["key"]
+    try:
+        lines = _record_lines(lookup(load_record(name), key))
+    except (OSError, ValueError, KeyError) as e:
+        return Problem(path, line, f"sample {name} {key}: {e}")
+    at = 0
+    for shown in block:
+        if shown.strip() in ("...", ""):
+            continue
+        try:
+            at = lines.index(shown.rstrip(), at) + 1
+        except ValueError:
+            return Problem(path, line, f"sample {name} {key}: this line is not in the record (in order): {shown!r}")
+    return None
+
+
+def _fenced_block(lines: Sequence[str], start: int) -> list[str] | None:
+    """The lines inside the fenced block opening at `lines[start]`, or None if none opens there."""
+    if start >= len(lines) or not lines[start].lstrip().startswith(("```", "~~~")):
+        return None
+    fence = lines[start].lstrip()[:3]
+    block = []
+    for line in lines[start + 1 :]:
+        if line.lstrip().startswith(fence):
+            return block
+        block.append(line)
+    return None
+
+
+def check_text(text: str, path: str = "<text>") -> list[Problem]:
+    """Every quoted figure and sample in the markdown `text` that differs from its record."""
+    problems = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        sample = SAMPLE.match(line)
+        if sample is not None:
+            block = _fenced_block(lines, number)
+            problem = (
+                Problem(path, number, f"sample {sample['record']}: no fenced block on the next line")
+                if block is None
+                else _check_sample(sample, block, path, number)
+            )
+            if problem is not None:
+                problems.append(problem)
+            continue
+        end = 0
+        for match in FIGURE.finditer(line):
+            problem = _check_figure(match, _quoted_number(line, end, match.start()), path, number)
+            if problem is not None:
+                problems.append(problem)
+            end = match.end()
+    return problems
+
+
+def check_file(path: str) -> list[Problem]:
+    """`check_text` of one file."""
+    with open(path, encoding="utf-8") as f:
+        return check_text(f.read(), os.path.relpath(path, REPO))
+
+
+def covered_files(repo: str = REPO) -> list[str]:
+    """README.md and every page under docs/ (the guides, the reports, getting started), API pages aside."""
+    pages = [p for p in glob.glob(os.path.join(repo, "docs", "**", "*.md"), recursive=True)]
+    pages = [p for p in pages if os.sep + "api" + os.sep not in p]
+    return [os.path.join(repo, "README.md"), *sorted(pages)]
+
+
+def check_files(paths: Iterable[str]) -> list[Problem]:
+    """`check_file` of each path."""
+    return [problem for path in paths for problem in check_file(path)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Checks the given files (default: `covered_files()`); prints each problem; 1 if any."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*", help="Markdown files (default: README.md and docs/).")
+    args = parser.parse_args(argv)
+    paths = args.paths or covered_files()
+    problems = check_files(paths)
+    for problem in problems:
+        print(problem)
+    quoted = sum(len(FIGURE.findall(open(p, encoding="utf-8").read())) for p in paths)
+    print(f"{quoted} quoted figures in {len(paths)} files; {len(problems)} differ from their records")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
