@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover
 
 import tfmp
 from tfmp import precision as precision_lib
-from tfmp.run import benchmark, memory, reporting, tasks
+from tfmp.run import benchmark, memory_meters, reporting, tasks
 from tfmp.run import data as data_lib
 from tfmp.run.benchmark import kernel_ceiling
 
@@ -263,7 +263,7 @@ def _config(specs: dict[str, tasks.Task]) -> benchmark.BenchmarkConfig:
 def _max_batch_settings() -> benchmark.MaxBatchSettings:
     """The largest-batch search's settings from the flags; a bad budget is a usage error naming it."""
     try:
-        budget = None if _MEMORY_BUDGET.value is None else memory.parse_memory_size(_MEMORY_BUDGET.value)
+        budget = None if _MEMORY_BUDGET.value is None else memory_meters.parse_memory_size(_MEMORY_BUDGET.value)
         settings = benchmark.MaxBatchSettings(budget_mb=budget)
         settings.validate(has_gpu=bool(precision_lib.visible_gpus()))
     except ValueError as e:

@@ -33,7 +33,7 @@ quiet_start.import_tensorflow_quietly()
 import tensorflow as tf
 
 import tfmp
-from tfmp.run import callbacks, checkpoint, distribute, preemption, rundir, task_loader, tasks, training
+from tfmp.run import callbacks, checkpoint, directories, distribute, preemption, task_loader, tasks, training
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
 
@@ -422,7 +422,7 @@ def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | N
         data_lib.DatasetNotFoundError,
         data_lib.CorruptDatasetError,
         checkpoint.CheckpointError,
-        rundir.RunDirInUseError,
+        directories.RunDirInUseError,
         callbacks.NonFiniteStepError,
     ) as e:
         sys.exit(f"error: {in_flag_terms(e)}")

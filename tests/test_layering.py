@@ -176,10 +176,8 @@ RUN_LAYERS = (
         "data",
         "determinism",
         "legacy_checkpoint",
-        "memory",
-        "rundir",
+        "memory_meters",
         "preemption",
-        "autotune",
         "replica_state",
         "baseline",
         "fields",
@@ -188,7 +186,7 @@ RUN_LAYERS = (
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts
     ("distribute", "checkpoint", "diagnostics", "epochs"),  # run services
-    ("callbacks", "directories"),  # a run's side effects and where it writes, built on the services
+    ("callbacks", "directories"),  # a run's side effects; where it writes, one run per directory
     ("tasks",),  # the public Task: what the user writes
     ("task_loader", "shipped", "auto_precision"),  # finding what --task names; the shipped tasks; `auto` measured
     ("setting",),  # what a config resolves to before any model is built

@@ -741,9 +741,13 @@ def test_backup_and_restore_resumes_a_trainer_with_its_loss_scale(tmp_path):
 
 
 def test_the_tutorial_gans_old_names_still_work_with_a_deprecation_warning():
-    with pytest.warns(DeprecationWarning, match="tfmp.trainers.SEED_GAN is now tfmp.trainers.TUTORIAL_GAN"):
+    with pytest.warns(
+        DeprecationWarning, match="`tfmp.trainers.SEED_GAN` is deprecated; use `tfmp.trainers.TUTORIAL_GAN`"
+    ):
         assert trainers.SEED_GAN is trainers.TUTORIAL_GAN
-    with pytest.warns(DeprecationWarning, match="SeedGANTraining is now tfmp.trainers.TutorialGANTraining"):
+    with pytest.warns(
+        DeprecationWarning, match="SeedGANTraining` is deprecated; use `tfmp.trainers.TutorialGANTraining`"
+    ):
         from tfmp.trainers.gan import SeedGANTraining
     assert SeedGANTraining is trainers.TutorialGANTraining
     with pytest.raises(AttributeError, match="'tfmp.trainers' has no attribute 'NO_SUCH_NAME'"):

@@ -31,7 +31,7 @@ are `tfmp.models`.
 
 import os as _os
 
-from tfmp import cpu_kernels, float32_layers, mixed_precision, trainers
+from tfmp import _deprecated, cpu_kernels, float32_layers, mixed_precision, trainers
 from tfmp.fit_logs import LogLossScale
 from tfmp.loss_scale import LossScaleOptimizer
 from tfmp.optimizers import wrap_optimizer
@@ -42,8 +42,8 @@ from tfmp.transaction import undo_if_skipped
 __version__ = "0.2.0"
 
 # tfmp 0.1's paths of the run framework's modules (`import tfmp.training`) are small modules in `_moved/`
-# that alias the new ones with a DeprecationWarning; the package's own search path finds them, so importing
-# tfmp installs no import hook and loads none of them.
+# that alias the new ones with a DeprecationWarning (`tfmp._deprecated.MOVED_MODULES`); the package's own
+# search path finds them, so importing tfmp installs no import hook and loads none of them.
 __path__.append(_os.path.join(_os.path.dirname(__file__), "_moved"))
 del _os
 
@@ -66,26 +66,5 @@ __all__ = [
     "wrap_optimizer",
 ]
 
-# Names tfmp 0.1 exported at the top level: reachable, with a warning naming where they live now.
-_MOVED_NAMES = {
-    "ClassifierTrainer": ("tfmp.trainers", "Trainer", "tfmp.Trainer"),
-    "canonical_precision": ("tfmp.precision", "canonical_precision", "tfmp.precision.canonical_precision"),
-    "resolve_jit_compile": ("tfmp.precision", "resolve_jit_compile", "tfmp.precision.resolve_jit_compile"),
-    "parse_loss_scale": ("tfmp.optimizers", "parse_loss_scale", "tfmp.optimizers.parse_loss_scale"),
-}
-
-
-def __getattr__(name: str):
-    """tfmp 0.1's top-level names that are not part of `tfmp`'s API any more, with a DeprecationWarning."""
-    if name not in _MOVED_NAMES:
-        raise AttributeError(f"module 'tfmp' has no attribute {name!r}")
-    import importlib
-    import warnings
-
-    module, attribute, instead = _MOVED_NAMES[name]
-    warnings.warn(
-        f"`tfmp.{name}` is deprecated; use `{instead}`. It will be removed in tfmp 0.3.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(module), attribute)
+# tfmp 0.1's top-level names that moved (`tfmp._deprecated.MOVED_NAMES`), each with a DeprecationWarning.
+__getattr__ = _deprecated.module_getattr(__name__)

@@ -6,7 +6,7 @@ tfmp speaks of four precisions:
 * `mixed_float16`: float16 compute, float32 variables (needs loss scaling);
 * `mixed_bfloat16`: bfloat16 compute, float32 variables;
 * `auto`: chosen for the hardware. The training runs (`tfmp.run.training`)
-  measure the candidate precisions on the model itself (`tfmp.run.autotune`);
+  measure the candidate precisions on the model itself (`tfmp.run.auto_precision`);
   where there is no model to measure (`resolve_precision`, `set_precision`,
   `precision_scope`) and across hosts, the compute-capability rule of
   `choose_precision` decides.
@@ -26,6 +26,8 @@ from collections.abc import Iterator, Sequence
 
 import keras
 import tensorflow as tf
+
+from tfmp import _deprecated
 
 __all__ = [
     "PRECISIONS",
@@ -80,7 +82,7 @@ def choose_precision(compute_capabilities: Sequence[tuple[int, int]]) -> tuple[s
     This is the fallback. What is fastest depends on the model, not only on
     the GPU: small, launch-bound steps (MobileNetV2 on 32x32 images) get
     slower in 16 bits even on an H100 (see the Performance report), so the
-    training runs measure instead (`tfmp.run.autotune`).
+    training runs measure instead (`tfmp.run.auto_precision`).
 
     Args:
         compute_capabilities: One `(major, minor)` pair per visible GPU.
@@ -123,7 +125,7 @@ def resolve_precision(name: str, compute_capabilities: Sequence[tuple[int, int]]
     """Returns a concrete precision, deciding `auto` by the compute-capability rule.
 
     For `auto`, logs one line saying what was chosen and why. The training
-    runs measure `auto` on the model instead (`tfmp.run.autotune`); this rule is
+    runs measure `auto` on the model instead (`tfmp.run.auto_precision`); this rule is
     what is left without a model to measure.
 
     Args:
@@ -236,22 +238,5 @@ def resolve_jit_compile(xla: str | bool, has_gpu: bool | None = None) -> bool:
     return value
 
 
-# The float32-layer functions moved to this core module (every name of its `__all__`).
-_MOVED_TO = "tfmp.float32_layers"
-
-
-def __getattr__(name: str):
-    """The names that moved (the float32-layer functions): reachable here, with a DeprecationWarning."""
-    import importlib
-
-    moved = importlib.import_module(_MOVED_TO)
-    if name not in moved.__all__:
-        raise AttributeError(f"module 'tfmp.precision' has no attribute {name!r}")
-    import warnings
-
-    warnings.warn(
-        f"`tfmp.precision.{name}` is deprecated; use `{_MOVED_TO}.{name}`. It will be removed in tfmp 0.3.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(moved, name)
+# The float32-layer names that moved to `tfmp.float32_layers`, each with a DeprecationWarning.
+__getattr__ = _deprecated.module_getattr(__name__)

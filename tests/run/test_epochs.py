@@ -56,6 +56,6 @@ def test_a_pipeline_that_repeats_forever_is_told_to_set_steps_per_epoch_and_an_u
         epochs.steps_per_epoch(unsized, None)
     assert "assert_cardinality" in str(raised.value)
     assert (
-        epochs.steps_per_epoch(endless.replace(steps_per_epoch=4), None),
-        epochs.steps_per_epoch(unsized.replace(steps_per_epoch=2), None),
+        epochs.steps_per_epoch(endless.with_config(steps_per_epoch=4), None),
+        epochs.steps_per_epoch(unsized.with_config(steps_per_epoch=2), None),
     ) == (4, 2)

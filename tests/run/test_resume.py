@@ -198,7 +198,7 @@ def test_after_a_crash_a_stale_lock_and_a_lost_state_file_neither_block_nor_hide
     import subprocess
     import sys
 
-    from tfmp.run import rundir
+    from tfmp.run import directories
 
     config = dataclasses.replace(
         TINY_GAN,
@@ -227,14 +227,14 @@ def test_after_a_crash_a_stale_lock_and_a_lost_state_file_neither_block_nor_hide
     # The process that held the run directory was killed: its lock file stayed.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (run_dir / rundir.LOCK_FILE).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    (run_dir / directories.LOCK_FILE).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
 
     lines = []
     result = training.train_gan(dataclasses.replace(config, resume=True, epochs=2), print_fn=lines.append)
     assert result.steps == 2
     assert [line for line in lines if line.startswith("note:")] == [
         f"note: taking over the run directory {run_dir} from pid {dead.pid} on host {socket.gethostname()}, which "
-        f"is no longer running (it was killed or crashed); lock file {run_dir / rundir.LOCK_FILE}"
+        f"is no longer running (it was killed or crashed); lock file {run_dir / directories.LOCK_FILE}"
     ]
     assert any(
         line.startswith(
@@ -247,22 +247,24 @@ def test_after_a_crash_a_stale_lock_and_a_lost_state_file_neither_block_nor_hide
     assert f"resumed from {checkpoints / 'ckpt-2'} at step 2" in lines
     for name, content in before.items():  # still there, unchanged
         assert (checkpoints / name).read_bytes() == content, name
-    assert not os.path.exists(run_dir / rundir.LOCK_FILE) and not os.path.exists(checkpoints / rundir.LOCK_FILE)
+    assert not os.path.exists(run_dir / directories.LOCK_FILE) and not os.path.exists(
+        checkpoints / directories.LOCK_FILE
+    )
 
 
 def test_a_run_directory_held_by_another_run_is_refused_before_any_training(tmp_path):
-    from tfmp.run import rundir
+    from tfmp.run import directories
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     lines = []
-    with rundir.RunDirLock(str(run_dir)):
-        with pytest.raises(rundir.RunDirInUseError) as error:
+    with directories.RunDirLock(str(run_dir)):
+        with pytest.raises(directories.RunDirInUseError) as error:
             training.train_gan(
                 dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run"), print_fn=lines.append
             )
         # Its own checkpoint directory too, when another run names it as its checkpoint_dir.
-        with pytest.raises(rundir.RunDirInUseError, match=str(run_dir)):
+        with pytest.raises(directories.RunDirInUseError, match=str(run_dir)):
             training.train_gan(
                 dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="other", checkpoint_dir=str(run_dir)),
                 print_fn=lines.append,

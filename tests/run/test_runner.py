@@ -20,7 +20,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tiny import TINY_GAN, quiet, tiny
 
 from tfmp import trainers
-from tfmp.run import directories, memory, rundir, runner, tasks
+from tfmp.run import directories, memory_meters, runner, tasks
 
 
 def _record_fits(monkeypatch):
@@ -103,9 +103,9 @@ def test_the_directory_locks_are_released_however_the_run_ends(error, at, raised
         assert type(caught.value) is raised
     run_dir = tmp_path / "logs" / "run"
     if kept:
-        assert not os.path.exists(run_dir / rundir.LOCK_FILE)
-        assert not os.path.exists(run_dir / "checkpoints" / rundir.LOCK_FILE)
-        with rundir.RunDirLock(str(run_dir)):  # free for the next run
+        assert not os.path.exists(run_dir / directories.LOCK_FILE)
+        assert not os.path.exists(run_dir / "checkpoints" / directories.LOCK_FILE)
+        with directories.RunDirLock(str(run_dir)):  # free for the next run
             pass
     else:
         assert os.listdir(tmp_path) == []  # before the first step: the directories made and the locks, all gone
@@ -136,7 +136,7 @@ def test_the_run_has_the_callbacks_its_config_asks_for_and_no_others(changes, as
         *asked,
         # The peak memory where this machine's allocator keeps statistics (a GPU, the CPU's BFC allocator, or a
         # CPU allocator TensorFlow's CUDA platform switched on): asked of the allocator, as the runner asks.
-        *(["PeakMemory"] if memory.AllocatorMemory.of_this_process() is not None else []),
+        *(["PeakMemory"] if memory_meters.AllocatorMemory.of_this_process() is not None else []),
         "Checkpointing",
     ]
 

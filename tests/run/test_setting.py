@@ -7,7 +7,7 @@ import pytest
 from tiny import HAS_GPU, tiny
 
 import tfmp
-from tfmp.run import auto_precision, autotune, output, setting
+from tfmp.run import auto_precision, output, setting
 from tfmp.run import config as config_lib
 from tfmp.run.benchmark import workload
 
@@ -73,7 +73,7 @@ def test_resolve_decides_auto_by_rule_under_multi_worker_without_measuring(tmp_p
     def measured():
         raise AssertionError("auto was measured: every worker could choose differently")
 
-    monkeypatch.setattr(autotune, "detect_hardware", measured)
+    monkeypatch.setattr(auto_precision, "detect_hardware", measured)
     resolved = setting.resolve(tiny(tmp_path, precision="auto", strategy="multi_worker"))
     assert (resolved.precision, resolved.loss_scale) == ("float32", "none")
 
@@ -99,7 +99,7 @@ def test_the_loss_scale_rule_has_one_home_and_every_caller_follows_it(tmp_path, 
         return build(self, precision, loss_scale, *args, **kwargs)
 
     monkeypatch.setattr(type(task), "build", recording_build)
-    hardware = autotune.Hardware(cpu_bfloat16=True, cpu_float16=True, machine="test")
+    hardware = auto_precision.Hardware(cpu_bfloat16=True, cpu_float16=True, machine="test")
     auto_precision.fastest(task, task.load_data(), False, None, hardware, timer=lambda trainer, probe: 1.0)
     assert ("mixed_float16", 64.0) in built and ("float32", "none") in built
 

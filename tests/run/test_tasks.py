@@ -78,7 +78,7 @@ class _TwoNetworks(tasks.Task):
 
 def test_a_new_kind_of_task_overriding_only_the_documented_methods_trains_a_step():
     task = _TwoNetworks(config_lib.TrainConfig(batch_size=8, steps_per_epoch=1, epochs=1))
-    assert epochs.steps_per_epoch(task.replace(steps_per_epoch=None), None) == 2
+    assert epochs.steps_per_epoch(task.with_config(steps_per_epoch=None), None) == 2
     with tfmp.precision_scope("mixed_float16"):
         built = task.build("mixed_float16", "dynamic", False, 1)
         history = built.trainer.fit(epochs.stream(task, None), steps_per_epoch=1, epochs=1, verbose=0).history
@@ -105,11 +105,11 @@ def test_a_supervised_task_takes_arrays_a_dataset_of_examples_or_a_batches_funct
         first = [b[1].numpy().tolist() for b in task.train_data(None)]
         again = [b[1].numpy().tolist() for b in task.train_data(None)]
         assert first == again and sorted(sum(first, [])) == sorted(y.tolist()), form  # one epoch, seeded order
-        other_seed = [b[1].numpy().tolist() for b in task.replace(seed=6).train_data(None)]
+        other_seed = [b[1].numpy().tolist() for b in task.with_config(seed=6).train_data(None)]
         assert other_seed != first, form
         stream = [b[1].numpy().tolist() for b in epochs.stream(task, None).take(4)]
         assert stream[:3] == first and stream[3] != first[0], form  # the next epoch is reshuffled
-    assert epochs.steps_per_epoch(task.replace(steps_per_epoch=2), None) == 2
+    assert epochs.steps_per_epoch(task.with_config(steps_per_epoch=2), None) == 2
 
 
 def test_a_supervised_task_builds_dict_inputs_and_regression_targets():
@@ -150,7 +150,7 @@ def test_a_supervised_task_refuses_a_model_instead_of_a_function_and_an_unknown_
     )
     with pytest.raises(config_lib.ConfigError, match="steps_per_epoch=None"):
         epochs.steps_per_epoch(endless, None)
-    assert epochs.steps_per_epoch(endless.replace(steps_per_epoch=4), None) == 4
+    assert epochs.steps_per_epoch(endless.with_config(steps_per_epoch=4), None) == 4
     with pytest.raises(TypeError, match="Received: 'not data'"):
         tasks.SupervisedTask(tiny.dense_model(), "not data", loss="mse").train_data(None)
 
@@ -159,6 +159,9 @@ def test_with_config_copies_the_task_with_new_settings_and_replace_still_does_wi
     task = tiny.tiny("logs")
     other = task.with_config(seed=7)
     assert (other.config.seed, task.config.seed, type(other)) == (7, tiny.TINY_GAN.seed, type(task))
-    with pytest.warns(DeprecationWarning, match=r"Task\.replace\(\) is deprecated .* use Task\.with_config\(\)"):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"`Task\.replace` is deprecated; use `Task\.with_config`\. It will be removed in tfmp 0\.3",
+    ):
         old = task.replace(seed=7)
     assert old.config == other.config

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tiny
 
-from tfmp.run import auto_precision, autotune, training
+from tfmp.run import auto_precision, training
 
 # Tiny but real: the embedded digits, a few steps, narrow models.
 TINY_GAN = dataclasses.replace(tiny.TINY_GAN, epochs=2, log_every=1, precision=training.GANConfig().precision)
@@ -130,26 +130,26 @@ def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tm
 
 
 def test_diagnose_run_refuses_a_run_directory_a_training_run_holds(tmp_path):
-    from tfmp.run import rundir
+    from tfmp.run import directories
 
     config = dataclasses.replace(TINY_GAN, precision="float32", logdir=str(tmp_path), run_name="run")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     lines = []
-    with rundir.RunDirLock(str(run_dir)):  # the training run
-        with pytest.raises(rundir.RunDirInUseError) as error:
+    with directories.RunDirLock(str(run_dir)):  # the training run
+        with pytest.raises(directories.RunDirInUseError) as error:
             training.diagnose_run(config, print_fn=lines.append)
     assert f"{run_dir} is in use by another run: pid {os.getpid()} on host" in str(error.value)
     assert not any(line.startswith("diagnosing") for line in lines)  # refused before building anything
     assert os.listdir(run_dir) == []  # no histograms written into the training run's directory
     # Once the run has ended, diagnosing there writes its histograms and lets the directory go again.
     training.diagnose_run(config, print_fn=None)
-    assert os.listdir(run_dir) == ["diagnostics"] and rundir.holder(str(run_dir)) is None
+    assert os.listdir(run_dir) == ["diagnostics"] and directories.holder(str(run_dir)) is None
 
 
-# `auto` measures on the device it sees. The tests inject the device (`autotune.detect_hardware`) and, but
+# `auto` measures on the device it sees. The tests inject the device (`auto_precision.detect_hardware`) and, but
 # for one real tiny probe, the timing (`auto_precision.time_steps`), so every branch runs the same on any machine.
-H100 = autotune.GPU("NVIDIA H100 80GB HBM3", (9, 0))
+H100 = auto_precision.GPU("NVIDIA H100 80GB HBM3", (9, 0))
 
 
 def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
@@ -157,8 +157,8 @@ def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
 
     Returns the list of what each probe trained: (policy, {(dynamic, scale) of the optimizers}, TF32 on).
     """
-    monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(autotune, "detect_hardware", lambda: hardware)
+    monkeypatch.setenv(auto_precision.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(auto_precision, "detect_hardware", lambda: hardware)
     real, probed = auto_precision.time_steps, []
 
     def time_steps(trainer, probe):
@@ -185,7 +185,7 @@ def _diagnosed_precision(config, lines):
 
 @pytest.mark.parametrize("cpu_bfloat16", [True, False])
 def test_auto_precision_on_cpu_is_measured_once_then_cached(cpu_bfloat16, tmp_path, monkeypatch):
-    cpu = autotune.Hardware(cpu_bfloat16=cpu_bfloat16, machine="a test CPU")
+    cpu = auto_precision.Hardware(cpu_bfloat16=cpu_bfloat16, machine="a test CPU")
     probed = _inject_device(monkeypatch, tmp_path, cpu, {"float32": 100.0, "mixed_bfloat16": 300.0})
     config = dataclasses.replace(TINY_GAN, precision="auto", epochs=1, logdir=str(tmp_path))
     cache = tmp_path / "cache" / "auto_precision.json"
@@ -219,7 +219,7 @@ def test_auto_precision_on_a_gpu_measures_every_candidate_float16_with_its_loss_
     probed = _inject_device(
         monkeypatch,
         tmp_path,
-        autotune.Hardware(gpus=(H100,), machine="a test host"),
+        auto_precision.Hardware(gpus=(H100,), machine="a test host"),
         {"float32": 100.0, "mixed_bfloat16": 150.0, "mixed_float16": 200.0},
     )
     config = dataclasses.replace(TINY_GAN, precision="auto", epochs=1, logdir=str(tmp_path))
@@ -254,7 +254,7 @@ def test_auto_precision_on_a_gpu_measures_every_candidate_float16_with_its_loss_
 @pytest.mark.slow
 def test_auto_precision_real_probe_on_a_volta_measures_float32_and_float16(tmp_path, monkeypatch):
     # The one real probe: both candidates train a few steps on this CPU (float16 emulated, so slower).
-    volta = autotune.Hardware(gpus=(autotune.GPU("Tesla V100-SXM2-16GB", (7, 0)),), machine="a test host")
+    volta = auto_precision.Hardware(gpus=(auto_precision.GPU("Tesla V100-SXM2-16GB", (7, 0)),), machine="a test host")
     probed = _inject_device(monkeypatch, tmp_path, volta)
     config = dataclasses.replace(TINY_GAN, precision="auto", logdir=str(tmp_path))
     lines = []

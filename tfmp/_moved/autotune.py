@@ -1,5 +1,5 @@
-"""`tfmp.autotune`: tfmp 0.1's path of `tfmp.run.autotune`, with a DeprecationWarning."""
+"""`tfmp.autotune`: tfmp 0.1's path of `tfmp.run.auto_precision`, with a DeprecationWarning."""
 
-from tfmp._moved import alias
+from tfmp._deprecated import alias
 
 alias(__name__)

@@ -1,5 +1,5 @@
 """`tfmp.callbacks`: tfmp 0.1's path of `tfmp.run.callbacks`, with a DeprecationWarning."""
 
-from tfmp._moved import alias
+from tfmp._deprecated import alias
 
 alias(__name__)

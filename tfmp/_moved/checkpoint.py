@@ -1,5 +1,5 @@
 """`tfmp.checkpoint`: tfmp 0.1's path of `tfmp.run.checkpoint`, with a DeprecationWarning."""
 
-from tfmp._moved import alias
+from tfmp._deprecated import alias
 
 alias(__name__)

@@ -1,5 +1,5 @@
-"""`tfmp.rundir`: tfmp 0.1's path of `tfmp.run.rundir`, with a DeprecationWarning."""
+"""`tfmp.rundir`: tfmp 0.1's path of `tfmp.run.directories`, with a DeprecationWarning."""
 
-from tfmp._moved import alias
+from tfmp._deprecated import alias
 
 alias(__name__)

@@ -1,5 +1,5 @@
 """`tfmp.training`: tfmp 0.1's path of `tfmp.run.training`, with a DeprecationWarning."""
 
-from tfmp._moved import alias
+from tfmp._deprecated import alias
 
 alias(__name__)

@@ -13,7 +13,7 @@
    device by training each candidate briefly, cached per device and model);
    from here on the run reads this one `Setting` (and its `config`);
 3. the directories (`build_directories`): created once, each checked writable as it is made,
-   and held with a `tfmp.run.rundir.RunDirLock` on the chief so no other run
+   and held with a `tfmp.run.directories.RunDirLock` on the chief so no other run
    writes there; a failure or Ctrl-C before the first step removes what
    was created (`Interrupted`);
 4. the task's trainer (`build_trainer`), built under the precision's global policy (restored
@@ -51,7 +51,7 @@ from tfmp import float32_layers, trainers
 from tfmp import precision as precision_lib
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
-from tfmp.run import determinism, diagnostics, directories, distribute, memory, output, preemption
+from tfmp.run import determinism, diagnostics, directories, distribute, memory_meters, output, preemption
 from tfmp.run import epochs as epochs_lib
 from tfmp.run.callbacks.display import (
     announce_float32_layers,
@@ -330,7 +330,7 @@ class Runner:
             callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, dirs.writes))
         if config.on_nonfinite == "stop":
             callbacks.append(callbacks_lib.NonFiniteStop(lambda step: epochs_lib.batch_at(task, data, step), position))
-        allocator = memory.AllocatorMemory.of_this_process()
+        allocator = memory_meters.AllocatorMemory.of_this_process()
         if allocator is not None:  # a GPU, or a CPU with TF_CPU_ALLOCATOR_USE_BFC=true
             callbacks.append(callbacks_lib.PeakMemory(dirs.writes, allocator))
         return callbacks

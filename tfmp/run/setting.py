@@ -19,7 +19,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import auto_precision, autotune, directories
+from tfmp.run import auto_precision, directories
 from tfmp.run import config as config_lib
 from tfmp.run import epochs as epochs_lib
 from tfmp.run.config import GPU_LOG_EVERY, ConfigError, TrainConfig, requested_loss_scale
@@ -93,7 +93,7 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
         precision = precision_lib.resolve_precision(asked)  # under multi_worker, the compute-capability rule
     else:
         with precision_lib.tf32_scope(config.tf32):  # each candidate is timed as the run will train it
-            precision = auto_precision.fastest(task, data, jit_compile, requested, autotune.detect_hardware())
+            precision = auto_precision.fastest(task, data, jit_compile, requested, auto_precision.detect_hardware())
     loss_scale = config_lib.loss_scale_for(requested, precision)
     # Only a scale the user set: the default ("auto") says nothing to ignore, nor does an auto precision.
     if requested not in (None, "none") and loss_scale == "none" and asked != "auto":

@@ -63,14 +63,13 @@ import abc
 import copy
 import dataclasses
 import importlib
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from tfmp import float32_layers, trainers
+from tfmp import _deprecated, float32_layers, trainers
 from tfmp.run import data as data_lib
 from tfmp.run.config import ConfigError, TrainConfig
 
@@ -165,12 +164,7 @@ class Task(abc.ABC):
 
     def replace(self, **changes: Any) -> Task:
         """Deprecated name of `with_config` (it replaced the config, not the task); removed in tfmp 0.3."""
-        warnings.warn(
-            "Task.replace() is deprecated and will be removed in tfmp 0.3: use Task.with_config(), "
-            f"which does the same. Received: replace(**{changes!r})",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        _deprecated.warn("Task.replace", received=f"replace(**{changes!r})")
         return self.with_config(**changes)
 
     def __repr__(self) -> str:

@@ -39,7 +39,7 @@ import keras
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import diagnostics, output, rundir, shipped, tasks
+from tfmp.run import diagnostics, directories, output, shipped, tasks
 from tfmp.run import runner as runner_lib
 from tfmp.run import setting as setting_lib
 from tfmp.run.callbacks import display
@@ -164,7 +164,7 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
     examples; the alignment report checks `batch_size` itself). With
     `config.run_name` set, the gradient histograms are also written to
     `<logdir>/<run_name>`, holding that directory
-    (`tfmp.run.rundir.RunDirLock`) as a training run does, so that neither
+    (`tfmp.run.directories.RunDirLock`) as a training run does, so that neither
     writes into the other's.
 
     Args:
@@ -175,7 +175,7 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
     Raises:
         ConfigError: for an impossible setting.
         tfmp.run.data.DatasetNotFoundError: when a shipped dataset is not available.
-        tfmp.run.rundir.RunDirInUseError: when another run (a training run)
+        tfmp.run.directories.RunDirInUseError: when another run (a training run)
             holds `<logdir>/<run_name>`, naming it, before anything is built.
     """
     config = task.config
@@ -183,7 +183,7 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
         setting = setting_lib.resolve(task, check_steps=False)
         if config.run_name:
             runner_lib.make_writable_dir("logdir", setting.run_dir)
-            held.enter_context(rundir.RunDirLock(setting.run_dir))
+            held.enter_context(directories.RunDirLock(setting.run_dir))
         keras.utils.set_random_seed(config.seed)
         with precision_lib.precision_scope(setting.precision):
             built = task.build(setting.precision, setting.loss_scale, False, 1, setting.data)

@@ -27,12 +27,12 @@ in float16 (as Keras 3's `compile()` does), honouring `loss_scale`. Side
 effects (console lines, TensorBoard, sample images) belong in callbacks.
 """
 
+from tfmp import _deprecated
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, computes_in_float16, prepare_optimizer
 from tfmp.trainers.gan import TUTORIAL_GAN, GANTrainer, TutorialGANTraining, discriminator_labels
-from tfmp.trainers.supervised import ClassifierTrainer, Trainer
+from tfmp.trainers.supervised import Trainer
 
 __all__ = [
-    "ClassifierTrainer",
     "GANTrainer",
     "MixedPrecisionTrainer",
     "Objective",
@@ -45,10 +45,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """tfmp 0.1's names of the tutorial GAN's settings (`SEED_GAN`, `SeedGANTraining`), deprecated."""
-    from tfmp.trainers import gan
-
-    if name in gan._RENAMED:
-        return getattr(gan, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# tfmp 0.1's names (`ClassifierTrainer`, `SEED_GAN`, `SeedGANTraining`), each with a DeprecationWarning.
+__getattr__ = _deprecated.module_getattr(__name__)

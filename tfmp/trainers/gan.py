@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from tfmp import float32_layers
+from tfmp import _deprecated, float32_layers
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
 
 __all__ = ["GANTrainer", "TUTORIAL_GAN", "TutorialGANTraining", "discriminator_labels"]
@@ -61,20 +60,8 @@ class TutorialGANTraining:
 
 TUTORIAL_GAN = TutorialGANTraining()
 
-# tfmp 0.1's names, from when the docs called the original tutorials "seeds".
-_RENAMED = {"SEED_GAN": "TUTORIAL_GAN", "SeedGANTraining": "TutorialGANTraining"}
-
-
-def __getattr__(name: str) -> Any:
-    """tfmp 0.1's names (`SEED_GAN`, `SeedGANTraining`), with a `DeprecationWarning` naming the new one."""
-    if name in _RENAMED:
-        warnings.warn(
-            f"tfmp.trainers.{name} is now tfmp.trainers.{_RENAMED[name]}; the old name will be removed in tfmp 0.3.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[_RENAMED[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# tfmp 0.1's names, from when the docs called the original tutorials "seeds" (`tfmp._deprecated.MOVED_NAMES`).
+__getattr__ = _deprecated.module_getattr(__name__)
 
 
 def discriminator_labels(

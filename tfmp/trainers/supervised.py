@@ -10,7 +10,7 @@ import tensorflow as tf
 from tfmp import float32_layers
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
 
-__all__ = ["ClassifierTrainer", "Trainer"]
+__all__ = ["Trainer"]
 
 
 @keras.saving.register_keras_serializable(package="tfmp")
@@ -157,7 +157,3 @@ class Trainer(MixedPrecisionTrainer):
         logs.update(self.loss_scale_logs(self.optimizer))
         logs.update(self.learning_rate_logs(self.optimizer))
         return logs
-
-
-ClassifierTrainer = Trainer
-"""tfmp 0.1's name of `Trainer`, from when it was documented for classifiers only; kept as an alias."""

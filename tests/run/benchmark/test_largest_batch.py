@@ -10,7 +10,7 @@ from benchmark_tiny import CRASH_FROM, crashing_trial, sleeping_trial, small_cla
 
 from tfmp.run import benchmark
 from tfmp.run.benchmark import largest_batch
-from tfmp.run.memory import cpu_bfc_environment
+from tfmp.run.memory_meters import cpu_bfc_environment
 
 
 def _arithmetic_trials(fits_up_to, crash_from=None):

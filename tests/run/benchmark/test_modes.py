@@ -6,7 +6,7 @@ nothing big is traced. The settings, the pipeline and the hand-written step
 have their own files (tests/run/benchmark/test_*.py). The
 script's flags and its end-to-end run are tested in
 tests/scripts/test_benchmark_script.py, the table, JSON and plot in
-tests/run/test_reporting.py, the memory figures in tests/run/test_memory.py.
+tests/run/test_reporting.py, the memory figures in tests/run/test_memory_meters.py.
 No test asserts a speed: timings on a shared CPU are noise.
 """
 
@@ -34,7 +34,7 @@ from record_keys import COMPARE_KEYS
 import tfmp
 from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
 from tfmp.models.small_cnn import build_small_cnn
-from tfmp.run import benchmark, memory, reporting, tasks
+from tfmp.run import benchmark, memory_meters, reporting, tasks
 from tfmp.run import config as config_lib
 from tfmp.run.benchmark import modes
 
@@ -292,7 +292,7 @@ def test_config_errors_name_the_value_before_any_work(changes, message):
 
 
 # Isolated rows start a fresh process each. The fast twins: a row whose process dies (below) and
-# tests/run/test_memory.py's fresh process reading the CPU allocator.
+# tests/run/test_memory_meters.py's fresh process reading the CPU allocator.
 @pytest.mark.slow
 def test_isolated_rows_measure_their_own_memory_not_what_earlier_rows_left():
     # Two identical rows whose network leaves LEAK_MB resident, as TensorFlow
@@ -327,7 +327,7 @@ def test_isolated_rows_read_the_cpu_bfc_allocator_in_their_own_process_unless_to
     (plain,) = benchmark.compare(dataclasses.replace(config, precisions=("fp32",), cpu_bfc=False), specs)
     # TensorFlow's default CPU allocator keeps no statistics, unless TensorFlow loaded its CUDA platform
     # (a CUDA toolkit without a GPU): asked of this process's allocator, as the row's process asks its own.
-    if memory.AllocatorMemory.of_this_process() is None:
+    if memory_meters.AllocatorMemory.of_this_process() is None:
         assert plain.allocator is None and plain.peak_mb is None and plain.step_ratio_to_float32 is None
     else:
         assert plain.allocator == "CPU:0 BFC" and plain.peak_mb >= 0  # its figures are what that allocator counts

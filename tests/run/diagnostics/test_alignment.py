@@ -192,7 +192,9 @@ def test_a_frozen_layer_does_not_pass_on_the_input_width():
 def test_tfmp_0_1s_print_fn_still_prints_the_report_with_a_deprecation_warning():
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5)])
     lines = []
-    with pytest.warns(DeprecationWarning, match=r"tensor_core_report\(print_fn=\.\.\.\) is deprecated .* tfmp 0\.3"):
+    with pytest.warns(
+        DeprecationWarning, match=r"`tensor_core_report\(print_fn\)` is deprecated and will be removed in tfmp 0\.3"
+    ):
         report = diagnostics.tensor_core_report(model, 8, 8, lines.append)
     assert lines == [str(report)]
     with pytest.warns(DeprecationWarning):

@@ -58,6 +58,6 @@ def test_the_tutorial_gans_values_are_defined_once_and_everything_reads_them():
 def test_the_gans_epochs_drop_the_last_incomplete_batch_and_refuse_none():
     gan = shipped.GANTask(TINY_GAN)
     assert epochs.steps_per_epoch(gan, 100) == 3
-    assert epochs.steps_per_epoch(gan.replace(steps_per_epoch=2), 100) == 2
+    assert epochs.steps_per_epoch(gan.with_config(steps_per_epoch=2), 100) == 2
     with pytest.raises(config_lib.ConfigError, match="batch_size=32"):
         epochs.steps_per_epoch(gan, 31)

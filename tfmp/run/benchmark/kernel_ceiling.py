@@ -26,8 +26,8 @@ import tensorflow as tf
 from tfmp import precision as precision_lib
 from tfmp.run import _compat, tasks
 from tfmp.run.benchmark import launches, modes
-from tfmp.run.benchmark.settings import BenchmarkConfig, canonical_models, canonical_precisions, dedupe
-from tfmp.run.benchmark.timing import trainer_driver
+from tfmp.run.benchmark.benchmark_config import BenchmarkConfig, canonical_models, canonical_precisions, dedupe
+from tfmp.run.benchmark.drivers import trainer_driver
 
 __all__ = ["CeilingRecord", "OpTime", "ceiling", "op_times", "op_times_from_xspace", "sixteen_bit_precisions"]
 

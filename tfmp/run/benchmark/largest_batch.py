@@ -36,10 +36,10 @@ import tensorflow as tf
 
 from tfmp import precision as precision_lib
 from tfmp.run import tasks
+from tfmp.run.benchmark.benchmark_config import BenchmarkConfig
+from tfmp.run.benchmark.drivers import trainer_driver
 from tfmp.run.benchmark.modes import _build, _check_specs, _environment, _label, _rows
-from tfmp.run.benchmark.settings import BenchmarkConfig
-from tfmp.run.benchmark.timing import trainer_driver
-from tfmp.run.memory import AllocatorMemory, cpu_bfc_environment
+from tfmp.run.memory_meters import AllocatorMemory, cpu_bfc_environment
 
 __all__ = ["MaxBatchRecord", "MaxBatchSettings", "Trial", "max_batch", "run_trial", "train_at_batch"]
 

@@ -27,13 +27,19 @@ from tfmp import precision as precision_lib
 from tfmp.run import config as config_lib
 from tfmp.run import task_loader, tasks
 from tfmp.run.benchmark import launches
+from tfmp.run.benchmark.benchmark_config import (
+    BenchmarkConfig,
+    canonical_models,
+    canonical_precisions,
+    dedupe,
+    default_specs,
+)
+from tfmp.run.benchmark.drivers import Driver, fit_driver, hand_written_driver, interleave, trainer_driver
 from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record
-from tfmp.run.benchmark.settings import BenchmarkConfig, canonical_models, canonical_precisions, dedupe, default_specs
-from tfmp.run.benchmark.timing import Driver, fit_driver, hand_written_driver, interleave, trainer_driver
 from tfmp.run.benchmark.workload import Workload, build_workload
 from tfmp.run.callbacks import display
-from tfmp.run.memory import AllocatorMemory, GpuPeakMemory, HostPeakMemory, cpu_bfc_environment
+from tfmp.run.memory_meters import AllocatorMemory, GpuPeakMemory, HostPeakMemory, cpu_bfc_environment
 
 __all__ = ["compare", "input_pipeline"]
 

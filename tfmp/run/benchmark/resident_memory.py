@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping
 import keras
 
 from tfmp.run import tasks
+from tfmp.run.benchmark.benchmark_config import BenchmarkConfig
 from tfmp.run.benchmark.modes import _check_specs, _label, _measure_compare_row, _rows
 from tfmp.run.benchmark.records import ResidentRecord
-from tfmp.run.benchmark.settings import BenchmarkConfig
-from tfmp.run.memory import resident_mb
+from tfmp.run.memory_meters import resident_mb
 
 __all__ = ["resident"]
 

@@ -1,6 +1,6 @@
 """Callbacks: the side effects of a training run, one concern per file.
 
-* `timing.py`: `StepTimer` times every training step and adds the throughput
+* `step_timer.py`: `StepTimer` times every training step and adds the throughput
   (`images_per_sec`, or `examples_per_sec` for a model that does not take
   images; warm-up excluded) to each epoch's logs;
 * `console.py`: `ConsoleLogger` prints the GAN tutorial's per-step line (or a
@@ -12,7 +12,7 @@
   from fixed noise (`image_grid`); `GradientDiagnostics` logs the float16
   underflow/overflow fractions of the gradients every N steps
   (`tfmp.run.diagnostics`);
-* `memory.py`: `PeakMemory` writes TensorFlow's allocator peak of each
+* `peak_memory.py`: `PeakMemory` writes TensorFlow's allocator peak of each
   epoch to TensorBoard (`memory/peak_mb`) and prints the run's highest,
   where the allocator can be read (a GPU; a CPU with
   `TF_CPU_ALLOCATOR_USE_BFC=true`);
@@ -35,12 +35,12 @@ Put `StepTimer` before the callbacks that read the throughput, and
 # In reading order, which the API page keeps.
 from tfmp.run.callbacks.checkpointing import Checkpointing
 from tfmp.run.callbacks.console import CONSOLE_MODES, ConsoleLogger, console_mode
-from tfmp.run.callbacks.memory import PeakMemory
 from tfmp.run.callbacks.nonfinite import NonFiniteStepError, NonFiniteStop
+from tfmp.run.callbacks.peak_memory import PeakMemory
 from tfmp.run.callbacks.profiling import ProfileSteps
 from tfmp.run.callbacks.segments import RunSegment
+from tfmp.run.callbacks.step_timer import THROUGHPUT_KEYS, StepTimer
 from tfmp.run.callbacks.tensorboard import GeneratorSamples, GradientDiagnostics, Summaries, describe, image_grid
-from tfmp.run.callbacks.timing import THROUGHPUT_KEYS, StepTimer
 
 __all__ = [
     "CONSOLE_MODES",

@@ -10,7 +10,7 @@ from typing import Any
 
 import keras
 
-from tfmp.run.callbacks.timing import StepTimer
+from tfmp.run.callbacks.step_timer import StepTimer
 from tfmp.run.config import CONSOLE_MODES  # defined with the setting it checks; still importable from here
 
 __all__ = ["CONSOLE_MODES", "ConsoleLogger", "console_mode"]

@@ -23,7 +23,7 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
 from tfmp.run import _compat, diagnostics
-from tfmp.run.callbacks.timing import THROUGHPUT_KEYS, StepTimer
+from tfmp.run.callbacks.step_timer import THROUGHPUT_KEYS, StepTimer
 
 __all__ = ["GeneratorSamples", "GradientDiagnostics", "Summaries", "describe", "image_grid"]
 

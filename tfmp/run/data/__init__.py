@@ -17,7 +17,7 @@ scales each batch to [0, 1] in float32 on the host, and the model's first
 layer casts it to its compute dtype.
 
 One module per concept: `digits`, `mnist` and `cifar10` read one dataset
-each, `images` picks one by name (and makes `synthetic` ones), `pipeline`
+each, `image_datasets` picks one by name (and makes `synthetic` ones), `pipeline`
 builds the `tf.data` pipelines, and `_common` holds the `Split` and the
 errors the readers share. Their public names are all importable from here.
 """
@@ -25,7 +25,7 @@ errors the readers share. Their public names are all importable from here.
 from tfmp.run.data._common import CorruptDatasetError, DatasetNotFoundError, Split
 from tfmp.run.data.cifar10 import load_cifar10
 from tfmp.run.data.digits import load_digits
-from tfmp.run.data.images import DATASETS, load_images, synthetic
+from tfmp.run.data.image_datasets import DATASETS, load_images, synthetic
 from tfmp.run.data.mnist import load_mnist
 from tfmp.run.data.pipeline import batched, make_dataset
 

@@ -7,12 +7,12 @@ the reports.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import keras
 
+from tfmp import _deprecated
 from tfmp import trainers as trainers_lib
 
 __all__ = ["Source", "as_trainer", "is_graph_model", "networks", "scale_of", "state_preserved", "table"]
@@ -100,11 +100,6 @@ def removed_print_fn(function: str, print_fn: Any, report: Any) -> None:
     """
     if print_fn is UNSET:
         return
-    warnings.warn(
-        f"{function}(print_fn=...) is deprecated and will be removed in tfmp 0.3: the report is returned; print "
-        f"str(report) yourself. Received: print_fn={print_fn!r}",
-        DeprecationWarning,
-        stacklevel=3,
-    )
+    _deprecated.warn(f"{function}(print_fn)", received=f"print_fn={print_fn!r}", stacklevel=4)
     if print_fn is not None:
         print_fn(str(report))

@@ -3,7 +3,7 @@
 * `gan.py`: `GANTask`, the tutorial's GAN (`tfmp.models.gan`);
 * `classifier.py`: `ClassifierTask`, MobileNetV2 or another image network
   (`resnet50_task`);
-* `images.py`: the image data both use (a dataset by name, its epochs, its
+* `image_task_data.py`: the image data both use (a dataset by name, its epochs, its
   probe and a synthetic batch), as functions they call.
 
 `task_for(config)` is the shipped task a config describes. Each is a

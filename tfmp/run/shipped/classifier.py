@@ -12,7 +12,7 @@ from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16
 from tfmp.models.resnet50 import build_resnet50_classifier
 from tfmp.run import data as data_lib
 from tfmp.run.config import ClassifierConfig
-from tfmp.run.shipped import images
+from tfmp.run.shipped import image_task_data
 from tfmp.run.tasks import SupervisedTask
 
 __all__ = ["ClassifierTask", "NetworkBuilder", "resnet50_task"]
@@ -74,7 +74,7 @@ class ClassifierTask(SupervisedTask):
 
     def load_data(self) -> data_lib.Split:
         """The config's dataset at the network's image shape, split by its seed."""
-        return images.load(self.config, self.image_shape)
+        return image_task_data.load(self.config, self.image_shape)
 
     def train_data(self, data: data_lib.Split) -> tf.data.Dataset:
         c = self.config
@@ -129,15 +129,15 @@ class ClassifierTask(SupervisedTask):
 
     def steps_per_epoch(self, data: data_lib.Split | int) -> int:
         """Batches of `data`'s training images (or that many), the last one kept, capped by `config.steps_per_epoch`."""
-        return images.steps_per_epoch(self.config, data, drop_remainder=False)
+        return image_task_data.steps_per_epoch(self.config, data, drop_remainder=False)
 
     def probe(self, data: data_lib.Split) -> Any:
         """The first `batch_size` labelled training images, in the split's order."""
-        return images.probe(data, self.config.batch_size, labelled=True)
+        return image_task_data.probe(data, self.config.batch_size, labelled=True)
 
     def benchmark_batch(self) -> Any:
         """Synthetic uniform [0, 1] images and int32 labels below `num_classes`, seeded by `config.seed`."""
-        return images.synthetic_batch(self.config, self.image_shape, self.num_classes)
+        return image_task_data.synthetic_batch(self.config, self.image_shape, self.num_classes)
 
 
 def resnet50_task(config: ClassifierConfig | None = None, input_size: int = 64) -> ClassifierTask:

@@ -14,7 +14,7 @@ from tfmp.models.gan import build_discriminator, build_generator
 from tfmp.run import data as data_lib
 from tfmp.run.callbacks.tensorboard import GeneratorSamples
 from tfmp.run.config import GANConfig
-from tfmp.run.shipped import images
+from tfmp.run.shipped import image_task_data
 from tfmp.run.tasks import Task
 
 __all__ = ["GANTask", "gan_route"]
@@ -64,7 +64,7 @@ class GANTask(Task):
 
     def load_data(self) -> data_lib.Split:
         """The config's dataset at the model's image shape, split by its seed."""
-        return images.load(self.config, self.image_shape)
+        return image_task_data.load(self.config, self.image_shape)
 
     def train_data(self, data: data_lib.Split) -> tf.data.Dataset:
         c = self.config
@@ -119,12 +119,12 @@ class GANTask(Task):
 
     def steps_per_epoch(self, data: data_lib.Split | int) -> int:
         """Full batches of `data`'s training images (or that many), capped by `config.steps_per_epoch`."""
-        return images.steps_per_epoch(self.config, data, drop_remainder=True)
+        return image_task_data.steps_per_epoch(self.config, data, drop_remainder=True)
 
     def probe(self, data: data_lib.Split) -> Any:
         """The first `batch_size` training images, in the split's order."""
-        return images.probe(data, self.config.batch_size, labelled=False)
+        return image_task_data.probe(data, self.config.batch_size, labelled=False)
 
     def benchmark_batch(self) -> Any:
         """Synthetic uniform [0, 1] images, seeded by `config.seed`."""
-        return images.synthetic_batch(self.config, self.image_shape, None)
+        return image_task_data.synthetic_batch(self.config, self.image_shape, None)

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfmp.run.benchmark.workload import Workload
-from tfmp.run.memory import AllocatorMemory
+from tfmp.run.memory_meters import AllocatorMemory
 
 __all__ = ["Driver", "fit_driver", "hand_written_driver", "interleave", "trainer_driver"]
 

@@ -8,7 +8,7 @@ import os
 import keras
 import tensorflow as tf
 
-from tfmp.run.memory import AllocatorMemory
+from tfmp.run.memory_meters import AllocatorMemory
 
 __all__ = ["PeakMemory"]
 

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/callbacks/memory.py: the allocator's peak of each epoch, to TensorBoard and the console."""
+"""Tests for tfmp/run/callbacks/peak_memory.py: the allocator's peak of each epoch, to TensorBoard and the console."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import tensorflow as tf
 
 from tfmp.run import callbacks, output
-from tfmp.run.memory import AllocatorMemory, cpu_bfc_environment
+from tfmp.run.memory_meters import AllocatorMemory, cpu_bfc_environment
 
 
 class _Allocator:

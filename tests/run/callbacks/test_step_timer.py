@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/callbacks/timing.py."""
+"""Tests for tfmp/run/callbacks/step_timer.py."""
 
 import pytest
 

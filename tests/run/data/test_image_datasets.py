@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/data/images.py: synthetic images, and an image dataset by name."""
+"""Tests for tfmp/run/data/image_datasets.py: synthetic images, and an image dataset by name."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/benchmark/settings.py: what a benchmark measures, checked as given."""
+"""Tests for tfmp/run/benchmark/benchmark_config.py: what a benchmark measures, checked as given."""
 
 import pytest
 from benchmark_tiny import tiny_config

@@ -1,0 +1,85 @@
+"""Tests for tfmp/_deprecated.py: one table of every moved, renamed or removed name, and one way each warns."""
+
+import ast
+import importlib
+import os
+import warnings
+
+import pytest
+
+from tfmp import _deprecated
+
+LIBRARY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tfmp")
+
+
+def _resolve(dotted):
+    module, _, attribute = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@pytest.mark.parametrize("old", sorted(_deprecated.MOVED_NAMES))
+def test_every_moved_name_is_its_new_object_with_one_warning_naming_the_new_place_and_the_version(old):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = _resolve(old)
+    assert value is _resolve(_deprecated.MOVED_NAMES[old])
+    assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [
+        f"`{old}` is deprecated; use `{_deprecated.MOVED_NAMES[old]}`. It will be removed in tfmp 0.3."
+    ]
+
+
+def test_every_new_module_and_method_the_tables_name_exists():
+    for new in _deprecated.MOVED_MODULES.values():
+        importlib.import_module(new)
+    from tfmp.run.tasks import Task
+
+    for old, new in _deprecated.RENAMED_METHODS.items():
+        assert old.startswith("Task.") and callable(getattr(Task, new.removeprefix("Task.")))
+
+
+def test_a_removed_argument_warns_naming_what_to_do_and_what_was_received():
+    with pytest.warns(DeprecationWarning) as caught:
+        _deprecated.warn("gradient_report(print_fn)", received="print_fn=<built-in function print>")
+    assert str(caught[0].message) == (
+        "`gradient_report(print_fn)` is deprecated and will be removed in tfmp 0.3: the report is returned: "
+        "print str(gradient_report(...)) yourself. Received: print_fn=<built-in function print>"
+    )
+
+
+def test_a_name_in_no_table_is_refused_naming_it():
+    with pytest.raises(KeyError, match="'tfmp.nonsense' is in no table"):
+        _deprecated.message("tfmp.nonsense")
+
+
+def _module_getattrs():
+    """(file, how) of each module-level `__getattr__` under tfmp/: "def" for a function, "assigned" otherwise."""
+    found = []
+    for folder, _, names in os.walk(LIBRARY):
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            for node in ast.parse(open(path).read(), path).body:
+                if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                    found.append((os.path.relpath(path, LIBRARY), "def"))
+                elif isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__getattr__" for t in node.targets
+                ):
+                    assert ast.unparse(node.value) == "_deprecated.module_getattr(__name__)", path
+                    found.append((os.path.relpath(path, LIBRARY), "assigned"))
+    return sorted(found)
+
+
+def test_one_deprecation_hook_backed_by_one_table():
+    """Every module that answers for deprecated names uses `module_getattr`; the one other hook loads lazily."""
+    found = _module_getattrs()
+    assert [path for path, how in found if how == "def"] == [os.path.join("run", "tasks.py")]  # lazy, never warns
+    assert sorted(path for path, how in found if how == "assigned") == [
+        "__init__.py",
+        "precision.py",
+        os.path.join("trainers", "__init__.py"),
+        os.path.join("trainers", "gan.py"),
+    ]
+    modules = {old.rpartition(".")[0] for old in _deprecated.MOVED_NAMES}
+    assert modules == {"tfmp", "tfmp.precision", "tfmp.trainers", "tfmp.trainers.gan"}
+    assert len([how for _, how in found if how == "assigned"]) == len(modules)
