@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 import re
 from typing import Any
 
-# The tables import tfmp, and with it TensorFlow: its start-up lines (oneDNN, CUDA, CPU features) would fill
-# the build's log. Set before the first import, as the scripts do.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The tables import tfmp, and with it TensorFlow, whose start-up lines (oneDNN, CUDA, CPU features) would fill
+# the build's log: imported here as the scripts import it, keeping only what TF_CPP_MIN_LOG_LEVEL allows.
+from tfmp_scripts.quiet_start import import_tensorflow_quietly  # noqa: E402
+
+import_tensorflow_quietly()
 
 MARKER = re.compile(r"^<!-- settings-table: ([\w.]+) -->$", re.M)
 
