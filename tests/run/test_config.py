@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tfmp.run import config as config_lib
+from tfmp.run import fields
 
 TINY_GAN = config_lib.GANConfig(dataset="digits", batch_size=32)
 TINY_CLASSIFIER = config_lib.ClassifierConfig(dataset="digits", batch_size=16)
@@ -187,6 +188,19 @@ def test_the_cluster_settings_are_refused_naming_them(change, message):
 def test_a_slurm_cluster_with_the_multi_worker_strategy_is_valid_and_may_change_on_resume():
     dataclasses.replace(TINY_GAN, strategy="multi_worker", cluster="slurm", slurm_port_base=20000).validate()
     assert {"cluster", "slurm_port_base"} <= config_lib.RESUMABLE
+
+
+def test_whether_a_resumed_run_may_change_a_setting_is_said_by_its_option():
+    @dataclasses.dataclass(frozen=True)
+    class Mine(config_lib.TrainConfig):
+        width: int = config_lib.option(8, "Width.")
+        report_every: int = config_lib.option(1, "Report every N steps.", resumable=True)
+
+    assert fields.resumable_fields(Mine) == fields.resumable_fields(config_lib.TrainConfig) | {"report_every"}
+    assert "width" not in fields.resumable_fields(Mine(width=4))
+    assert config_lib.RESUMABLE == fields.resumable_fields(config_lib.GANConfig, config_lib.ClassifierConfig)
+    assert {"precision", "loss_scale", "epochs", "data_dir", "num_samples"} <= config_lib.RESUMABLE
+    assert not {"seed", "batch_size", "dataset", "float32_layers", "learning_rate"} & config_lib.RESUMABLE
 
 
 @pytest.mark.parametrize("value", [0.5, 0, -1.0, math.inf, math.nan])

@@ -4,8 +4,8 @@
 data; `ImageConfig` adds the image datasets tfmp loads by name, and
 `GANConfig` (the original tutorial's GAN, with its defaults) and
 `ClassifierConfig` (MobileNetV2) add their models' own. Each field is made by
-`tfmp.run.fields.option`, which keeps its default, help, `--help` section, choices, bounds
-and check beside it; the scripts make one flag per field (`--run_name` for
+`tfmp.run.fields.option`, which keeps its default, help, `--help` section, choices, bounds,
+check and whether a resumed run may change it beside it; the scripts make one flag per field (`--run_name` for
 `run_name`) and the docs one table row.
 
 `validate()` is pure: it reads nothing from disk, creates nothing, and raises
@@ -28,7 +28,7 @@ from typing import ClassVar
 from tfmp import float32_layers
 from tfmp import optimizers as optimizers_lib
 from tfmp import precision as precision_lib
-from tfmp.run.fields import HELP_GROUPS, ConfigError, check_field, option, redefault
+from tfmp.run.fields import HELP_GROUPS, ConfigError, check_field, option, redefault, resumable_fields
 
 __all__ = [
     "CLUSTERS",
@@ -59,39 +59,6 @@ SLURM_PORT_BASE = 8888  # SlurmClusterResolver's own default
 CONSOLE_MODES = ("auto", "progress", "lines")
 XLA_SETTINGS = ("auto", "true", "false")  # also True and False (tfmp.precision.resolve_jit_compile)
 LR_SCHEDULES = ("cosine", "constant")
-
-# Settings a resumed run may change; every other setting must match the checkpoint's.
-RESUMABLE = frozenset(
-    {
-        "epochs",
-        "steps_per_epoch",
-        "data_dir",
-        "logdir",
-        "run_name",
-        "log_every",
-        "warmup_steps",
-        "diagnose_every",
-        "profile_steps",
-        "strategy",
-        "cluster",  # a run may be restarted under another launcher
-        "slurm_port_base",
-        "worker_timeout",
-        "xla",
-        "tf32",
-        "checkpoint_dir",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "resume",
-        "on_nonfinite",
-        "deterministic",
-        "num_samples",
-        "validation_batch_size",
-        "console",
-        "precision",
-        "loss_scale",  # compared once resolved
-    }
-)
-
 
 # What `log_every=0` means with a GPU: writing a step's TensorBoard scalars took the host about 3 ms on a 2-core
 # CPU (one `tf.summary.scalar` each), a third of the GAN's step on an H200, and the host launches the next step.
@@ -190,13 +157,16 @@ class TrainConfig:
         "precision",
         choices=precision_lib.PRECISIONS + tuple(precision_lib.ALIASES),
         check=precision_lib.canonical_precision,
+        resumable=True,
     )
+    # Resumable: the checkpoint compares the loss scale the run resolved, not this setting.
     loss_scale: str | float | None = option(
         "auto",
         "dynamic, none, or a positive fixed scale. Only mixed_float16 uses it; auto (not set): dynamic there. "
         "A scale set under another precision is ignored with a note.",
         "precision",
         check=requested_loss_scale,
+        resumable=True,
     )
     xla: str | bool = option(
         "auto",
@@ -204,9 +174,12 @@ class TrainConfig:
         "precision",
         choices=XLA_SETTINGS,
         check=lambda xla: precision_lib.resolve_jit_compile(xla, has_gpu=False),
+        resumable=True,
     )
-    tf32: bool = option(True, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs).", "precision")
-    epochs: int = option(4, "Passes over the training data.", "training", lower_bound=1)
+    tf32: bool = option(
+        True, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs).", "precision", resumable=True
+    )
+    epochs: int = option(4, "Passes over the training data.", "training", lower_bound=1, resumable=True)
     batch_size: int = option(
         128,
         "Examples per step: the global batch, split evenly across the --strategy's replicas.",
@@ -218,14 +191,16 @@ class TrainConfig:
         "Optional cap on the steps of an epoch (needed when the training data does not know its length).",
         "training",
         lower_bound=1,
+        resumable=True,
     )
-    logdir: str = option("logs", "Parent directory of the TensorBoard runs.", "logs and console")
+    logdir: str = option("logs", "Parent directory of the TensorBoard runs.", "logs and console", resumable=True)
     run_name: str = option(
         "",
         "Run directory under --logdir (a relative path inside it, e.g. sweep/lr-3); default: time, the task's "
         "name, precision and loss scale. One run at a time: a second run in the same directory is refused.",
         "logs and console",
         check=_relative_path,
+        resumable=True,
     )
     seed: int = option(0, "Seed of weights, noise, shuffling and splits.", "training")
     log_every: int = option(
@@ -235,13 +210,17 @@ class TrainConfig:
         "writing its scalars would cost a large part of one.",
         "logs and console",
         lower_bound=0,
+        resumable=True,
     )
-    warmup_steps: int = option(3, "Leading steps left out of the mean throughput.", "logs and console", lower_bound=0)
+    warmup_steps: int = option(
+        3, "Leading steps left out of the mean throughput.", "logs and console", lower_bound=0, resumable=True
+    )
     diagnose_every: int = option(
         0,
         "Every N steps, log the gradients' float16 underflow/overflow fractions to TensorBoard; 0: never.",
         "logs and console",
         lower_bound=0,
+        resumable=True,
     )
     profile_steps: tuple[int, int] | None = option(
         None,
@@ -249,6 +228,7 @@ class TrainConfig:
         "logdir, for TensorBoard's Profile tab. Start after the warm-up steps.",
         "logs and console",
         check=_profile_steps,
+        resumable=True,
     )
     float32_layers: str = option(
         float32_layers.FLOAT32_LAYERS_AUTO,
@@ -264,13 +244,15 @@ class TrainConfig:
         "each; only the chief writes logs).",
         "training",
         choices=STRATEGIES,
+        resumable=True,
     )
-    cluster: str = option(
+    cluster: str = option(  # resumable: a run may be restarted under another launcher
         "tf_config",
         "Where --strategy=multi_worker finds its hosts. tf_config: the TF_CONFIG variable of each host; slurm: "
         "the environment srun gives its tasks (launch with srun; worker index = SLURM_PROCID).",
         "training",
         choices=CLUSTERS,
+        resumable=True,
     )
     slurm_port_base: int = option(
         SLURM_PORT_BASE,
@@ -278,6 +260,7 @@ class TrainConfig:
         "training",
         lower_bound=1,
         upper_bound=65535,
+        resumable=True,
     )
     worker_timeout: float = option(
         30.0,
@@ -285,25 +268,31 @@ class TrainConfig:
         "others stop (exit 69); restart all with --resume.",
         "training",
         check=_seconds,
+        resumable=True,
     )
-    checkpoint_dir: str = option("", "Where checkpoints go; default: <logdir>/<run_name>/checkpoints.", "checkpoints")
+    checkpoint_dir: str = option(
+        "", "Where checkpoints go; default: <logdir>/<run_name>/checkpoints.", "checkpoints", resumable=True
+    )
     checkpoint_every: int = option(
         0,
         "Also checkpoint every N steps; 0: at each epoch end only (and on SIGTERM/SIGINT).",
         "checkpoints",
         lower_bound=0,
+        resumable=True,
     )
     keep_checkpoints: int = option(
         3,
         "Checkpoints kept; with 2 or more a corrupt newest one falls back to the previous.",
         "checkpoints",
         lower_bound=1,
+        resumable=True,
     )
     resume: bool = option(
         False,
         "Continue the run named by --run_name (or --checkpoint_dir) exactly where its newest readable "
         "checkpoint stopped; start from step 0 if it has none.",
         "checkpoints",
+        resumable=True,
     )
     on_nonfinite: str = option(
         "skip",
@@ -311,11 +300,13 @@ class TrainConfig:
         "epoch, step and first non-finite layer (not with dynamic loss scaling, which skips by design).",
         "training",
         choices=ON_NONFINITE,
+        resumable=True,
     )
     deterministic: bool = option(
         False,
         "Turn on TensorFlow op determinism, so a resumed run repeats the uninterrupted one bit for bit.",
         "training",
+        resumable=True,
     )
     console: str = option(
         "auto",
@@ -323,6 +314,7 @@ class TrainConfig:
         "steps; auto: progress on a terminal, lines otherwise (pipes, files).",
         "logs and console",
         choices=CONSOLE_MODES,
+        resumable=True,
     )
 
     def validate(self) -> None:
@@ -377,6 +369,7 @@ class ImageConfig(TrainConfig):
         None,
         "Directory holding the downloaded dataset; default: keras.datasets' cache (~/.keras/datasets).",
         "data",
+        resumable=True,
     )
 
 
@@ -415,7 +408,12 @@ class GANConfig(ImageConfig):
         0.1, "Share of the discriminator's labels swapped each step.", lower_bound=0, upper_bound=1, flag=False
     )
     num_samples: int = option(
-        16, "Generator images in the per-epoch TensorBoard grid.", "logs and console", lower_bound=1, flag=False
+        16,
+        "Generator images in the per-epoch TensorBoard grid.",
+        "logs and console",
+        lower_bound=1,
+        flag=False,
+        resumable=True,
     )
 
 
@@ -451,5 +449,15 @@ class ClassifierConfig(ImageConfig):
         check=_momentum,
     )
     validation_batch_size: int = option(
-        256, "Batch size of the validation pass.", "training", lower_bound=1, flag=False
+        256,
+        "Batch size of the validation pass.",
+        "training",
+        lower_bound=1,
+        flag=False,
+        resumable=True,
     )
+
+
+# The settings of the shipped configs a resumed run may change (`option(..., resumable=True)`); every other
+# setting must match the checkpoint's. A config of one's own: `tfmp.run.fields.resumable_fields(config)`.
+RESUMABLE = resumable_fields(GANConfig, ClassifierConfig)

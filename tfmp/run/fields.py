@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ConfigError", "HELP_GROUPS", "check_field", "option", "redefault"]
+__all__ = ["ConfigError", "HELP_GROUPS", "check_field", "option", "redefault", "resumable_fields"]
 
 _NOTHING = object()
 
@@ -88,6 +88,7 @@ def option(
     upper_bound: float | None = None,
     check: Callable[[Any], Any] | None = None,
     flag: bool = True,
+    resumable: bool = False,
 ) -> Any:
     """A config field with all that describes it: `epochs: int = option(4, "Passes over the data.", "training")`.
 
@@ -108,11 +109,13 @@ def option(
             (or another module's `ValueError`) for an invalid one. Replaces
             the `choices` check.
         flag: False: the scripts offer no flag unless they ask for it.
+        resumable: True: a resumed run may change the setting; False: it
+            must match the checkpoint's (`resumable_fields`).
 
     Returns:
         A `dataclasses.field`, the rest in its `metadata`.
     """
-    metadata = {"help": help, "group": group, "flag": flag}
+    metadata = {"help": help, "group": group, "flag": flag, "resumable": resumable}
     for key, value in (
         ("choices", choices),
         ("lower_bound", lower_bound),
@@ -128,6 +131,13 @@ def redefault(config: type, name: str, default: Any) -> Any:
     """`config`'s field `name` with another default; its help and the rest stay."""
     (field,) = [f for f in dataclasses.fields(config) if f.name == name]
     return dataclasses.field(default=default, metadata=field.metadata)
+
+
+def resumable_fields(*configs: Any) -> frozenset[str]:
+    """The fields of `configs` (classes or instances) a resumed run may change: those made with `resumable=True`."""
+    return frozenset(
+        field.name for config in configs for field in dataclasses.fields(config) if field.metadata.get("resumable")
+    )
 
 
 # What a value of each declared field type may be: numpy scalars count; a bool is not an int, and is not a number.
