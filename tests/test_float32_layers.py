@@ -32,7 +32,7 @@ def test_keep_float32_sets_per_layer_policies_on_matching_paths():
 
 def test_keep_float32_refuses_bad_or_unmatched_patterns():
     model = _mixed_mlp()
-    with pytest.raises(ValueError, match=r"Received: '\('"):
+    with pytest.raises(ValueError, match=r"not a valid regular expression .*Received: float32_layers='\('"):
         float32_layers.keep_float32([model], "(")
     with pytest.raises(ValueError, match=r"such as mlp/.*Received: 'conv'"):
         float32_layers.keep_float32([model], "conv")

@@ -36,6 +36,12 @@ def test_unknown_name_lists_valid_names_and_value():
         assert valid in message
 
 
+def test_the_precision_names_are_the_concrete_precisions_and_the_names_that_choose_one():
+    assert precision.CONCRETE_PRECISIONS == ("float32", "mixed_bfloat16", "mixed_float16")
+    assert precision.PRECISIONS[: len(precision.CONCRETE_PRECISIONS)] == precision.CONCRETE_PRECISIONS
+    assert "auto" in precision.PRECISIONS and tfmp.PRECISIONS is precision.PRECISIONS
+
+
 @pytest.mark.parametrize(
     "capabilities, expected",
     [

@@ -5,7 +5,8 @@ otherwise. These functions say otherwise, after the model is built:
 
 * `layer_paths`: every layer of a model with its path
   (`model/block_1_expand_BN`), the names `float32_layers` patterns match;
-* `keep_float32`: the layers a pattern matches compute in float32;
+* `keep_float32`: the layers a pattern matches compute in float32
+  (`compile_pattern`: a pattern checked, as every `float32_layers` setting is);
 * `resolve_float32_layers`: the pattern a run applies, from its
   `float32_layers` setting (`"auto"`: the model's advice for this machine);
 * `float32_copy`: a copy of the whole model computing in float32, with the
@@ -32,6 +33,7 @@ from tfmp.precision import canonical_precision, precision_scope
 __all__ = [
     "FLOAT32_LAYERS_AUTO",
     "FLOAT32_LAYERS_NONE",
+    "compile_pattern",
     "float32_copy",
     "keep_float32",
     "layer_paths",
@@ -121,6 +123,21 @@ def layer_paths(model: keras.Model) -> list[tuple[str, keras.layers.Layer]]:
     return found
 
 
+def compile_pattern(pattern: str) -> re.Pattern:
+    """A `float32_layers` pattern compiled, as `keep_float32` searches it.
+
+    Raises:
+        ValueError: if `pattern` is not a valid regular expression (or not a
+            string), naming it.
+    """
+    try:
+        return re.compile(pattern)
+    except (re.error, TypeError) as e:
+        raise ValueError(
+            f"float32_layers is not a valid regular expression ({e}). Received: float32_layers={pattern!r}"
+        ) from None
+
+
 def keep_float32(models: Sequence[keras.Model], pattern: str) -> list[str]:
     """Makes the layers whose path matches `pattern` compute in float32.
 
@@ -142,10 +159,7 @@ def keep_float32(models: Sequence[keras.Model], pattern: str) -> list[str]:
         ValueError: if `pattern` is not a valid regular expression or matches
             no layer; the message repeats it and shows some paths.
     """
-    try:
-        regex = re.compile(pattern)
-    except re.error as e:
-        raise ValueError(f"float32_layers is not a valid regular expression ({e}). Received: {pattern!r}") from None
+    regex = compile_pattern(pattern)
     paths = [(path, layer) for model in models for path, layer in layer_paths(model)]
     matched = [(path, layer) for path, layer in paths if regex.search(path)]
     if not matched:

@@ -30,6 +30,7 @@ import tensorflow as tf
 from tfmp import _deprecated
 
 __all__ = [
+    "CONCRETE_PRECISIONS",
     "PRECISIONS",
     "canonical_precision",
     "choose_precision",
@@ -45,7 +46,10 @@ __all__ = [
 
 _logger = logging.getLogger(__name__)
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+# The precisions a model computes in: what `auto` chooses among and what a benchmark measures.
+CONCRETE_PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# Every precision name: the concrete ones, and the name that chooses one of them.
+PRECISIONS = CONCRETE_PRECISIONS + ("auto",)
 ALIASES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 
 

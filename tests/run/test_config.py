@@ -292,6 +292,13 @@ def test_another_modules_value_error_becomes_a_config_error_about_the_setting():
     assert str(error.value).count("Received:") == 1
 
 
+def test_the_regular_expression_check_is_the_one_keep_float32_applies():
+    with pytest.raises(config_lib.ConfigError) as error:
+        dataclasses.replace(TINY_GAN, float32_layers="(").validate()
+    assert str(error.value).startswith("float32_layers is not a valid regular expression (")
+    assert str(error.value).endswith("Received: float32_layers='('")
+
+
 def test_a_plain_config_error_is_its_message_braces_and_all():
     error = config_lib.ConfigError("TF_CONFIG is {'cluster': {}}; no worker")
     assert (str(error), error.field, error.value) == ("TF_CONFIG is {'cluster': {}}; no worker", None, None)

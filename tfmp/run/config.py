@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import typing
 from typing import ClassVar
 
@@ -104,13 +103,6 @@ def _seconds(value: float) -> None:
 def _profile_steps(steps: tuple[int, int] | None) -> None:
     if steps is not None and not 1 <= steps[0] <= steps[1]:
         raise ConfigError(f"must be START,END with 1 <= START <= END (here start={steps[0]}, end={steps[1]}).")
-
-
-def _regex(pattern: str) -> None:
-    try:
-        re.compile(pattern)
-    except re.error as e:
-        raise ConfigError(f"is not a valid regular expression ({e}).") from None
 
 
 def _relative_path(run_name: str) -> None:
@@ -236,7 +228,7 @@ class TrainConfig:
         "under a mixed policy. none: no layer; auto: the model's advice (MobileNetV2 under bfloat16 on CPU: "
         "the depthwise convolutions), none otherwise.",
         "precision",
-        check=_regex,
+        check=float32_layers.compile_pattern,
     )
     strategy: str = option(
         "default",

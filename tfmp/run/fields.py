@@ -69,8 +69,13 @@ class ConfigError(ValueError):
 
 
 def _not_valid(field: str, value: Any, error: ValueError) -> ConfigError:
-    """A `ConfigError` about `field` from another module's `ValueError`, which ends `Received: ...`."""
+    """A `ConfigError` about `field` from another module's `ValueError`, which ends `Received: ...`.
+
+    A message that starts with the field's name continues it (`float32_layers is not a valid ...`).
+    """
     message = str(error).split(" Received: ")[0]
+    if message.startswith(f"{field} "):
+        return ConfigError(message[len(field) + 1 :], field, value)
     return ConfigError(f"is not valid: {message}", field, value)
 
 

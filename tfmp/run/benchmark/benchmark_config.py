@@ -8,7 +8,6 @@ models the benchmark measures by default, the tasks training runs.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -32,7 +31,7 @@ __all__ = [
     "default_specs",
 ]
 
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+PRECISIONS = precision_lib.CONCRETE_PRECISIONS  # a benchmark names what it measures: no `auto`
 MODELS = ("gan", "mobilenet_v2", "resnet50")
 PIPELINE_MODELS = ("gan", "mobilenet_v2")
 MODES = ("compare", "input_pipeline", "ceiling", "resident", "kernels", "max_batch")
@@ -200,12 +199,7 @@ class BenchmarkConfig:
             raise ValueError(
                 f"Unknown dataset. Valid: {', '.join(data_lib.DATASETS)}. Received: dataset={self.dataset!r}"
             )
-        try:
-            re.compile(self.float32_layers)
-        except (re.error, TypeError) as e:
-            raise ValueError(
-                f"float32_layers is not a valid regular expression ({e}). Received: {self.float32_layers!r}"
-            ) from None
+        float32_layers.compile_pattern(self.float32_layers)
 
 
 def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[str, tasks.Task]:
