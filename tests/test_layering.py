@@ -23,6 +23,7 @@ CORE_MODULES = (
     "tfmp.precision",
     "tfmp.float32_layers",
     "tfmp.loss_scale",
+    "tfmp.scaling",
     "tfmp.optimizers",
     "tfmp.trainers",
     "tfmp.transaction",

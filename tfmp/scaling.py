@@ -1,0 +1,150 @@
+"""The arithmetic of loss scaling: the dynamic scale's next state, the finite check, and scaling in float32.
+
+Pure tensor functions, with no optimizer: `next_loss_scale` is the per-step
+state transition of a dynamic scale (tf.keras 2's, with hysteresis and
+bounds), `all_finite` the one finite check of a step's gradients, and
+`scale_loss` and `map_gradients` scale a loss and unscale gradients in
+float32 whatever their dtype. `tfmp.LossScaleOptimizer` is built on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+import tensorflow as tf
+
+__all__ = ["LossScaleState", "all_finite", "map_gradients", "next_loss_scale", "scale_loss"]
+
+
+class LossScaleState(NamedTuple):
+    """The part of the loss-scale state that changes from step to step.
+
+    Attributes:
+        scale: float32 scalar, the current loss scale.
+        growth_count: int64 scalar, finite steps since the scale last changed
+            upwards or since the last overflow.
+        hysteresis_left: int64 scalar, overflows still tolerated (skipped
+            without lowering the scale) before the scale backs off.
+    """
+
+    scale: tf.Tensor
+    growth_count: tf.Tensor
+    hysteresis_left: tf.Tensor
+
+
+def next_loss_scale(
+    state: LossScaleState,
+    finite: tf.Tensor,
+    *,
+    dynamic: bool,
+    growth_steps: int,
+    growth_factor: float,
+    backoff_factor: float,
+    hysteresis: int,
+    min_scale: float,
+    max_scale: float,
+) -> LossScaleState:
+    """Returns the loss-scale state after one step.
+
+    Finite gradients count a step; after `growth_steps` finite steps in a row
+    the scale grows by `growth_factor` (capped at `max_scale`), the count
+    restarts and the hysteresis budget refills. Non-finite gradients restart
+    the count; while more than one unit of hysteresis is left, one is spent
+    and the scale kept (DeepSpeed's `hysteresis`), else the scale backs off by
+    `backoff_factor` (floored at `min_scale`). A fixed scale never changes.
+    Branch-free, so it runs unchanged eagerly, in `tf.function` and under XLA.
+
+    Args:
+        state: The state before the step.
+        finite: bool scalar, whether every gradient of the step was finite.
+        dynamic: Whether the scale adapts at all.
+        growth_steps: Finite steps between two growths.
+        growth_factor: Multiplier on growth, > 1.
+        backoff_factor: Multiplier on backoff, in (0, 1).
+        hysteresis: Overflows, counted since the last growth, before the scale
+            backs off; 1 backs off on every overflow.
+        min_scale: Lower bound of the scale.
+        max_scale: Upper bound of the scale.
+
+    Returns:
+        The new `LossScaleState`.
+    """
+    if not dynamic:
+        return state
+    scale, count, hyst = state
+    count = tf.where(finite, count + 1, tf.zeros_like(count))
+    grow = tf.logical_and(finite, count >= growth_steps)
+    overflow = tf.logical_not(finite)
+    back_off = tf.logical_and(overflow, hyst <= 1)
+    grown = tf.minimum(scale * growth_factor, max_scale)
+    lowered = tf.maximum(scale * backoff_factor, min_scale)
+    scale = tf.where(grow, grown, tf.where(back_off, lowered, scale))
+    count = tf.where(grow, tf.zeros_like(count), count)
+    refill = tf.constant(hysteresis, dtype=hyst.dtype)
+    spend = tf.logical_and(overflow, hyst > 1)
+    hyst = tf.where(grow, refill, tf.where(spend, hyst - 1, hyst))
+    return LossScaleState(scale, count, hyst)
+
+
+def all_finite(grads: Iterable[Any]) -> tf.Tensor:
+    """Returns a bool scalar: True when every gradient value is finite (`None` entries ignored).
+
+    One check for all of them, not one per gradient: the gradients of each
+    dtype are flattened into one vector, and `is_finite` and `reduce_all`
+    run once on it. A step's check is then a handful of ops whatever the
+    number of variables (on a GPU, a handful of kernel launches; under XLA,
+    one fused reduction), where a check per gradient costs two ops each.
+    """
+    by_dtype: dict[tf.DType, list[tf.Tensor]] = {}
+    for g in grads:
+        if g is None:
+            continue
+        values = tf.convert_to_tensor(g.values if isinstance(g, tf.IndexedSlices) else g)
+        flat = values if values.shape.rank == 1 else tf.reshape(values, [-1])
+        by_dtype.setdefault(values.dtype, []).append(flat)
+    checks = [
+        tf.reduce_all(tf.math.is_finite(parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)))
+        for parts in by_dtype.values()
+    ]
+    if not checks:
+        return tf.constant(True)
+    return checks[0] if len(checks) == 1 else tf.reduce_all(tf.stack(checks))
+
+
+def map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], keep: Sequence[bool] = ()) -> list[Any]:
+    """Applies `fn` to each gradient's values.
+
+    `None` entries and those whose `keep` flag is set (variables with
+    `overwrite_with_gradient` get a new value, not a gradient) pass through;
+    `tf.IndexedSlices` keep their indices. A 16-bit gradient goes through
+    `fn` in float32: a scale above 65504 (float16's max) would otherwise be
+    inf, and a reciprocal of 1/2**25 or less would flush to zero.
+    """
+
+    def in_float32(x: tf.Tensor) -> tf.Tensor:
+        if x.dtype in (tf.float16, tf.bfloat16):
+            return tf.cast(fn(tf.cast(x, tf.float32)), x.dtype)
+        return fn(x)
+
+    keep = list(keep) + [False] * (len(grads) - len(keep))
+    return [
+        g
+        if g is None or kept
+        else tf.IndexedSlices(in_float32(g.values), g.indices, g.dense_shape)
+        if isinstance(g, tf.IndexedSlices)
+        else in_float32(tf.convert_to_tensor(g))
+        for g, kept in zip(grads, keep)
+    ]
+
+
+def scale_loss(loss: Any, scale: tf.Tensor | None) -> tf.Tensor:
+    """`loss` times `scale` (None: the loss as it is), in float32 for a 16-bit loss.
+
+    A float16 loss of 2.0 times 2**15 would overflow the forward value itself
+    and force a needless skip.
+    """
+    loss = tf.convert_to_tensor(loss)
+    if loss.dtype in (tf.float16, tf.bfloat16):
+        loss = tf.cast(loss, tf.float32)
+    return loss if scale is None else loss * tf.cast(scale, loss.dtype)
