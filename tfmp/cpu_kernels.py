@@ -1,4 +1,4 @@
-"""16-bit types on a CPU: what this CPU runs natively, what its kernels cost, and float16 gradients in float32.
+"""16-bit types on a CPU: what their kernels cost, and float16 gradients in float32.
 
 TensorFlow's CPU kernels for float16 and bfloat16 differ by CPU class far
 more than the arithmetic does. Measured on 2 cores (docs/PERFORMANCE.md has
@@ -42,16 +42,15 @@ import contextlib
 import dataclasses
 import math
 import os
-import platform
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from tfmp import _cache, _compat
+from tfmp.cpu_info import cpu_class, cpu_has_bfloat16, cpu_has_float16, machine_id
 
 __all__ = [
     "GRADIENT_FAMILIES",
@@ -69,10 +68,6 @@ __all__ = [
 
 _CACHE_NAME = "cpu_kernels.json"
 _CACHE_VERSION = 1
-# x86 AVX512-BF16 / AMX-BF16; Arm's `Features: bf16`.
-_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
-# x86 AVX512-FP16 / AMX-FP16; Arm's half-precision vector arithmetic.
-_FP16_FLAGS = frozenset({"avx512_fp16", "amx_fp16", "asimdhp"})
 TYPES = ("float32", "bfloat16", "float16")
 
 # A family of ops whose float16 gradients are routed together: the op types whose gradient functions are
@@ -87,67 +82,6 @@ GRADIENT_FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # leaving a slow one costs its whole slowdown (at the models' shapes the ratios are larger than measured
 # here: 3.8-5.9x against 2.5-3.3x on an AVX2 CPU).
 SLOW_RATIO = 1.25
-
-
-def _cpuinfo(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def _cpu_flags(cpuinfo: str) -> set[str]:
-    flags: set[str] = set()
-    for line in _cpuinfo(cpuinfo).splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags.update(value.split())
-    return flags
-
-
-def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU has bfloat16 instructions (AVX512-BF16, AMX-BF16, Arm BF16).
-
-    Reads the `flags` (x86) or `Features` (Arm) lines of Linux's
-    `/proc/cpuinfo`; elsewhere the answer is False.
-    """
-    return bool(_BF16_FLAGS & _cpu_flags(cpuinfo))
-
-
-def cpu_has_float16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU has float16 arithmetic (AVX512-FP16, AMX-FP16, Arm's half-precision SIMD).
-
-    F16C, which AVX2 CPUs have, only converts between float16 and float32:
-    the arithmetic is float32's, so it does not count.
-    """
-    return bool(_FP16_FLAGS & _cpu_flags(cpuinfo))
-
-
-# The CPU classes tfmp's figures are named by, each by the flag that marks it, the first that matches.
-_CLASSES = (
-    ("AMX", {"amx_bf16", "amx_fp16"}),
-    ("AVX512-FP16", {"avx512_fp16"}),
-    ("AVX512-BF16", {"avx512_bf16"}),
-    ("AVX-512", {"avx512f"}),
-    ("AVX2 only", {"avx2"}),
-    ("Arm BF16", {"bf16"}),
-)
-
-
-def cpu_class(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's class as tfmp's figures name it (`_CLASSES`; `"Arm"` for other flags, "" for none readable)."""
-    flags = _cpu_flags(cpuinfo)
-    return next((name for name, marks in _CLASSES if marks & flags), "Arm" if flags else "")
-
-
-def machine_id(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU model, core count and software versions: what a CPU measurement depends on."""
-    model = next(
-        (line.partition(":")[2].strip() for line in _cpuinfo(cpuinfo).splitlines() if line.startswith("model name")),
-        platform.processor() or platform.machine(),
-    )
-    return f"{model} | {os.cpu_count()} cpus | tensorflow {tf.__version__} | keras {keras.__version__}"
 
 
 # -- Measuring ------------------------------------------------------------------------------------

@@ -1,0 +1,37 @@
+"""Tests for tfmp/cpu_info.py: the CPU's native 16-bit types and class, from /proc/cpuinfo files the tests write."""
+
+import pytest
+
+from tfmp import cpu_info, cpu_kernels
+
+
+@pytest.mark.parametrize(
+    "flags, bfloat16, float16, cpu_class",
+    [
+        ("fpu sse avx2 f16c fma", False, False, "AVX2 only"),  # F16C converts, it does not compute
+        ("avx2 avx512f avx512_bf16", True, False, "AVX512-BF16"),
+        ("avx2 avx512f avx512_bf16 avx512_fp16", True, True, "AVX512-FP16"),
+        ("avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16", True, True, "AMX"),
+        ("avx2 avx512f", False, False, "AVX-512"),
+    ],
+)
+def test_the_flags_line_decides_the_native_types_and_the_class(tmp_path, flags, bfloat16, float16, cpu_class):
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n")
+    assert cpu_info.cpu_has_bfloat16(str(path)) is bfloat16
+    assert cpu_info.cpu_has_float16(str(path)) is float16
+    assert cpu_info.cpu_class(str(path)) == cpu_class
+    assert cpu_info.machine_id(str(path)).startswith("Some CPU | ")
+
+
+def test_arm_features_and_an_unreadable_file(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nFeatures\t: fp asimd asimdhp bf16\n")
+    assert cpu_info.cpu_has_bfloat16(str(path)) and cpu_info.cpu_has_float16(str(path))
+    assert cpu_info.cpu_class(str(path)) == "Arm BF16"
+    missing = str(tmp_path / "absent")
+    assert (cpu_info.cpu_has_bfloat16(missing), cpu_info.cpu_class(missing)) == (False, "")
+
+
+def test_cpu_kernels_still_exports_them():
+    assert cpu_kernels.cpu_class is cpu_info.cpu_class and cpu_kernels.machine_id is cpu_info.machine_id
