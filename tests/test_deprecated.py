@@ -1,6 +1,7 @@
 """Tests for tfmp/_deprecated.py: one table of every moved, renamed or removed name, and one way each warns."""
 
 import ast
+import dataclasses
 import importlib
 import os
 import warnings
@@ -31,10 +32,15 @@ def test_every_moved_name_is_its_new_object_with_one_warning_naming_the_new_plac
 def test_every_new_module_and_method_the_tables_name_exists():
     for new in _deprecated.MOVED_MODULES.values():
         importlib.import_module(new)
+    from tfmp.run.directories import Directories
+    from tfmp.run.runner import RunResult
     from tfmp.run.tasks import Task
 
+    owners = {"Task": Task, "RunResult": RunResult, "Directories": Directories}
     for old, new in _deprecated.RENAMED_METHODS.items():
-        assert old.startswith("Task.") and callable(getattr(Task, new.removeprefix("Task.")))
+        owner, _, name = new.partition(".")
+        assert old.partition(".")[0] == owner, old
+        assert hasattr(owners[owner], name) or name in {f.name for f in dataclasses.fields(owners[owner])}, new
 
 
 def test_a_removed_argument_warns_naming_what_to_do_and_what_was_received():

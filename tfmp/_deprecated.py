@@ -12,8 +12,9 @@ and the version that removes it. The table says which:
   (`tfmp.parse_loss_scale`, `tfmp.trainers.SEED_GAN`). A module with such
   names sets `__getattr__ = module_getattr(__name__)`; nothing else in the
   package answers for a deprecated name.
-* `RENAMED_METHODS` and `REMOVED_ARGUMENTS`: a method's old name and a
-  documented argument that is gone; the code keeping them calls `warn`.
+* `RENAMED_METHODS` and `REMOVED_ARGUMENTS`: a method's or attribute's old
+  name and a documented argument that is gone; the code keeping them (a
+  method, or a property under the old name) calls `warn`.
 
 ```python
 warn("Task.replace")   # DeprecationWarning: `Task.replace` is deprecated; use `Task.with_config` ...
@@ -94,6 +95,8 @@ MOVED_NAMES: dict[str, str] = {
 # Methods renamed: old qualified name -> new one.
 RENAMED_METHODS: dict[str, str] = {
     "Task.replace": "Task.with_config",
+    "RunResult.images_per_sec": "RunResult.throughput",
+    "Directories.writes": "Directories.tensorboard_dir",
 }
 
 # Documented arguments removed: "function(argument)" -> what to do instead.

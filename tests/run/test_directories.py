@@ -154,3 +154,12 @@ def test_make_dirs_reports_what_it_created_and_cleanup_removes_only_empty_ones(t
 def test_the_default_run_name_carries_the_tasks_name_safely(name, expected):
     run_name = directories.default_run_name("float32", "none", name=name)
     assert re.fullmatch(r"\d{8}-\d{6}_" + re.escape(expected), run_name), run_name
+
+
+def test_the_tensorboard_dir_is_also_the_deprecated_writes_with_one_warning(tmp_path):
+    dirs = directories.Directories(str(tmp_path), str(tmp_path / "tb"), str(tmp_path / "c"), str(tmp_path / "c"))
+    with pytest.warns(DeprecationWarning) as caught:
+        assert dirs.writes == dirs.tensorboard_dir == str(tmp_path / "tb")
+    assert [str(w.message) for w in caught] == [
+        "`Directories.writes` is deprecated; use `Directories.tensorboard_dir`. It will be removed in tfmp 0.3."
+    ]

@@ -262,4 +262,39 @@ def test_the_result_reports_the_steps_and_skipped_steps_of_the_run(tmp_path):
     assert (result.precision, result.loss_scale, result.jit_compile) == ("mixed_float16", 2.0**24, False)
     skipped = sum(int(optimizer.skipped_steps) for optimizer in result.trainer.optimizers.values())
     assert skipped > 0 and result.skipped_steps == skipped
-    assert result.images_per_sec > 0
+    assert result.throughput > 0 and result.throughput_unit == "img/s"
+    with pytest.warns(DeprecationWarning, match=r"`RunResult.images_per_sec` is deprecated; use `RunResult.thr"):
+        assert result.images_per_sec == result.throughput
+
+
+class _Recorder(keras.callbacks.Callback):
+    """Counts the steps it sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+
+
+class _ReorderingRunner(runner.Runner):
+    """A subclass that puts a callback of its own first, and the console after the others (still after the timer,
+    whose step time it reads)."""
+
+    def build_callbacks(self):
+        self.recorder = _Recorder()
+        timer, console, *rest = super().build_callbacks()
+        return [self.recorder, timer, *rest, console]
+
+
+def test_a_runner_subclass_may_reorder_and_add_callbacks(tmp_path, monkeypatch):
+    fits = _record_fits(monkeypatch)
+    run = _ReorderingRunner(tiny(tmp_path, steps_per_epoch=2, warmup_steps=0), print_fn=quiet)
+    result = run.run()
+    assert fits[0]["callbacks"][:3] == ["_Recorder", "StepTimer", "Summaries"]
+    assert fits[0]["callbacks"][-2:] == ["ConsoleLogger", "Checkpointing"]
+    # The result reads the timer and the console the runner keeps, wherever they sit among the callbacks.
+    assert (result.steps, run.recorder.steps) == (2, 2) and result.throughput > 0
+    assert result.logs is run.console.final_logs and "g_loss" in result.logs
+    assert (run.timer, run.console, run.checkpointing) == tuple(run.callbacks[i] for i in (1, -2, -1))

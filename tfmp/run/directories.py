@@ -52,6 +52,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfmp import _deprecated
 from tfmp.run import distribute
 from tfmp.run.config import ConfigError
 
@@ -369,7 +370,7 @@ class Directories:
 
     Attributes:
         run_dir: The run's directory (its TensorBoard logs on the chief).
-        writes: This process's TensorBoard directory: the run's own
+        tensorboard_dir: This process's TensorBoard directory: the run's own
             (`Setting.run_dir`) on the chief, a private one on other workers.
         run_checkpoints: The run's checkpoints, which every worker resumes from.
         checkpoint_dir: Where this process writes its checkpoints.
@@ -377,10 +378,16 @@ class Directories:
     """
 
     run_dir: str
-    writes: str
+    tensorboard_dir: str
     run_checkpoints: str
     checkpoint_dir: str
     training_started: bool = False
+
+    @property
+    def writes(self) -> str:
+        """Deprecated: `tensorboard_dir`."""
+        _deprecated.warn("Directories.writes")
+        return self.tensorboard_dir
 
 
 def make_writable_dir(name: str, path: str) -> list[str]:
@@ -447,16 +454,16 @@ def hold(
         with contextlib.ExitStack() as locks:
             if chief and not named:
                 run_dir = _claim_new_dir(run_dir, created)
-            writes = distribute.writable_dir(run_dir, strategy)
-            created += make_writable_dir("logdir", writes)
+            tensorboard_dir = distribute.writable_dir(run_dir, strategy)
+            created += make_writable_dir("logdir", tensorboard_dir)
             run_checkpoints = checkpoint_dir or os.path.join(run_dir, "checkpoints")
             own_checkpoints = distribute.writable_dir(run_checkpoints, strategy)
             created += make_writable_dir("checkpoint_dir", own_checkpoints)
             if chief:
                 # Both: another run may name this run's checkpoint directory as its own checkpoint_dir.
-                for directory in dict.fromkeys(os.path.abspath(d) for d in (writes, own_checkpoints)):
+                for directory in dict.fromkeys(os.path.abspath(d) for d in (tensorboard_dir, own_checkpoints)):
                     locks.enter_context(RunDirLock(directory))
-            yield Directories(run_dir, writes, run_checkpoints, own_checkpoints)
+            yield Directories(run_dir, tensorboard_dir, run_checkpoints, own_checkpoints)
     except BaseException:
         remove_empty_dirs(created)
         raise

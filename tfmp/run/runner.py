@@ -29,25 +29,24 @@
    (`build_preemption`): a run resumed mid-epoch first finishes that epoch
    (`tfmp.run.callbacks.RunSegment` shows the callbacks one run).
 
-Each part is built by a method a subclass may override (`Runner.build_*`).
+Each part is built by a method a subclass may override (`Runner.build_*`),
+and kept on the runner (`Runner.setting`, `Runner.trainer`, `Runner.timer`...)
+for the parts built after it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from tfmp import float32_layers, trainers
+from tfmp import _deprecated, trainers
 from tfmp import precision as precision_lib
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
@@ -60,7 +59,7 @@ from tfmp.run.callbacks.display import (
     example_unit,
     summary_route,
 )
-from tfmp.run.config import RESUMABLE, ConfigError, TrainConfig
+from tfmp.run.config import ConfigError
 from tfmp.run.directories import Directories, make_writable_dir
 from tfmp.run.setting import Setting, settle
 from tfmp.run.tasks import Built, Task
@@ -87,11 +86,12 @@ class RunResult:
         logs: The last epoch's logs (losses, metrics, loss scales, skipped
             steps, learning rates, and the throughput: `images_per_sec`, or
             `examples_per_sec` for a task whose `example_unit` is `"ex"`).
-        images_per_sec: Mean throughput after the warm-up steps, in the
-            task's unit (images or examples per second; None if every step
-            was warm-up).
+        throughput: Mean throughput after the warm-up steps, in
+            `throughput_unit` (None if every step was warm-up).
+        throughput_unit: What `throughput` counts: `"img/s"` (images per
+            second) or `"ex/s"` (examples per second), as the console shows it.
         steps: Training steps run.
-        warmup_steps: Steps left out of `images_per_sec`.
+        warmup_steps: Steps left out of `throughput`.
         logdir: The run's TensorBoard directory.
         precision: The precision used (`auto` resolved).
         loss_scale: `"dynamic"`, `"none"` or the fixed scale in force
@@ -101,7 +101,8 @@ class RunResult:
     """
 
     logs: dict[str, Any]
-    images_per_sec: float | None
+    throughput: float | None
+    throughput_unit: str
     steps: int
     warmup_steps: int
     logdir: str
@@ -109,6 +110,12 @@ class RunResult:
     loss_scale: str | float
     jit_compile: bool
     trainer: trainers.MixedPrecisionTrainer
+
+    @property
+    def images_per_sec(self) -> float | None:
+        """Deprecated: `throughput` (in `throughput_unit`, examples for a task without images)."""
+        _deprecated.warn("RunResult.images_per_sec")
+        return self.throughput
 
     @property
     def skipped_steps(self) -> int:
@@ -128,46 +135,23 @@ def _cluster(strategy: tf.distribute.Strategy) -> dict[str, list[str]]:
     return cluster if sum(len(addresses) for addresses in cluster.values()) > 1 else {}
 
 
-def _network_signature(network: keras.Model) -> dict[str, Any]:
-    """A network's architecture and per-layer dtype policies, independent of auto-generated layer names."""
-    layers = [
-        (type(layer).__name__, layer.dtype_policy.name, [list(w.shape) for w in layer.weights])
-        for _, layer in float32_layers.layer_paths(network)
-    ]
-    policies: dict[str, int] = {}
-    for _, policy, _ in layers:
-        policies[policy] = policies.get(policy, 0) + 1
-    return {
-        "layers": len(layers),
-        "parameters": int(sum(np.prod(w.shape) for w in network.weights)),
-        "dtype_policies": policies,
-        "structure": hashlib.sha256(json.dumps(layers).encode()).hexdigest()[:16],
-    }
-
-
-def _signature(config: TrainConfig, setting: Setting, trainer: trainers.MixedPrecisionTrainer) -> dict[str, Any]:
-    """What a resumed run must share with the run that wrote its checkpoint."""
-    return {
-        "trainer": type(trainer).__name__,
-        checkpoint_lib.SETTINGS_KEY: {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE},
-        "precision": setting.precision,
-        "loss_scale": str(setting.loss_scale),
-        "networks": {name: _network_signature(network) for name, network in trainer.networks.items()},
-        "optimizers": {
-            name: type(opt.inner_optimizer if isinstance(opt, keras.optimizers.LossScaleOptimizer) else opt).__name__
-            for name, opt in trainer.optimizers.items()
-        },
-    }
-
-
 class Runner:
-    """Runs one task, each part built by a method a subclass may override.
+    """Runs one task, each part built by a method a subclass may override, and kept on `self`.
 
-    `build_strategy`, `build_directories` (the run directory and its lock),
-    `build_trainer`, `build_checkpoint`, `build_callbacks`,
-    `build_preemption` and `fit` are called in that order by `run`; each
-    reads the run's resolved `tfmp.run.setting.Setting` (and its `config`),
-    never the task's config beside it.
+    `run` calls `build_strategy`, `build_directories` (the run directory and
+    its lock), `build_trainer`, `build_checkpoint`, `build_timer`,
+    `build_console`, `build_callbacks`, `build_preemption` and `fit`, in that
+    order. Each takes no run state as arguments: it reads what the parts
+    before it built, from the attributes below, and reads the run's resolved
+    `tfmp.run.setting.Setting` (and its `config`), never the task's config
+    beside it. So a subclass may reorder the callbacks, or add its own, by
+    overriding `build_callbacks` alone:
+
+    ```python
+    class WithMyCallback(Runner):
+        def build_callbacks(self):
+            return [MyCallback(self.directories.tensorboard_dir), *super().build_callbacks()]
+    ```
 
     Args:
         task: The model and its config.
@@ -181,6 +165,16 @@ class Runner:
             (`tfmp.run.distribute.name_of`). None: the runner makes the one
             the config names (`make_strategy` returns the one this process
             made before, if any).
+
+    Attributes:
+        strategy: The handed strategy, then the run's (`build_strategy`).
+        setting: The resolved `Setting`, its `run_dir` the one claimed.
+        directories: The `tfmp.run.directories.Directories` the run holds.
+        trainer, checkpoint: What `build_trainer` and `build_checkpoint` built.
+        position: The global step the run starts from (a resumed run's).
+        timer, console: The `StepTimer` and `ConsoleLogger` `RunResult` reads.
+        checkpointing: The `Checkpointing` callback (`build_preemption`).
+        callbacks: Every callback of the run, in the order `fit` hands them on.
     """
 
     def __init__(
@@ -195,6 +189,15 @@ class Runner:
         self.print_fn = print_fn
         self.extra_callbacks = list(callbacks)
         self.strategy = strategy
+        self.setting: Setting | None = None
+        self.directories: Directories | None = None
+        self.trainer: trainers.MixedPrecisionTrainer | None = None
+        self.checkpoint: checkpoint_lib.RunCheckpoint | None = None
+        self.position = 0
+        self.timer: callbacks_lib.StepTimer | None = None
+        self.console: callbacks_lib.ConsoleLogger | None = None
+        self.checkpointing: callbacks_lib.Checkpointing | None = None
+        self.callbacks: list[keras.callbacks.Callback] = []
 
     def run(self) -> RunResult:
         """Trains the task as its config says; see the module docstring.
@@ -208,17 +211,17 @@ class Runner:
             tfmp.run.preemption.WorkerLost: another worker of a multi-worker run
                 stopped answering.
         """
-        dirs = None
+        self.directories = None
         with output.lines_to(self.print_fn):
             try:
                 self.config.validate()
-                strategy = self.build_strategy()  # first: MultiWorkerMirroredStrategy must precede other TF ops
-                setting = settle(self.task)
-                with self.build_directories(setting, strategy) as dirs:
-                    setting = dataclasses.replace(setting, run_dir=dirs.run_dir)
-                    return self._train(strategy, setting, dirs)
+                self.strategy = self.build_strategy()  # first: MultiWorkerMirroredStrategy must precede other TF ops
+                self.setting = settle(self.task)
+                with self.build_directories() as self.directories:
+                    self.setting = dataclasses.replace(self.setting, run_dir=self.directories.run_dir)
+                    return self._train()
             except KeyboardInterrupt:
-                if dirs is not None and dirs.training_started:
+                if self.directories is not None and self.directories.training_started:
                     raise  # a second Ctrl-C while the first one's checkpoint was being written
                 raise Interrupted(
                     "interrupted by SIGINT (Ctrl-C) during start-up, before the first training step: nothing was "
@@ -259,103 +262,97 @@ class Runner:
             raise ConfigError(str(e)) from None
         return strategy
 
-    def build_directories(
-        self, setting: Setting, strategy: tf.distribute.Strategy
-    ) -> contextlib.AbstractContextManager[Directories]:
+    def build_directories(self) -> contextlib.AbstractContextManager[Directories]:
         """The run's directories, created and held while the block runs (`tfmp.run.directories.hold`).
 
         The directories' `run_dir` is the run's one run directory: the
         setting's, or, for a default run name another run took in the same
         second, the same with a `-2` suffix.
         """
-        config = setting.config
-        return directories.hold(setting.run_dir, bool(config.run_name), config.checkpoint_dir, strategy)
+        config = self.setting.config
+        return directories.hold(self.setting.run_dir, bool(config.run_name), config.checkpoint_dir, self.strategy)
 
-    def build_trainer(self, setting: Setting, strategy: tf.distribute.Strategy) -> Built:
+    def build_trainer(self) -> Built:
         """The task's trainer, built in the strategy's scope under the run's precision (its scope is entered)."""
-        with strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
+        setting = self.setting
+        with self.strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
             built = self.task.build(
                 setting.precision, setting.loss_scale, setting.jit_compile, setting.steps_per_epoch, setting.data
             )
         announce_float32_layers(self.task, built, setting.precision)
         return built
 
-    def build_checkpoint(
-        self, trainer: trainers.MixedPrecisionTrainer, setting: Setting, dirs: Directories
-    ) -> checkpoint_lib.RunCheckpoint:
+    def build_checkpoint(self) -> checkpoint_lib.RunCheckpoint:
         """The run's checkpoint, signed with what a resumed run must share with this one."""
-        signature = _signature(setting.config, setting, trainer)
+        setting, dirs = self.setting, self.directories
+        signature = checkpoint_lib.run_signature(setting.config, setting.precision, setting.loss_scale, self.trainer)
         return checkpoint_lib.RunCheckpoint(
-            dirs.checkpoint_dir, trainer, signature, setting.config.keep_checkpoints, dirs.run_checkpoints
+            dirs.checkpoint_dir, self.trainer, signature, setting.config.keep_checkpoints, dirs.run_checkpoints
         )
 
-    def build_callbacks(
-        self,
-        trainer: trainers.MixedPrecisionTrainer,
-        setting: Setting,
-        strategy: tf.distribute.Strategy,
-        dirs: Directories,
-        position: int,
-    ) -> list[keras.callbacks.Callback]:
+    def build_timer(self) -> callbacks_lib.StepTimer:
+        """The step timer: the throughput after the warm-up steps, in the task's unit."""
+        config = self.setting.config
+        return callbacks_lib.StepTimer(
+            config.batch_size * self.trainer.images_per_example, config.warmup_steps, example_unit(self.task)
+        )
+
+    def build_console(self) -> callbacks_lib.ConsoleLogger:
+        """The console: a line every `log_every` steps and one per epoch, or a progress bar."""
+        setting = self.setting
+        return callbacks_lib.ConsoleLogger(
+            self.timer,
+            console_fields(self.task),
+            self.trainer.loss_scale_prefixes,
+            setting.log_every,
+            setting.run_dir,
+            # A bar bypasses the lines (it writes to sys.stdout), so auto only picks it for print on a terminal.
+            progress=callbacks_lib.console_mode(setting.config.console, sys.stdout if self.print_fn is print else None)
+            == "progress",
+        )
+
+    def build_callbacks(self) -> list[keras.callbacks.Callback]:
         """The step timer and the console first, the summaries, then replica statistics, the task's own and
         the extra callbacks, gradient diagnostics and profiling when asked, and the non-finite stop.
 
         The checkpointing comes last, from `build_preemption`.
         """
-        config, task, data = setting.config, self.task, setting.data
-        timer = callbacks_lib.StepTimer(
-            config.batch_size * trainer.images_per_example, config.warmup_steps, example_unit(task)
-        )
-        console = callbacks_lib.ConsoleLogger(
-            timer,
-            console_fields(task),
-            trainer.loss_scale_prefixes,
-            setting.log_every,
-            setting.run_dir,
-            # A bar bypasses the lines (it writes to sys.stdout), so auto only picks it for print on a terminal.
-            progress=callbacks_lib.console_mode(config.console, sys.stdout if self.print_fn is print else None)
-            == "progress",
-        )
+        setting, task, position = self.setting, self.task, self.position
+        config, data, logdir = setting.config, setting.data, self.directories.tensorboard_dir
         # At the global step, so that a resumed run continues its per-step curves.
         summaries = callbacks_lib.Summaries(
-            dirs.writes, summary_route(task), self._hparams(setting, strategy), setting.log_every, position, timer
+            logdir, summary_route(task), self._hparams(), setting.log_every, position, self.timer
         )
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
-        callbacks = [timer, console, summaries, distribute.AverageReplicaStatistics()]
-        callbacks += [*task.callbacks(trainer, dirs.writes), *self.extra_callbacks]
+        callbacks = [self.timer, self.console, summaries, distribute.AverageReplicaStatistics()]
+        callbacks += [*task.callbacks(self.trainer, logdir), *self.extra_callbacks]
         if config.diagnose_every:
             probe = diagnostics.probe(task, data)
-            callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, dirs.writes))
+            callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, logdir))
         if config.profile_steps:
-            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, dirs.writes))
+            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, logdir))
         if config.on_nonfinite == "stop":
             callbacks.append(callbacks_lib.NonFiniteStop(lambda step: epochs_lib.batch_at(task, data, step), position))
         allocator = memory_meters.AllocatorMemory.of_this_process()
         if allocator is not None:  # a GPU, or a CPU with TF_CPU_ALLOCATOR_USE_BFC=true
-            callbacks.append(callbacks_lib.PeakMemory(dirs.writes, allocator))
+            callbacks.append(callbacks_lib.PeakMemory(logdir, allocator))
         return callbacks
 
-    def build_preemption(
-        self,
-        checkpoint: checkpoint_lib.RunCheckpoint,
-        position: int,
-        guard: preemption.PreemptionGuard,
-        strategy: tf.distribute.Strategy,
-        setting: Setting,
-    ) -> callbacks_lib.Checkpointing:
+    def build_preemption(self, guard: preemption.PreemptionGuard) -> callbacks_lib.Checkpointing:
         """The checkpointing callback: every `checkpoint_every` steps, at each epoch end, and when `guard` is
         signalled (SIGTERM/SIGINT), for every worker of a multi-worker run at the same step."""
-        cluster = _cluster(strategy)
+        cluster = _cluster(self.strategy)
         return callbacks_lib.Checkpointing(
-            checkpoint,
-            position,
-            setting.config.checkpoint_every,
+            self.checkpoint,
+            self.position,
+            self.setting.config.checkpoint_every,
             guard,
-            cluster=preemption.ClusterStop(strategy, preemption.worker_names(cluster)) if cluster else None,
+            cluster=preemption.ClusterStop(self.strategy, preemption.worker_names(cluster)) if cluster else None,
         )
 
-    def _train(self, strategy: tf.distribute.Strategy, setting: Setting, dirs: Directories) -> RunResult:
+    def _train(self) -> RunResult:
         """The run itself, once its directories are held."""
+        setting, dirs, strategy = self.setting, self.directories, self.strategy
         config = setting.config
         keras.utils.set_random_seed(config.seed)
         with (
@@ -363,60 +360,60 @@ class Runner:
             precision_lib.tf32_scope(config.tf32),
             determinism.op_determinism(config.deterministic),
         ):
-            trainer = self.build_trainer(setting, strategy).trainer
-            checkpoint = self.build_checkpoint(trainer, setting, dirs)
-            self._announce(trainer, setting, strategy, dirs)
-            position = self._restore(checkpoint, config.resume)
-            callbacks = self.build_callbacks(trainer, setting, strategy, dirs, position)
-            timer, console = callbacks[0], callbacks[1]
+            self.trainer = self.build_trainer().trainer
+            self.checkpoint = self.build_checkpoint()
+            self._announce()
+            self.position = self._restore(config.resume)
+            self.timer = self.build_timer()
+            self.console = self.build_console()
+            callbacks = self.build_callbacks()
             dirs.training_started = True  # from here on SIGINT/SIGTERM finish the step and checkpoint
             with preemption.PreemptionGuard() as guard:
-                saver = self.build_preemption(checkpoint, position, guard, strategy, setting)
+                self.checkpointing = self.build_preemption(guard)
+                self.callbacks = [*callbacks, self.checkpointing]
                 try:
-                    self.fit(trainer, setting, position, [*callbacks, saver])
+                    self.fit()
                 except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError) as e:
                     cluster = _cluster(strategy)
                     if not cluster:
                         raise
-                    newest = checkpoint.checkpoints[-1] if checkpoint.checkpoints else None
+                    newest = self.checkpoint.checkpoints[-1] if self.checkpoint.checkpoints else None
+                    step = self.checkpointing.step
                     raise preemption.worker_lost(
-                        e, cluster, distribute.task(strategy), saver.step, newest, config.worker_timeout
+                        e, cluster, distribute.task(strategy), step, newest, config.worker_timeout
                     ) from None
         return RunResult(
-            logs=console.final_logs,
-            images_per_sec=timer.mean_images_per_sec,
-            steps=len(timer.step_times),
+            logs=self.console.final_logs,
+            throughput=self.timer.mean_images_per_sec,
+            throughput_unit=f"{self.timer.unit}/s",
+            steps=len(self.timer.step_times),
             warmup_steps=config.warmup_steps,
-            logdir=dirs.writes,
+            logdir=dirs.tensorboard_dir,
             precision=setting.precision,
             loss_scale=setting.loss_scale,
             jit_compile=setting.jit_compile,
-            trainer=trainer,
+            trainer=self.trainer,
         )
 
-    def _announce(
-        self,
-        trainer: trainers.MixedPrecisionTrainer,
-        setting: Setting,
-        strategy: tf.distribute.Strategy,
-        dirs: Directories,
-    ) -> None:
+    def _announce(self) -> None:
         """The run's start line, and the model's mixed-precision warnings."""
+        setting = self.setting
         config = setting.config
         described_data = f"{described} " if (described := describe_data(self.task)) else ""
         log.info(
             f"training {self.task.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
             f"xla={setting.jit_compile} tf32={config.tf32} {described_data}batch_size={config.batch_size} "
-            f"strategy={config.strategy} replicas={strategy.num_replicas_in_sync} "
-            f"steps/epoch={setting.steps_per_epoch} logdir={dirs.writes}"
+            f"strategy={config.strategy} replicas={self.strategy.num_replicas_in_sync} "
+            f"steps/epoch={setting.steps_per_epoch} logdir={self.directories.tensorboard_dir}"
         )
         if setting.precision != "float32":
-            warnings = diagnostics.startup_warnings(trainer, config.batch_size)
+            warnings = diagnostics.startup_warnings(self.trainer, config.batch_size)
             if warnings:
                 log.warning(warnings)
 
-    def _hparams(self, setting: Setting, strategy: tf.distribute.Strategy) -> dict[str, Any]:
+    def _hparams(self) -> dict[str, Any]:
         """The run's hyperparameters for TensorBoard's HParams: the task's name, the run's settings, the task's own."""
+        setting = self.setting
         config = setting.config
         return {
             "task": self.task.name,
@@ -428,16 +425,17 @@ class Runner:
             "epochs": config.epochs,
             "seed": config.seed,
             "strategy": config.strategy,
-            "replicas": strategy.num_replicas_in_sync,
+            "replicas": self.strategy.num_replicas_in_sync,
             **self.task.hparams(),
         }
 
-    def _restore(self, checkpoint: checkpoint_lib.RunCheckpoint, resume: bool) -> int:
+    def _restore(self, resume: bool) -> int:
         """Restores the newest readable checkpoint when resuming; returns the steps already done.
 
         Without `resume`, a checkpoint directory that already holds checkpoints
         is refused rather than overwritten.
         """
+        checkpoint = self.checkpoint
         if not resume:
             # Listed in the state file or not: a lost state file must not let a new run overwrite them.
             if checkpoint.checkpoints:
@@ -455,18 +453,13 @@ class Runner:
         log.info(f"resumed from {found.path} at step {step}")
         return step
 
-    def fit(
-        self,
-        trainer: trainers.MixedPrecisionTrainer,
-        setting: Setting,
-        position: int,
-        callbacks: list[keras.callbacks.Callback],
-    ) -> None:
-        """Trains from global step `position` to the end of the last epoch.
+    def fit(self) -> None:
+        """Trains `trainer` with `callbacks` from global step `position` to the end of the last epoch.
 
         A run resumed inside an epoch first finishes that epoch with its own
         `fit()`; `tfmp.run.callbacks.RunSegment` shows the callbacks one run.
         """
+        setting, position, callbacks = self.setting, self.position, self.callbacks
         data, steps, epochs = setting.data, setting.steps_per_epoch, setting.config.epochs
         validation = self.task.validation_data(data)
         epoch, offset = divmod(position, steps)
@@ -477,7 +470,7 @@ class Runner:
         if epoch < epochs:
             segments.append((epoch, epochs, steps, 0))
         for i, (first_epoch, end_epoch, segment_steps, offset) in enumerate(segments):
-            trainer.fit(
+            self.trainer.fit(
                 epochs_lib.stream(self.task, data, position),
                 validation_data=validation,
                 initial_epoch=first_epoch,

@@ -245,6 +245,6 @@ def comparison_table(results: Sequence[tuple[str, RunResult]]) -> str:
     for name, result in results:
         logs = result.logs
         skipped = "/".join(str(int(logs[k])) for k in ("g_skipped_steps", "d_skipped_steps") if k in logs) or "-"
-        ips = f"{result.images_per_sec:.0f}" if result.images_per_sec is not None else "n/a"
+        ips = f"{result.throughput:.0f}" if result.throughput is not None else "n/a"
         lines.append(f"| {name} | {logs['g_loss']:.4f} | {logs['d_loss']:.4f} | {skipped} | {ips} |")
     return "\n".join(lines)

@@ -84,7 +84,7 @@ ckpt.save(step)
 ```
 
 One module per concept: `run_checkpoint` (`RunCheckpoint`), `signature`
-(the step and signature a checkpoint holds, `Found`, `CheckpointError`),
+(the step and signature a checkpoint holds, `run_signature`, `Found`, `CheckpointError`),
 `files` (a directory's `ckpt-N` files) and `contents` (the seed generators'
 states, and the variables a checkpoint would not reach). The public names
 are importable from here.
@@ -94,7 +94,7 @@ from __future__ import annotations
 
 from tfmp.run.checkpoint.files import STATE_FILE
 from tfmp.run.checkpoint.run_checkpoint import RunCheckpoint
-from tfmp.run.checkpoint.signature import SETTINGS_KEY, CheckpointError, Found, SettingsDiffer
+from tfmp.run.checkpoint.signature import SETTINGS_KEY, CheckpointError, Found, SettingsDiffer, run_signature
 from tfmp.run.determinism import op_determinism  # noqa: F401 - its 0.1 path, `tfmp.checkpoint.op_determinism`
 
-__all__ = ["SETTINGS_KEY", "STATE_FILE", "CheckpointError", "Found", "RunCheckpoint", "SettingsDiffer"]
+__all__ = ["SETTINGS_KEY", "STATE_FILE", "CheckpointError", "Found", "RunCheckpoint", "SettingsDiffer", "run_signature"]

@@ -1,18 +1,25 @@
-"""What a checkpoint holds beside the variables: its step and its run signature, read and compared.
+"""What a checkpoint holds beside the variables: its step and its run signature, made, read and compared.
 
-A checkpoint is `Found` when every tensor of it reads back; a resume whose
-signature differs from the checkpoint's is refused with `CheckpointError`,
-naming each difference (`differences`).
+`run_signature` is what a resumed run must share with the run that wrote
+its checkpoint. A checkpoint is `Found` when every tensor of it reads back;
+a resume whose signature differs from the checkpoint's is refused with
+`CheckpointError`, naming each difference (`differences`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import keras
+import numpy as np
 import tensorflow as tf
+
+from tfmp import float32_layers
+from tfmp.run.config import RESUMABLE
 
 __all__ = [
     "SETTINGS_KEY",
@@ -23,6 +30,7 @@ __all__ = [
     "SettingsDiffer",
     "differences",
     "read_all",
+    "run_signature",
 ]
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
@@ -116,3 +124,44 @@ def differences(saved: Any, current: Any, key: str = "") -> tuple[list[tuple[str
     return [], [
         f"{key}: checkpoint {json.dumps(saved, sort_keys=True)}, this run {json.dumps(current, sort_keys=True)}"
     ]
+
+
+def _network_signature(network: keras.Model) -> dict[str, Any]:
+    """A network's architecture and per-layer dtype policies, independent of auto-generated layer names."""
+    layers = [
+        (type(layer).__name__, layer.dtype_policy.name, [list(w.shape) for w in layer.weights])
+        for _, layer in float32_layers.layer_paths(network)
+    ]
+    policies: dict[str, int] = {}
+    for _, policy, _ in layers:
+        policies[policy] = policies.get(policy, 0) + 1
+    return {
+        "layers": len(layers),
+        "parameters": int(sum(np.prod(w.shape) for w in network.weights)),
+        "dtype_policies": policies,
+        "structure": hashlib.sha256(json.dumps(layers).encode()).hexdigest()[:16],
+    }
+
+
+def run_signature(config: Any, precision: str, loss_scale: str | float, trainer: Any) -> dict[str, Any]:
+    """What a resumed run must share with the run that wrote its checkpoint.
+
+    Args:
+        config: The run's `tfmp.run.config.TrainConfig`: every setting but
+            the `RESUMABLE` ones, under `SETTINGS_KEY`.
+        precision: The resolved precision.
+        loss_scale: The resolved loss scale.
+        trainer: The `tfmp.trainers` trainer: its class, each network's
+            architecture and dtype policies, each optimizer's class.
+    """
+    return {
+        "trainer": type(trainer).__name__,
+        SETTINGS_KEY: {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE},
+        "precision": precision,
+        "loss_scale": str(loss_scale),
+        "networks": {name: _network_signature(network) for name, network in trainer.networks.items()},
+        "optimizers": {
+            name: type(opt.inner_optimizer if isinstance(opt, keras.optimizers.LossScaleOptimizer) else opt).__name__
+            for name, opt in trainer.optimizers.items()
+        },
+    }
