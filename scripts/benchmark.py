@@ -14,10 +14,12 @@ Prints a markdown table (one row per model, precision, XLA setting and batch
 size) to stdout and one progress line per row to stderr. The method is in
 docs/guides/benchmark-methodology.md (the code in `tfmp/run/benchmark/`), the
 table, JSON and PNG come from `tfmp/run/reporting.py`.
-The comma-separated flags are parsed here (`parse_models`, ...) into the
-tuples `benchmark.BenchmarkConfig` holds.
+The flags are `benchmark.BenchmarkConfig`'s fields, with their help; the
+comma-separated ones are parsed here (`parse_models`, ...) into the tuples
+the config holds.
 """
 
+import dataclasses
 import functools
 import json
 import os
@@ -67,68 +69,12 @@ _TASKS = flags.DEFINE_multi_string(
     "A model of your own, MODULE:NAME (a module on the Python path, or path/to/file.py:NAME) of a "
     "tfmp.run.tasks.Task; measured on the first batch of its own data. Repeat for several.",
 )
-_PRECISIONS = flags.DEFINE_list(
-    "precisions",
-    list(_DEFAULTS.precisions),
-    "Precisions: float32, mixed_bfloat16, mixed_float16 (or fp32, bf16, fp16).",
-)
+_HELP = {field.name: field.metadata["help"] for field in dataclasses.fields(benchmark.BenchmarkConfig)}
+_PRECISIONS = flags.DEFINE_list("precisions", list(_DEFAULTS.precisions), _HELP["precisions"])
 _XLA = flags.DEFINE_list("xla", ["false", "true"], "XLA settings to measure: false, true, auto (on with a GPU).")
-_BATCH_SIZES = flags.DEFINE_list(
-    "batch_sizes", [], "Batch sizes for every model. Empty: gan 512, mobilenet_v2 128, resnet50 32."
-)
-_RESNET_INPUT_SIZE = flags.DEFINE_integer(
-    "resnet_input_size", _DEFAULTS.resnet_input_size, "Side of ResNet-50's square input (>= 32; ImageNet: 224)."
-)
-_WARMUP_STEPS = flags.DEFINE_integer(
-    "warmup_steps", _DEFAULTS.warmup_steps, "Untimed steps per path before timing (the first traces)."
-)
-_STEPS = flags.DEFINE_integer("steps", _DEFAULTS.steps, "Timed steps per path per repeat.")
-_REPEATS = flags.DEFINE_integer(
-    "repeats", _DEFAULTS.repeats, "Timed rounds per row and run, trainer and hand-written step back to back."
-)
-_RUNS = flags.DEFINE_integer(
-    "runs",
-    _DEFAULTS.runs,
-    "Measure the whole comparison this many times, run after run; ratios are the median over the runs with "
-    "their min and max (use >= 3 for a figure you quote). --mode=resident: every row once per run, in one process.",
-)
-_SEED = flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of weights, synthetic data and noise.")
-_DATASET = flags.DEFINE_string(
-    "dataset",
-    _DEFAULTS.dataset,
-    f"Real data of --mode=input_pipeline: {', '.join(data_lib.DATASETS)} (digits is embedded).",
-)
-_FLOAT32_LAYERS = flags.DEFINE_string(
-    "float32_layers",
-    _DEFAULTS.float32_layers,
-    "Layers computing in float32, as in training: auto (each model's advice; MobileNetV2 under bfloat16 on "
-    "CPU: its depthwise convolutions), none, or a regex searched in layer paths.",
-)
-_TF32 = flags.DEFINE_bool(
-    "tf32",
-    _DEFAULTS.tf32,
-    "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs); --notf32 measures true float32.",
-)
-_ISOLATE = flags.DEFINE_bool(
-    "isolate",
-    _DEFAULTS.isolate,
-    "--mode=compare: measure each row of each run in a fresh process, so its peak_host_mb is its own (TensorFlow "
-    "keeps memory from every model a process trains) and runs are independent; --noisolate runs all rows in "
-    "this process.",
-)
-_CPU_BFC = flags.DEFINE_bool(
-    "cpu_bfc",
-    _DEFAULTS.cpu_bfc,
-    "--mode=compare with --isolate on a CPU: switch TensorFlow's BFC allocator on in each row's process "
-    "(TF_CPU_ALLOCATOR_USE_BFC=true) so the allocator's peak and step memory are read; --nocpu_bfc keeps "
-    "TensorFlow's default CPU allocator (no allocator figures on a CPU).",
-)
-_COUNT_LAUNCHES = flags.DEFINE_bool(
-    "count_launches",
-    _DEFAULTS.count_launches,
-    "--mode=compare: after timing, count each path's ops executed per step (kernels on a GPU) and host reads per "
-    "step, what a step costs a GPU's host; --nocount_launches skips the profiled pass.",
-)
+_BATCH_SIZES = flags.DEFINE_list("batch_sizes", [], _HELP["batch_sizes"])
+# The other settings: one flag per field, its help, bounds and choices the field's (as the training scripts').
+_SETTINGS = common.define_flags(_DEFAULTS, exclude=("models", "precisions", "xla", "batch_sizes"))
 _MEMORY_BUDGET = flags.DEFINE_string(
     "memory_budget",
     None,
@@ -221,7 +167,7 @@ def parse_batch_sizes(values: str | Iterable[str | int]) -> tuple[int, ...]:
 
 def _specs() -> dict[str, tasks.Task]:
     """The benchmark's models by name: the shipped ones and the --task ones (a bad --task is a usage error)."""
-    specs = dict(benchmark.default_specs(_RESNET_INPUT_SIZE.value))
+    specs = dict(benchmark.default_specs(_SETTINGS["resnet_input_size"].value))
     for spec in _TASKS.value:
         task = common.load_task(spec, {})
         specs[task.name] = task
@@ -239,18 +185,7 @@ def _config(specs: dict[str, tasks.Task]) -> benchmark.BenchmarkConfig:
             precisions=parse_precisions(_PRECISIONS.value),
             xla=parse_xla(_XLA.value),
             batch_sizes=parse_batch_sizes(_BATCH_SIZES.value),
-            resnet_input_size=_RESNET_INPUT_SIZE.value,
-            warmup_steps=_WARMUP_STEPS.value,
-            steps=_STEPS.value,
-            repeats=_REPEATS.value,
-            runs=_RUNS.value,
-            seed=_SEED.value,
-            dataset=_DATASET.value,
-            float32_layers=_FLOAT32_LAYERS.value,
-            tf32=_TF32.value,
-            isolate=_ISOLATE.value,
-            cpu_bfc=_CPU_BFC.value,
-            count_launches=_COUNT_LAUNCHES.value,
+            **{name: holder.value for name, holder in _SETTINGS.items()},
         )
         config.validate(specs)
         if _MODE.value == "ceiling":

@@ -33,10 +33,10 @@ script = _load_script()
 @pytest.mark.parametrize(
     "parse, value, message",
     [
-        (script.parse_models, "gan,vgg", "model='vgg'"),
+        (script.parse_models, "gan,vgg", "unknown model, 'vgg'"),
         (script.parse_models, "", "models=''"),
-        (script.parse_precisions, "fp32,fp8", "precision='fp8'"),
-        (script.parse_precisions, "auto", "precision='auto'"),
+        (script.parse_precisions, "fp32,fp8", "unknown precision, 'fp8'"),
+        (script.parse_precisions, "auto", "unknown precision, 'auto'"),
         (script.parse_xla, "false,maybe", "xla='maybe'"),
         (script.parse_batch_sizes, "8,0", "batch_size='0'"),
         (script.parse_batch_sizes, "8,1.5", "batch_size='1.5'"),
@@ -99,8 +99,8 @@ def test_a_bad_script_value_is_a_usage_error_before_any_work(tmp_path):
     out = tmp_path / "bench.json"
     proc = _script("--models=gan", "--precisions=fp32,fp8", f"--json_out={out}")
     assert proc.returncode != 0
-    assert "Unknown precision. Valid: float32, mixed_bfloat16, mixed_float16" in proc.stderr
-    assert "Received: precision='fp8'" in proc.stderr
+    assert "--precisions has an unknown precision, 'fp8'. Valid: float32, mixed_bfloat16, mixed_float16" in proc.stderr
+    assert "Received: --precisions=['fp32', 'fp8']" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists()
 

@@ -156,11 +156,13 @@ _KINDS = {
 
 
 def _is_a(value: Any, kind: Any) -> bool:
-    """Whether `value` is of the declared type `kind`: a class, `X | Y`, or `tuple[X, Y, ...]` (that length)."""
+    """Whether `value` is of type `kind`: a class, `X | Y`, `tuple[X, Y]` (that length) or `tuple[X, ...]`."""
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         return any(_is_a(value, option) for option in typing.get_args(kind))
     if typing.get_origin(kind) is tuple:
         items = typing.get_args(kind)
+        if items[-1:] == (Ellipsis,):  # tuple[X, ...]: any length
+            return isinstance(value, tuple) and all(_is_a(item, items[0]) for item in value)
         return isinstance(value, tuple) and len(value) == len(items) and all(map(_is_a, value, items))
     if isinstance(value, bool) and kind is not bool:  # a bool is a Python int, but True is no batch size
         return False
@@ -174,6 +176,8 @@ def _describe(kind: Any) -> str:
         return ", ".join(options[:-1]) + " or " + options[-1]
     if typing.get_origin(kind) is tuple:
         items = typing.get_args(kind)
+        if items[-1:] == (Ellipsis,):
+            return f"a tuple of {_KINDS[items[0]][2]}"
         return f"a tuple of {len(items)} {_KINDS[items[0]][2]}"  # the configs' tuples hold one type
     return _KINDS[kind][1]
 
@@ -217,7 +221,9 @@ def check_field(field: dataclasses.Field, kind: Any, value: Any, config: Any) ->
     for number in numbers if "lower_bound" in meta or "upper_bound" in meta else ():
         if number is not None and not lower <= number <= upper:
             within = f"from {lower} to {upper}" if upper < math.inf else f">= {lower}"
-            raise ConfigError(f"must be {_number_word(kind)} {within}.", name, value)
+            word = _number_word(kind)
+            what = f"hold {word.split()[1]}s" if isinstance(value, tuple) else f"be {word}"  # tuples hold integers
+            raise ConfigError(f"must {what} {within}.", name, value)
     # NaN fails every comparison; inf overflows where an update is computed from a rate.
     if name.endswith("learning_rate") and not 0 < value < math.inf:
         raise ConfigError("must be a finite number > 0.", name, value)

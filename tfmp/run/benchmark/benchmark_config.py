@@ -8,6 +8,7 @@ models the benchmark measures by default, the tasks training runs.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from tfmp.models.resnet50 import MIN_INPUT_SIZE
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
 from tfmp.run import shipped, tasks
+from tfmp.run.fields import ConfigError, check_field, option
 
 __all__ = [
     "BenchmarkConfig",
@@ -46,16 +48,17 @@ def dedupe(values: Iterable[Any]) -> tuple[Any, ...]:
 def _canonical_names(
     kind: str, values: Sequence[str], valid: str, canonical: Callable[[Any], str | None]
 ) -> tuple[str, ...]:
-    """`values` through `canonical`, in order, each once; ValueError naming a bad value and `valid`."""
+    """`values` through `canonical`, in order, each once; a `ConfigError` about `<kind>s` naming a bad one."""
+    field = f"{kind}s"
     if isinstance(values, str):  # a config holds names, not the command line's comma-separated text
-        raise ValueError(f"{kind}s must be a tuple of names, not one string. Received: {kind}s={values!r}")
+        raise ConfigError("must be a tuple of names, not one string.", field, values)
     if not values:
-        raise ValueError(f"No {kind} given. Valid: {valid}. Received: {kind}s={values!r}")
+        raise ConfigError(f"must name at least one {kind}. Valid: {valid}.", field, values)
     names = []
     for value in values:
         name = canonical(value)
         if name is None:
-            raise ValueError(f"Unknown {kind}. Valid: {valid}. Received: {kind}={value!r}")
+            raise ConfigError(f"has an unknown {kind}, {value!r}. Valid: {valid}.", field, values)
         names.append(name)
     return dedupe(names)
 
@@ -68,7 +71,7 @@ def canonical_models(models: Sequence[str], valid: Iterable[str] = MODELS) -> tu
         valid: The known names (e.g. the keys of the specs).
 
     Raises:
-        ValueError: for a string, an empty tuple or an unknown name, naming
+        ConfigError: for a string, an empty tuple or an unknown name, naming
             it and the valid ones.
     """
     valid = tuple(valid)
@@ -85,7 +88,7 @@ def canonical_precisions(precisions: Sequence[str]) -> tuple[str, ...]:
     `auto` is refused: a benchmark names what it measures.
 
     Raises:
-        ValueError: for a string, an empty tuple or an unknown name, naming
+        ConfigError: for a string, an empty tuple or an unknown name, naming
             it and the valid ones.
     """
 
@@ -99,107 +102,100 @@ def canonical_precisions(precisions: Sequence[str]) -> tuple[str, ...]:
     return _canonical_names("precision", precisions, f"{', '.join(PRECISIONS)} (or fp32, bf16, fp16)", canonical)
 
 
-def _check_integer(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}. Received: {name}={value!r}")
+def _some(values: tuple[Any, ...]) -> None:
+    if not values:
+        raise ConfigError("must hold at least one value.")
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkConfig:
     """What to measure, and how long.
 
-    The sequences are tuples of values, not comma-separated text (the
-    script parses that).
-
-    Attributes:
-        models: Model names (keys of the specs; by default `MODELS`), in any
-            case.
-        precisions: Precisions, from `PRECISIONS` or their aliases (`fp32`,
-            `bf16`, `fp16`).
-        xla: `jit_compile` values to measure.
-        batch_sizes: Batch sizes for every model; empty: each model's default
-            (`gan` 512, `mobilenet_v2` 128, `resnet50` 32).
-        resnet_input_size: Side of ResNet-50's square input (>= 32).
-        warmup_steps: Untimed steps per path before timing (>= 1; the first
-            traces and compiles).
-        steps: Timed steps per path per repeat.
-        repeats: Timed rounds per row and run; in each round the trainer
-            and the hand-written step run back to back (in alternating
-            order), and their throughputs make one paired ratio.
-        runs: How many times the whole comparison is measured, run after
-            run: every row is built and timed again in each run, so one
-            noisy stretch of the machine cannot decide a figure. The ratios
-            are reported as the median over the runs with their min and
-            max (`compare` mode; the `resident` mode measures every row
-            once per run, all in one process).
-        seed: Seed of the weights, the synthetic data and the noise.
-        dataset: The real dataset of the `input_pipeline` mode (one of
-            `tfmp.run.data.DATASETS`; `digits` needs no download).
-        float32_layers: Layers computing in float32, as training's setting:
-            `"auto"` (each model's advice for bfloat16 on a CPU), `"none"`,
-            or a regex searched in layer paths
-            (`tfmp.float32_layers.resolve_float32_layers`).
-        tf32: Allow TensorFloat-32 for float32 math on Ampere+ GPUs while
-            measuring (TensorFlow's default is on; no effect on CPU).
-        isolate: Measure each row of each run in a fresh process (`compare`
-            mode only). TensorFlow keeps memory from every model a process
-            has trained (tensorflow/tensorflow#62854), so in one process a
-            row's `peak_host_mb` includes what the rows before it left
-            resident, and the runs share one process's layout and thread
-            placement. Isolated, each row's memory is its own and the runs
-            are independent samples. It needs the specs to pickle (no
-            lambdas); False measures every row in this process, which
-            starts faster.
-        cpu_bfc: Switch TensorFlow's BFC allocator on for the CPU in each
-            isolated row's process (`TF_CPU_ALLOCATOR_USE_BFC=true`, set
-            before TensorFlow starts there), so that the row's allocator
-            peak and step memory can be read on a CPU too. False keeps
-            TensorFlow's default CPU allocator. Not isolated, a row reads
-            the allocator only where this process's environment switched it
-            on. No effect on a GPU, whose allocator is always read.
-        count_launches: After the timed rounds, count what each path
-            executes per step: ops (kernels on a GPU, from the profiler)
-            and host reads (`tfmp.run.benchmark.launches`); the records'
-            `*ops_per_step` and `*host_reads_per_step`. False leaves them
-            None and saves a profiled pass and a few `fit()`s per row.
+    Each field's default, help, choices and check are in its metadata
+    (`tfmp.run.fields.option`, as `tfmp.run.config.TrainConfig`'s);
+    `scripts/benchmark.py --help` prints them. The sequences are tuples of
+    values, not comma-separated text (the script parses that). `validate`
+    raises `ConfigError`, naming the field and the value received.
     """
 
-    models: tuple[str, ...] = MODELS
-    precisions: tuple[str, ...] = PRECISIONS
-    xla: tuple[bool, ...] = (False, True)
-    batch_sizes: tuple[int, ...] = ()
-    resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE
-    warmup_steps: int = 3
-    steps: int = 20
-    repeats: int = 5
-    runs: int = 1
-    seed: int = 0
-    dataset: str = "digits"
-    float32_layers: str = float32_layers.FLOAT32_LAYERS_AUTO
-    tf32: bool = True
-    isolate: bool = True
-    cpu_bfc: bool = True
-    count_launches: bool = True
+    models: tuple[str, ...] = option(
+        MODELS, "Models: keys of the specs (by default gan, mobilenet_v2, resnet50), in any case."
+    )
+    precisions: tuple[str, ...] = option(
+        PRECISIONS,
+        f"Precisions: {', '.join(PRECISIONS)} (or fp32, bf16, fp16).",
+        check=canonical_precisions,
+    )
+    xla: tuple[bool, ...] = option((False, True), "XLA (jit_compile) settings to measure.", check=_some)
+    batch_sizes: tuple[int, ...] = option(
+        (), "Batch sizes for every model. Empty: gan 512, mobilenet_v2 128, resnet50 32.", lower_bound=1
+    )
+    resnet_input_size: int = option(
+        DEFAULT_RESNET_INPUT_SIZE,
+        f"Side of ResNet-50's square input (>= {MIN_INPUT_SIZE}; ImageNet: 224).",
+        lower_bound=MIN_INPUT_SIZE,
+    )
+    warmup_steps: int = option(3, "Untimed steps per path before timing (the first traces).", lower_bound=1)
+    steps: int = option(20, "Timed steps per path per repeat.", lower_bound=1)
+    repeats: int = option(
+        5,
+        "Timed rounds per row and run, trainer and hand-written step back to back (in alternating order); "
+        "their throughputs make one paired ratio.",
+        lower_bound=1,
+    )
+    # Every row is built and timed again in each run, so one noisy stretch of the machine cannot decide a figure.
+    runs: int = option(
+        1,
+        "Measure the whole comparison this many times, run after run; ratios are the median over the runs with "
+        "their min and max (use >= 3 for a figure you quote). --mode=resident: every row once per run, in one "
+        "process.",
+        lower_bound=1,
+    )
+    seed: int = option(0, "Seed of weights, synthetic data and noise.")
+    dataset: str = option(
+        "digits",
+        f"Real data of --mode=input_pipeline: {', '.join(data_lib.DATASETS)} (digits is embedded).",
+        choices=data_lib.DATASETS,
+    )
+    float32_layers: str = option(
+        float32_layers.FLOAT32_LAYERS_AUTO,
+        "Layers computing in float32, as in training: auto (each model's advice; MobileNetV2 under bfloat16 on "
+        "CPU: its depthwise convolutions), none, or a regex searched in layer paths.",
+        check=float32_layers.compile_pattern,
+    )
+    tf32: bool = option(
+        True, "Allow TensorFloat-32 for float32 matmuls/convs (Ampere+ GPUs); --notf32 measures true float32."
+    )
+    # TensorFlow keeps memory from every model a process has trained (tensorflow/tensorflow#62854): in one process a
+    # row's peak_host_mb includes what the rows before it left resident. Isolating needs the specs to pickle.
+    isolate: bool = option(
+        True,
+        "--mode=compare: measure each row of each run in a fresh process, so its peak_host_mb is its own "
+        "(TensorFlow keeps memory from every model a process trains) and runs are independent; --noisolate runs "
+        "all rows in this process.",
+    )
+    cpu_bfc: bool = option(
+        True,
+        "--mode=compare with --isolate on a CPU: switch TensorFlow's BFC allocator on in each row's process "
+        "(TF_CPU_ALLOCATOR_USE_BFC=true) so the allocator's peak and step memory are read; --nocpu_bfc keeps "
+        "TensorFlow's default CPU allocator (no allocator figures on a CPU). No effect on a GPU.",
+    )
+    count_launches: bool = option(
+        True,
+        "--mode=compare: after timing, count each path's ops executed per step (kernels on a GPU) and host reads "
+        "per step, what a step costs a GPU's host; --nocount_launches skips the profiled pass.",
+    )
 
     def validate(self, valid_models: Iterable[str] = MODELS) -> None:
-        """Raises ValueError, naming the value, for an impossible setting."""
+        """Raises `ConfigError` (a `ValueError`) naming the first impossible setting and its value.
+
+        Args:
+            valid_models: The model names `models` may hold (the keys of the specs).
+        """
+        declared = typing.get_type_hints(type(self))
+        for field in dataclasses.fields(self):
+            check_field(field, declared[field.name], getattr(self, field.name), self)
         canonical_models(self.models, valid_models)
-        canonical_precisions(self.precisions)
-        if not self.xla or not all(isinstance(x, bool) for x in self.xla):
-            raise ValueError(f"xla must be a non-empty tuple of bools. Received: xla={self.xla!r}")
-        for batch_size in self.batch_sizes:
-            _check_integer("batch_size", batch_size, 1)
-        _check_integer("resnet_input_size", self.resnet_input_size, MIN_INPUT_SIZE)
-        for name in ("warmup_steps", "steps", "repeats", "runs"):
-            _check_integer(name, getattr(self, name), 1)
-        for name in ("tf32", "isolate", "cpu_bfc", "count_launches"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool. Received: {name}={getattr(self, name)!r}")
-        if not isinstance(self.dataset, str) or self.dataset.lower() not in data_lib.DATASETS:
-            raise ValueError(
-                f"Unknown dataset. Valid: {', '.join(data_lib.DATASETS)}. Received: dataset={self.dataset!r}"
-            )
-        float32_layers.compile_pattern(self.float32_layers)
 
 
 def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[str, tasks.Task]:
