@@ -52,6 +52,11 @@ def test_a_removed_argument_warns_naming_what_to_do_and_what_was_received():
     )
 
 
+def test_a_renamed_value_warns_naming_the_value_to_use():
+    assert _deprecated.message('precision="auto"').endswith('whose name is "hardware": use "hardware".')
+    assert "tfmp 0.3" in _deprecated.message('precision="auto"')
+
+
 def test_a_name_in_no_table_is_refused_naming_it():
     with pytest.raises(KeyError, match="'tfmp.nonsense' is in no table"):
         _deprecated.message("tfmp.nonsense")

@@ -131,6 +131,7 @@ def test_set_global_policy_none_resets_to_the_floatx_policy():
         ("fp16", ValueError, r"tfmp.set_precision\('fp16'\).*Received: policy='fp16'"),
         ("bf16", ValueError, "mixed_bfloat16"),
         ("auto", ValueError, "tfmp precision name"),
+        ("hardware", ValueError, "tfmp precision name"),
         (tf.float16, TypeError, "float16"),
     ],
 )

@@ -1,6 +1,7 @@
 """Tests for tfmp/precision.py."""
 
 import logging
+import warnings
 
 import keras
 import pytest
@@ -17,6 +18,8 @@ from tfmp import precision
         ("mixed_float16", "mixed_float16"),
         ("mixed_bfloat16", "mixed_bfloat16"),
         ("auto", "auto"),
+        ("hardware", "hardware"),
+        (" Hardware", "hardware"),
         ("fp32", "float32"),
         ("fp16", "mixed_float16"),
         ("bf16", "mixed_bfloat16"),
@@ -32,14 +35,15 @@ def test_unknown_name_lists_valid_names_and_value():
         precision.canonical_precision("float8")
     message = str(info.value)
     assert "precision='float8'" in message
-    for valid in ("float32", "mixed_float16", "mixed_bfloat16", "auto", "fp32", "fp16", "bf16"):
+    for valid in ("float32", "mixed_float16", "mixed_bfloat16", "auto", "hardware", "fp32", "fp16", "bf16"):
         assert valid in message
 
 
 def test_the_precision_names_are_the_concrete_precisions_and_the_names_that_choose_one():
     assert precision.CONCRETE_PRECISIONS == ("float32", "mixed_bfloat16", "mixed_float16")
     assert precision.PRECISIONS[: len(precision.CONCRETE_PRECISIONS)] == precision.CONCRETE_PRECISIONS
-    assert "auto" in precision.PRECISIONS and tfmp.PRECISIONS is precision.PRECISIONS
+    assert precision.PRECISIONS[len(precision.CONCRETE_PRECISIONS) :] == ("auto", "hardware")
+    assert tfmp.PRECISIONS is precision.PRECISIONS
 
 
 @pytest.mark.parametrize(
@@ -65,20 +69,45 @@ def test_choose_precision_from_compute_capability(capabilities, expected):
     "capabilities, expected, words",
     [([], "float32", "no GPU"), ([(9, 0)], "mixed_bfloat16", "9.0"), ([(7, 5)], "mixed_float16", "7.5")],
 )
-def test_auto_resolves_by_the_rule_and_logs_one_line(capabilities, expected, words, caplog):
+def test_hardware_resolves_by_the_rule_and_logs_one_line(capabilities, expected, words, caplog):
     with caplog.at_level(logging.INFO, logger="tfmp.precision"):
-        assert precision.resolve_precision("auto", compute_capabilities=capabilities) == expected
+        assert precision.resolve_precision("hardware", compute_capabilities=capabilities) == expected
     lines = [r.getMessage() for r in caplog.records if r.name == "tfmp.precision"]
     assert len(lines) == 1
     assert expected in lines[0] and words in lines[0]
 
 
-def test_auto_on_this_machine_follows_its_gpus():
+def test_hardware_on_this_machine_follows_its_gpus():
     # Holds with or without a GPU: the visible GPUs are what the rule is given.
     capabilities = precision.gpu_compute_capabilities()
     assert capabilities == [capability for _, capability in precision.visible_gpus()]
     assert len(capabilities) <= len(tf.config.list_physical_devices("GPU"))
-    assert precision.resolve_precision("auto") == precision.choose_precision(capabilities)[0]
+    assert precision.resolve_precision("hardware") == precision.choose_precision(capabilities)[0]
+
+
+AUTO_WARNING = (
+    '`precision="auto"` is deprecated and will be removed in tfmp 0.3: outside a run (set_precision, '
+    'precision_scope, resolve_precision, wrap_optimizer) nothing can be measured, so "auto" applies the '
+    'compute-capability rule, whose name is "hardware": use "hardware".'
+)
+
+
+def test_auto_outside_a_run_is_the_rule_of_hardware_with_a_warning_blaming_the_callers_line():
+    previous = keras.config.dtype_policy()
+    try:
+        with pytest.warns(DeprecationWarning) as caught:
+            assert precision.resolve_precision("auto", compute_capabilities=[(7, 5)]) == "mixed_float16"
+            chosen = tfmp.set_precision("auto")
+            with tfmp.precision_scope("AUTO") as scoped:
+                pass
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert chosen == scoped == precision.resolve_precision("hardware")
+    assert [str(w.message) for w in caught] == [AUTO_WARNING] * 3
+    assert {w.filename for w in caught} == {__file__}  # the user's line, shown by Python's default filters
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        precision.resolve_precision("hardware")  # the rule's own name: no warning
 
 
 def test_set_precision_sets_the_global_policy():

@@ -15,6 +15,8 @@ and the version that removes it. The table says which:
 * `RENAMED_METHODS` and `REMOVED_ARGUMENTS`: a method's or attribute's old
   name and a documented argument that is gone; the code keeping them (a
   method, or a property under the old name) calls `warn`.
+* `RENAMED_VALUES`: an argument's value whose meaning has another name now
+  (`precision="auto"` outside a run); the function reading it calls `warn`.
 
 ```python
 warn("Task.replace")   # DeprecationWarning: `Task.replace` is deprecated; use `Task.with_config` ...
@@ -35,6 +37,7 @@ __all__ = [
     "REMOVED_ARGUMENTS",
     "REMOVED_IN",
     "RENAMED_METHODS",
+    "RENAMED_VALUES",
     "alias",
     "message",
     "module_getattr",
@@ -110,6 +113,14 @@ REMOVED_ARGUMENTS: dict[str, str] = {
     )
 }
 
+# Argument values renamed: "argument=value" -> why, and the value to use instead.
+RENAMED_VALUES: dict[str, str] = {
+    'precision="auto"': (
+        "outside a run (set_precision, precision_scope, resolve_precision, wrap_optimizer) nothing can be "
+        'measured, so "auto" applies the compute-capability rule, whose name is "hardware": use "hardware"'
+    ),
+}
+
 
 def message(old: str) -> str:
     """The warning for `old`, a key of one of the tables: what to use instead, and when `old` goes."""
@@ -124,6 +135,8 @@ def message(old: str) -> str:
         return f"`{old}` is deprecated; use `{RENAMED_METHODS[old]}`. It will be removed in tfmp {REMOVED_IN}."
     if old in REMOVED_ARGUMENTS:
         return f"`{old}` is deprecated and will be removed in tfmp {REMOVED_IN}: {REMOVED_ARGUMENTS[old]}."
+    if old in RENAMED_VALUES:
+        return f"`{old}` is deprecated and will be removed in tfmp {REMOVED_IN}: {RENAMED_VALUES[old]}."
     raise KeyError(f"{old!r} is in no table of tfmp._deprecated")
 
 

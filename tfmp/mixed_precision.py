@@ -108,7 +108,7 @@ def set_global_policy(policy: Policy | str | None) -> None:
 def _policy_from_name(name: object) -> Policy:
     """`Policy(name)`, with a hint when `name` is one of tfmp's aliases."""
     key = name.strip().lower() if isinstance(name, str) else None
-    if key in precision_lib.ALIASES or key == "auto":
+    if key in precision_lib.ALIASES or key in set(precision_lib.PRECISIONS) - set(precision_lib.CONCRETE_PRECISIONS):
         raise ValueError(
             f"{name!r} is a tfmp precision name, not a tf.keras 2 policy name. "
             "Pass 'float32', 'mixed_float16' or 'mixed_bfloat16' here, or call "

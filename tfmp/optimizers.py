@@ -87,7 +87,7 @@ def wrap_optimizer(
     Args:
         optimizer: A Keras optimizer.
         precision: A precision name or alias accepted by
-            `tfmp.precision.canonical_precision` (`"auto"` is resolved).
+            `tfmp.precision.canonical_precision` (`"hardware"` is resolved by the compute-capability rule).
         loss_scale: `"dynamic"`, `"none"`, or a positive fixed scale.
         **loss_scale_kwargs: Extra `LossScaleOptimizer` keywords
             (e.g. `hysteresis=2`).

@@ -1,15 +1,22 @@
 """Precision policies: names, the global Keras dtype policy, TF32 and XLA.
 
-tfmp speaks of four precisions:
+tfmp speaks of three precisions a model computes in:
 
 * `float32`: everything in float32;
 * `mixed_float16`: float16 compute, float32 variables (needs loss scaling);
 * `mixed_bfloat16`: bfloat16 compute, float32 variables;
-* `auto`: chosen for the hardware. The training runs (`tfmp.run.training`)
-  measure the candidate precisions on the model itself (`tfmp.run.auto_precision`);
-  where there is no model to measure (`resolve_precision`, `set_precision`,
-  `precision_scope`) and across hosts, the compute-capability rule of
-  `choose_precision` decides.
+
+and of two names that choose one of them:
+
+* `hardware`: chosen from the hardware alone, by the compute-capability
+  rule of `choose_precision` (`resolve_precision`, `set_precision` and
+  `precision_scope` apply it; a multi-worker run too, where every worker
+  must choose the same);
+* `auto`: the fastest for the model on this device, which a training run
+  (`tfmp.run`) measures by training each candidate briefly
+  (`tfmp.run.auto_precision`). Outside a run nothing can be measured:
+  there `auto` applies the rule of `hardware`, with a `DeprecationWarning`
+  (it will be refused in tfmp 0.3; `tfmp._deprecated.RENAMED_VALUES`).
 
 Aliases `fp32`, `fp16` and `bf16` are accepted wherever a name is.
 
@@ -22,6 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 from collections.abc import Iterator, Sequence
 
 import keras
@@ -48,8 +57,8 @@ _logger = logging.getLogger(__name__)
 
 # The precisions a model computes in: what `auto` chooses among and what a benchmark measures.
 CONCRETE_PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-# Every precision name: the concrete ones, and the name that chooses one of them.
-PRECISIONS = CONCRETE_PRECISIONS + ("auto",)
+# Every precision name: the concrete ones, and the names that choose one of them.
+PRECISIONS = CONCRETE_PRECISIONS + ("auto", "hardware")
 ALIASES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 
 
@@ -126,25 +135,44 @@ def gpu_compute_capabilities() -> list[tuple[int, int]]:
 
 
 def resolve_precision(name: str, compute_capabilities: Sequence[tuple[int, int]] | None = None) -> str:
-    """Returns a concrete precision, deciding `auto` by the compute-capability rule.
+    """Returns a concrete precision, deciding `hardware` by the compute-capability rule.
 
-    For `auto`, logs one line saying what was chosen and why. The training
-    runs measure `auto` on the model instead (`tfmp.run.auto_precision`); this rule is
-    what is left without a model to measure.
+    For `hardware`, logs one line saying what was chosen and why
+    (`choose_precision`). `auto` is decided the same way, with a
+    `DeprecationWarning`: measuring it needs a model, which only a training
+    run has (`tfmp.run.auto_precision`); outside one, say `hardware`.
 
     Args:
         name: A precision name or alias (`canonical_precision`).
-        compute_capabilities: The GPUs `auto` decides for; default: the
+        compute_capabilities: The GPUs the rule decides for; default: the
             visible ones (`gpu_compute_capabilities`).
     """
     name = canonical_precision(name)
-    if name != "auto":
+    if name == "auto":
+        _deprecated.warn('precision="auto"', stacklevel=_caller_outside_tfmp())
+    elif name != "hardware":
         return name
     if compute_capabilities is None:
         compute_capabilities = gpu_compute_capabilities()
     chosen, reason = choose_precision(compute_capabilities)
-    _logger.info("precision=auto chose %s: %s.", chosen, reason)
+    _logger.info("precision=%s chose %s: %s.", name, chosen, reason)
     return chosen
+
+
+def _caller_outside_tfmp() -> int:
+    """The `stacklevel` of `_deprecated.warn` that blames the first caller outside tfmp (and `contextlib`).
+
+    `set_precision("auto")` and `precision_scope("auto")` reach
+    `resolve_precision` through tfmp's own frames; the warning names the
+    user's line, where Python's default filters show it.
+    """
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(2), 3  # `resolve_precision`'s caller; warn's default blames that frame
+    while frame.f_back is not None and (
+        frame.f_code.co_filename.startswith(package + os.sep) or frame.f_code.co_filename == contextlib.__file__
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def set_precision(name: str) -> str:

@@ -1,7 +1,8 @@
-"""Tests for tfmp/run/setting.py: what `resolve` decides before any model is built."""
+"""Tests for tfmp/run/setting.py: what `resolve` settles before the run builds its model."""
 
 import os
 import re
+import warnings
 
 import pytest
 from tiny import HAS_GPU, tiny
@@ -74,8 +75,25 @@ def test_resolve_decides_auto_by_rule_under_multi_worker_without_measuring(tmp_p
         raise AssertionError("auto was measured: every worker could choose differently")
 
     monkeypatch.setattr(auto_precision, "detect_hardware", measured)
-    resolved = setting.resolve(tiny(tmp_path, precision="auto", strategy="multi_worker"))
+    lines = []
+    with warnings.catch_warnings(), output.lines_to(lines.append):
+        warnings.simplefilter("error")  # the run's own choice: no warning about auto outside a run
+        resolved = setting.resolve(tiny(tmp_path, precision="auto", strategy="multi_worker"))
     assert (resolved.precision, resolved.loss_scale) == ("float32", "none")
+    assert lines == [
+        "note: precision=auto under strategy=multi_worker is chosen by the compute-capability rule, as "
+        "precision=hardware is, not measured: every worker must choose the same precision."
+    ]
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the rule gives float32 without a GPU")
+@pytest.mark.parametrize("strategy", ["default", "multi_worker"])
+def test_hardware_is_the_rule_in_any_run_without_measuring_or_a_note(tmp_path, monkeypatch, strategy):
+    monkeypatch.setattr(auto_precision, "detect_hardware", lambda: pytest.fail("hardware was measured"))
+    lines = []
+    with output.lines_to(lines.append):
+        resolved = setting.resolve(tiny(tmp_path, precision="hardware", strategy=strategy))
+    assert (resolved.precision, lines) == ("float32", [])
 
 
 def test_the_loss_scale_rule_has_one_home_and_every_caller_follows_it(tmp_path, monkeypatch):

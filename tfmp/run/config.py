@@ -145,7 +145,8 @@ class TrainConfig:
         "auto",
         "Compute precision. auto: the fastest for this model on this device, measured once and cached "
         "(GPU 8.0+: float32, bfloat16, float16; 7.x: float32, float16; CPU with bfloat16: float32, bfloat16); "
-        "multi_worker: by GPU compute capability.",
+        "under multi_worker, where the workers must agree, as hardware. hardware: from the hardware alone, by "
+        "GPU compute capability (8.0+: bfloat16; 7.x: float16; else float32).",
         "precision",
         choices=precision_lib.PRECISIONS + tuple(precision_lib.ALIASES),
         check=precision_lib.canonical_precision,

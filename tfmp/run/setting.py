@@ -1,12 +1,15 @@
-"""What a task's config resolves to before any model is built: `resolve` and its `Setting`.
+"""What a task's config settles to, up to the model the run trains: `resolve`, `settle` and their `Setting`.
 
 `resolve(task)` validates the config, then `settle(task)` loads the task's
-data, counts the steps of an epoch, and settles the precision (`auto`
-measured on this device by training each candidate briefly, `tfmp.run.auto_precision`, cached per
-device and model), the loss scale (`"none"` unless the precision is float16)
-and XLA. The `Setting` it returns is what the rest of a run reads: `Runner.run`
-(which validates before making its strategy, then settles), `diagnose_run`
-and the parity benchmark all start from it.
+data, counts the steps of an epoch, and settles the precision, the loss
+scale (`"none"` unless the precision is float16) and XLA. Precision `auto`
+is measured on this device by training each candidate briefly
+(`tfmp.run.auto_precision`, cached per device and model), so settling may
+build and train models, though not the run's own; `hardware` (and `auto`
+under `multi_worker`) is the compute-capability rule. The `Setting` it
+returns is what the rest of a run reads: `Runner.run` (which validates
+before making its strategy, then settles), `diagnose_run` and the parity
+benchmark all start from it.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class Setting:
-    """What a task's config resolves to before any model is built.
+    """What a task's config settles to: what the run builds and trains its model with.
 
     Attributes:
-        precision: The precision (`auto` resolved).
+        precision: The concrete precision (`auto` and `hardware` decided).
         loss_scale: `"dynamic"`, `"none"` or a fixed scale (`"none"` unless
             the precision is `mixed_float16`).
         jit_compile: Whether the step is XLA-compiled.
@@ -73,8 +76,9 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
 
     `auto` precision is measured on this device (each candidate trains the
     task's model briefly, `tfmp.run.auto_precision`), except under
-    `multi_worker`, where the compute-capability rule decides
-    (`tfmp.precision.choose_precision`): every worker must run one policy.
+    `multi_worker`, where every worker must run one policy: there `auto`
+    is decided as `hardware` is, by the compute-capability rule
+    (`tfmp.precision.choose_precision`), and a `note:` line says so.
     With `check_steps`, the steps of an epoch are counted (a batch size that
     leaves no training step is refused). A loss scale the precision ignores
     is logged (`tfmp.run.output`).
@@ -89,14 +93,20 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
     requested = requested_loss_scale(config.loss_scale)  # None: not set
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
     asked = precision_lib.canonical_precision(config.precision)
-    if asked != "auto" or config.strategy == "multi_worker":
-        precision = precision_lib.resolve_precision(asked)  # under multi_worker, the compute-capability rule
+    if asked == "auto" and config.strategy == "multi_worker":
+        log.info(
+            "note: precision=auto under strategy=multi_worker is chosen by the compute-capability rule, as "
+            "precision=hardware is, not measured: every worker must choose the same precision."
+        )
+        asked = "hardware"
+    if asked != "auto":
+        precision = precision_lib.resolve_precision(asked)
     else:
         with precision_lib.tf32_scope(config.tf32):  # each candidate is timed as the run will train it
             precision = auto_precision.fastest(task, data, jit_compile, requested, auto_precision.detect_hardware())
     loss_scale = config_lib.loss_scale_for(requested, precision)
-    # Only a scale the user set: the default ("auto") says nothing to ignore, nor does an auto precision.
-    if requested not in (None, "none") and loss_scale == "none" and asked != "auto":
+    # Only a scale the user set: the default ("auto") says nothing to ignore, nor does a precision chosen for it.
+    if requested not in (None, "none") and loss_scale == "none" and asked in precision_lib.CONCRETE_PRECISIONS:
         log.info(f"note: loss_scale={requested} is ignored under {precision}; only float16 needs loss scaling.")
     if config.on_nonfinite == "stop" and loss_scale == "dynamic":
         raise ConfigError(
