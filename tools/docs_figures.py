@@ -1,31 +1,30 @@
-"""Remakes the documentation's figures (docs/images/*.png) from small real runs and recorded results.
+"""Remakes the documentation's figures (docs/images/*.png), the charts from the records in docs/records/.
 
     python tools/docs_figures.py                      # all four figures
-    python tools/docs_figures.py --only=tensorboard   # one of tensorboard, benchmark, memory, parity
+    python tools/docs_figures.py --only=benchmark     # one of tensorboard, benchmark, memory, parity
     python tools/docs_figures.py --only=parity --parity_records=parity.json
 
-Run on demand, not in CI (minutes each on a CPU, the memory figure's emulated 16-bit rows about
-10 on a 2-core AVX2-only one; the TensorBoard figure needs
-`tensorboard` and a Chromium on the PATH). Each figure comes from tfmp's own
-console scripts run on this machine:
+The benchmark, memory and parity charts are drawn from a committed record, the same file the pages'
+quoted figures are checked against (tools/figures.py), so a chart and the sentence under it cannot
+disagree:
 
-- tensorboard: two classifier runs on the embedded digits (float32, and
-  mixed_float16 with dynamic loss scaling, whose first steps overflow and are
-  skipped), shown by TensorBoard itself (headless Chromium screenshot of the
-  loss, `loss_scale` and `skipped_steps` curves);
-- benchmark: `tfmp-benchmark --plot_out` on the GAN, the chart the benchmark
-  writes;
-- memory: the same chart from a small benchmark of the GAN and MobileNetV2
-  (batch 32, float32, mixed_bfloat16 and mixed_float16, each row in its own
-  process with TensorFlow's BFC allocator), whose rows carry the allocator's
-  peak and step memory;
-- parity: plotted by `plot_parity` (each arm's accuracy gap to float32 with its
-  95% interval, against the +-1-point band) from the k-fold sweep recorded in
-  docs/NUMERICS.md's table of the figures in full (`recorded_sweep`), or from
-  `tfmp-parity --json_out` records (`--parity_records`).
+- benchmark: the GAN's throughput per precision from `BENCHMARK_RECORD` (`tfmp-benchmark --json_out`
+  of a run on this class of CPU, with the command in the record), each bar labelled with its img/s
+  and its ratio to float32;
+- memory: the step memory (`step_mb`) of each model and precision in the same record, from
+  TensorFlow's allocator, labelled with its ratio to float32's;
+- parity: each arm's accuracy gap to float32 with its 95% interval, against the +-1-point band, from
+  `PARITY_RECORD` (the k-fold sweep), or from `tfmp-parity --json_out` records (`--parity_records`);
+- tensorboard: two classifier runs on the embedded digits (float32, and mixed_float16 with dynamic
+  loss scaling, whose first steps overflow and are skipped), shown by TensorBoard itself (headless
+  Chromium screenshot of the loss, `loss_scale` and `skipped_steps` curves); this one trains, for
+  minutes, and needs `tensorboard` and a Chromium on the PATH.
 
-The figures are what these runs measured; the pages that show them name this
-command and say how small the runs are.
+`--measure` reruns the benchmark record's own command first and rewrites the record (minutes; the
+record then names this machine, this commit and today).
+
+Titles name the CPU class; the type is large enough to read at 420 px wide, and the pages link each
+image to its full-size file.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -45,25 +43,29 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
 
 from tfmp.run import parity, reporting
 
 __all__ = [
+    "BENCHMARK_RECORD",
     "FIGURES",
+    "PARITY_RECORD",
     "TENSORBOARD_TAGS",
     "ArmGap",
     "gaps_of_records",
     "load_parity_records",
     "main",
+    "plot_memory",
     "plot_parity",
-    "recorded_sweep",
+    "plot_throughput",
+    "record_sweep",
     "tensorboard_url",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGES = os.path.join(REPO, "docs", "images")
-NUMERICS = os.path.join(REPO, "docs", "NUMERICS.md")
 FIGURES = ("tensorboard", "benchmark", "memory", "parity")
 # The curves a user checks first under mixed_float16 (the train/ sub-run's per-step tags).
 TENSORBOARD_TAGS = ("batch_loss", "batch_loss_scale", "batch_skipped_steps")
@@ -74,27 +76,15 @@ TENSORBOARD_RUNS = (
     ("float32", ["--precision=float32"]),
     ("mixed_float16", ["--precision=mixed_float16", "--loss_scale=dynamic"]),
 )
-# The header of docs/NUMERICS.md's table of the recorded sweep ("The figures in full").
-SWEEP_TABLE_HEADER = "| arm | units | accuracy gap | SD per unit | standard error | 95% interval |"
-# The AVX2-only CPU class's figure in docs/PERFORMANCE.md (16-bit types emulated: bfloat16 left out, it is slow there).
-BENCHMARK_FLAGS = [
-    "--models=gan",
-    "--precisions=float32,mixed_float16",
-    "--batch_sizes=256",
-    "--xla=false",
-    "--steps=5",
-    "--repeats=2",
-]
-# Memory per precision: small batches so that the emulated 16-bit steps of an AVX2-only CPU take seconds.
-MEMORY_FLAGS = [
-    "--models=gan,mobilenet_v2",
-    "--precisions=float32,mixed_bfloat16,mixed_float16",
-    "--batch_sizes=32",
-    "--xla=false",
-    "--warmup_steps=1",
-    "--steps=3",
-    "--repeats=2",
-]
+RECORDS = os.path.join(REPO, "docs", "records")
+# The benchmark run both charts are drawn from, and the parity sweep of the parity chart.
+BENCHMARK_RECORD = os.path.join(RECORDS, "avx512bf16-compare.json")
+PARITY_RECORD = os.path.join(RECORDS, "avx512bf16-parity-sweep.json")
+_LABELS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
+_COLORS = {"float32": "tab:blue", "mixed_bfloat16": "tab:green", "mixed_float16": "tab:orange"}
+_MODELS = {"gan": "GAN", "mobilenet_v2": "MobileNetV2", "resnet50": "ResNet-50"}
+# Large type: the pages show the charts at their column's width, 420 px on a phone.
+_FONT = 13
 
 
 def _script(name: str, flags: Sequence[str]) -> None:
@@ -212,12 +202,140 @@ def make_tensorboard(workdir: str, out: str) -> str:
         return screenshot(tensorboard_url(port), os.path.join(out, "tensorboard.png"))
 
 
-def _benchmark_chart(name: str, flags: Sequence[str], workdir: str, out: str) -> str:
-    """Runs `tfmp-benchmark` with `flags`; its own chart (`--plot_out`) is the figure `<name>.png`. Returns the path."""
-    path = os.path.join(out, f"{name}.png")
-    records = os.path.join(workdir, f"{name}.json")
-    _script("benchmark", [*flags, f"--json_out={records}", f"--plot_out={path}"])
+def load_record(path: str) -> dict:
+    """A record of docs/records/ (machine, command, tfmp commit, date, source and its `data`).
+
+    Raises:
+        ValueError: when the file is not such a record.
+    """
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    if not isinstance(record, dict) or not {"machine", "command", "data"} <= set(record):
+        raise ValueError(f"{path} is not a record (machine, command, data). Received keys: {sorted(record)}")
+    return record
+
+
+def _benchmark_rows(record: dict, models: Sequence[str] | None = None) -> list[dict]:
+    rows = [r for r in record["data"]["rows"] if models is None or r["model"] in models]
+    if not rows:
+        raise ValueError(f"The record holds no benchmark rows of models {models}. Received: {record['data']['rows']!r}")
+    return rows
+
+
+def _figure(width: float, height: float) -> tuple[Any, Any]:
+    reporting.require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure, figure.subplots()
+
+
+def _bars(ax: Any, rows: Sequence[dict], value: str, label: Any, unit: str) -> None:
+    """Horizontal bars, one per row (top to bottom in order), each labelled at its end."""
+    names = [
+        f"{_MODELS.get(r['model'], r['model'])} {_LABELS.get(r['precision'], r['precision'])}"
+        if len({r["model"] for r in rows}) > 1
+        else _LABELS.get(r["precision"], r["precision"])
+        for r in rows
+    ]
+    ys = list(range(len(rows)))[::-1]
+    widest = max(r[value] for r in rows)
+    for y, r in zip(ys, rows):
+        ax.barh(y, r[value], color=_COLORS.get(r["precision"], "tab:gray"), height=0.7)
+        ax.text(r[value] + widest * 0.02, y, label(r), va="center", fontsize=_FONT)
+    ax.set_yticks(ys)
+    ax.set_yticklabels(names, fontsize=_FONT)
+    ax.set_xlim(0, widest * 1.6)
+    ax.set_xlabel(unit, fontsize=_FONT)
+    ax.tick_params(axis="x", labelsize=_FONT - 2)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _ratio(value: float | None, of: str) -> str:
+    return "" if value is None else f", {value:.2f}x {of}"
+
+
+def plot_throughput(record: dict, path: str, model: str = "gan") -> str:
+    """Writes a PNG of `model`'s throughput per precision in a benchmark `record`; returns `path`.
+
+    One bar per precision, labelled with its median img/s and its ratio to float32 (the figures
+    `ratio_to_float32` holds, as the pages quote them); the title names the model, its batch and the
+    record's machine (its CPU class).
+    """
+    rows = _benchmark_rows(record, [model])
+    figure, ax = _figure(7, 1.9 + 0.55 * len(rows))
+    _bars(
+        ax,
+        rows,
+        "images_per_sec",
+        lambda r: (
+            f"{r['images_per_sec']:.0f}"
+            + _ratio(r["ratio_to_float32"] if r["precision"] != "float32" else None, "fp32")
+        ),
+        "img/s, tfmp trainer (median of the rounds)",
+    )
+    batch = rows[0]["batch_size"]
+    name = _MODELS.get(model, model)
+    ax.set_title(f"{name}, batch {batch}: training throughput\n{record['machine']}", fontsize=_FONT)
+    figure.savefig(path, format="png", dpi=100, bbox_inches="tight", pad_inches=0.1)
     return path
+
+
+def plot_memory(record: dict, path: str) -> str:
+    """Writes a PNG of each row's step memory (`step_mb`, TensorFlow's allocator) in a benchmark `record`.
+
+    One bar per model and precision, labelled with its MiB and, for 16 bits, its ratio to float32's
+    (`step_ratio_to_float32`); the title names the record's machine. Returns `path`.
+
+    Raises:
+        ValueError: when no row carries the allocator's figures.
+    """
+    rows = [r for r in _benchmark_rows(record) if r.get("step_mb") is not None]
+    if not rows:
+        raise ValueError("The record's rows carry no allocator figures (step_mb).")
+    figure, ax = _figure(7, 1.9 + 0.5 * len(rows))
+    _bars(
+        ax,
+        rows,
+        "step_mb",
+        lambda r: (
+            f"{r['step_mb']:.0f}"
+            + _ratio(r.get("step_ratio_to_float32") if r["precision"] != "float32" else None, "fp32")
+        ),
+        "MiB a training step allocates (TensorFlow allocator)",
+    )
+    groups = dict.fromkeys((r["model"], r["batch_size"]) for r in rows)
+    batches = ", ".join(f"{_MODELS.get(m, m)} {b}" for m, b in groups)
+    ax.set_title(f"Step memory (batch: {batches})\n{record['machine']}", fontsize=_FONT)
+    figure.savefig(path, format="png", dpi=100, bbox_inches="tight", pad_inches=0.1)
+    return path
+
+
+def _measure(record_path: str, workdir: str) -> None:
+    """Reruns the benchmark record's command and rewrites the record with this run's rows."""
+    record = load_record(record_path)
+    flags = [f for f in record["command"].split() if f.startswith("--") and not f.startswith("--json_out")]
+    rows_path = os.path.join(workdir, "compare.json")
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _script("benchmark", [*flags, f"--json_out={rows_path}"])
+    with open(rows_path, encoding="utf-8") as f:
+        record["data"]["rows"] = json.load(f)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    from tfmp import cpu_kernels
+
+    record.update(
+        machine=f"{os.cpu_count()}-core {cpu_kernels.machine_id().split(' | ')[0]}, {cpu_kernels.cpu_class()}",
+        tfmp_commit=commit or "unknown",
+        date=started,
+        source="measured: `data.rows` is the command's --json_out file",
+    )
+    record["data"].pop("table", None)
+    with open(record_path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, ensure_ascii=False)
+        f.write("\n")
 
 
 def load_parity_records(path: str) -> list[parity.ParityRecord]:
@@ -266,35 +384,16 @@ def gaps_of_records(records: Sequence[parity.ParityRecord]) -> list[ArmGap]:
     return [ArmGap(g.arm, len(g.units), g.accuracy.mean, *g.accuracy.interval) for g in gaps]
 
 
-def recorded_sweep(path: str = NUMERICS) -> list[ArmGap]:
-    """The arms of the k-fold sweep recorded in docs/NUMERICS.md's table of the figures in full.
-
-    Reads the table whose header starts with `SWEEP_TABLE_HEADER`: per arm its
-    units, mean accuracy gap and 95% interval (`-1.04..+0.55`); the arm's
-    markdown emphasis and code marks are dropped.
+def record_sweep(path: str = PARITY_RECORD) -> list[ArmGap]:
+    """The arms of a parity sweep record (docs/records/): per arm its units, mean accuracy gap and 95% interval.
 
     Raises:
-        ValueError: when `path` has no such table, or a row of it does not parse.
+        ValueError: when the record has no arms.
     """
-    with open(path) as f:
-        lines = f.read().splitlines()
-    try:
-        first = next(i for i, line in enumerate(lines) if line.startswith(SWEEP_TABLE_HEADER)) + 2
-    except StopIteration:
-        raise ValueError(f"{path} has no table starting with {SWEEP_TABLE_HEADER!r}.") from None
-    gaps = []
-    for line in lines[first:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        interval = re.fullmatch(r"([-+]?[\d.]+)\.\.([-+]?[\d.]+)", cells[5]) if len(cells) > 5 else None
-        if interval is None:
-            raise ValueError(f"{path}: a row of the sweep's table does not parse. Received: {line!r}")
-        arm = re.sub(r"[*`]", "", cells[0])
-        gaps.append(ArmGap(arm, int(cells[1]), float(cells[2]), float(interval[1]), float(interval[2])))
-    if not gaps:
-        raise ValueError(f"{path}: the sweep's table has no rows.")
-    return gaps
+    arms = load_record(path)["data"].get("arms")
+    if not arms:
+        raise ValueError(f"{path}: the record has no arms (data.arms).")
+    return [ArmGap(a["arm"], a["units"], a["accuracy_gap"], a["low"], a["high"]) for a in arms]
 
 
 def plot_parity(gaps: Sequence[ArmGap], path: str, title: str | None = None) -> str:
@@ -307,7 +406,7 @@ def plot_parity(gaps: Sequence[ArmGap], path: str, title: str | None = None) -> 
     that crosses it orange.
 
     Args:
-        gaps: The arms, e.g. `recorded_sweep()` or `gaps_of_records(records)`.
+        gaps: The arms, e.g. `record_sweep()` or `gaps_of_records(records)`.
         path: The PNG file to write.
         title: The figure's title; None names the units.
 
@@ -366,16 +465,14 @@ def plot_parity(gaps: Sequence[ArmGap], path: str, title: str | None = None) -> 
 
 
 def make_parity(out: str, records_path: str | None = None) -> str:
-    """Plots `records_path`'s parity records, or the sweep recorded in docs/NUMERICS.md; returns the PNG path."""
+    """Plots `records_path`'s parity records, or the sweep record `PARITY_RECORD`; returns the PNG path."""
     path = os.path.join(out, "parity.png")
     if records_path is not None:
         gaps = gaps_of_records(load_parity_records(records_path))
         return plot_parity(gaps, path, title=f"tfmp-parity --json_out={records_path}")
-    title = (
-        "The k-fold sweep of docs/NUMERICS.md (MobileNetV2 alpha 0.35, embedded digits, 12 epochs)\n"
-        "2-core AVX512-BF16 CPU; accuracy gap to float32 per arm"
-    )
-    return plot_parity(recorded_sweep(), path, title=title)
+    machine = load_record(PARITY_RECORD)["machine"]
+    title = f"The k-fold sweep (MobileNetV2 alpha 0.35, embedded digits, 12 epochs)\n{machine}; accuracy gap to float32"
+    return plot_parity(record_sweep(), path, title=title)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -387,16 +484,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=IMAGES, help="Directory of the PNGs (default: docs/images).")
     parser.add_argument("--workdir", default=None, help="Directory of the runs (default: a new temporary one).")
     parser.add_argument(
-        "--parity_records", default=None, help="Plot these tfmp-parity --json_out records instead of NUMERICS.md's."
+        "--parity_records", default=None, help="Plot these tfmp-parity --json_out records instead of the sweep's."
+    )
+    parser.add_argument(
+        "--measure", action="store_true", help="Rerun the benchmark record's command first and rewrite the record."
     )
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     workdir = args.workdir or tempfile.mkdtemp(prefix="tfmp_docs_figures_")
     os.makedirs(workdir, exist_ok=True)
+    if args.measure:
+        _measure(BENCHMARK_RECORD, workdir)
     makers = {
         "tensorboard": lambda: make_tensorboard(os.path.join(workdir, "tensorboard"), args.out),
-        "benchmark": lambda: _benchmark_chart("benchmark", BENCHMARK_FLAGS, workdir, args.out),
-        "memory": lambda: _benchmark_chart("memory", MEMORY_FLAGS, workdir, args.out),
+        "benchmark": lambda: plot_throughput(load_record(BENCHMARK_RECORD), os.path.join(args.out, "benchmark.png")),
+        "memory": lambda: plot_memory(load_record(BENCHMARK_RECORD), os.path.join(args.out, "memory.png")),
         "parity": lambda: make_parity(args.out, args.parity_records),
     }
     for name in args.only or FIGURES:

@@ -12,7 +12,8 @@ The check reads the number just before the comment (`0.93`), formats the record'
 decimals as the quote has, and fails when the two differ. Options after the key: `scale=100` (a
 percentage of a ratio), `lower` (`1 - value`, for "34% lower" with `scale=100`). A key is a dotted
 path into the record (`data.ms.matmul.float32`); a segment `rows[model=gan,precision=float32]`
-picks the one list item whose fields have those values, `rows[0]` an index; `a / b` quotes the
+picks the one list item whose fields have those values (a value with a comma quoted: `[arm="a, b"]`),
+`rows[0]` or `.0` an index; `a / b` quotes the
 ratio of two values.
 
 A sample output (a fenced block of console text) carries `<!-- sample: RECORD KEY -->` on the line
@@ -60,6 +61,8 @@ SAMPLE = re.compile(r"^\s*<!--\s*sample:\s*(?P<record>[\w.-]+)\s+(?P<key>\S+)\s*
 # where no word, number or figure comment precedes it, so that a range's dash (9-22x) is not read as a minus.
 NUMBER = re.compile(r"(?:(?<![\w.>])[-+\u2212])?\d[\d,]*(?:\.\d+)?")
 _SEGMENT = re.compile(r"^(?P<name>[^\[\]]*)(?:\[(?P<select>[^\]]*)\])?$")
+# field=value in a selector; a value with a comma in it is quoted: [arm="mixed_float16, initial scale 256"].
+_PAIR = re.compile(r'(\w+)\s*=\s*("[^"]*"|[^,\]]*)')
 _OPTIONS = ("scale", "lower")
 
 
@@ -111,7 +114,9 @@ def _step(value: object, segment: str, key: str) -> object:
     match = _SEGMENT.match(segment)
     if match is None:
         raise KeyError(f"key {key!r}: cannot read the segment {segment!r}")
-    if match["name"]:
+    if match["name"] and isinstance(value, list) and re.fullmatch(r"-?\d+", match["name"]):
+        value = value[int(match["name"])]  # `ratio.1`: an index into a list of figures (min, median, max)
+    elif match["name"]:
         if not isinstance(value, dict) or match["name"] not in value:
             raise KeyError(f"key {key!r}: no {match['name']!r} here. Received fields: {_fields(value)}")
         value = value[match["name"]]
@@ -122,7 +127,10 @@ def _step(value: object, segment: str, key: str) -> object:
         raise KeyError(f"key {key!r}: [{select}] needs a list. Received: {type(value).__name__}")
     if re.fullmatch(r"-?\d+", select):
         return value[int(select)]
-    wanted = {k.strip(): _literal(v.strip()) for k, v in (pair.split("=", 1) for pair in select.split(","))}
+    pairs = _PAIR.findall(select)
+    if not pairs:
+        raise KeyError(f"key {key!r}: [{select}] is neither an index nor field=value pairs")
+    wanted = {k: _literal(v.strip()) for k, v in pairs}
     found = [item for item in value if isinstance(item, dict) and all(item.get(k) == v for k, v in wanted.items())]
     if len(found) != 1:
         raise KeyError(f"key {key!r}: [{select}] matches {len(found)} items, not one")
@@ -177,7 +185,7 @@ def _check_figure(match: re.Match, quoted: str | None, path: str, line: int) -> 
         return Problem(path, line, f"figure {name} {key}: no number before the comment")
     try:
         value = lookup(load_record(name), key)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as e:
         return Problem(path, line, f"figure {name} {key}: {e}")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return Problem(path, line, f"figure {name} {key}: the record holds {value!r}, not a number")
@@ -200,7 +208,7 @@ def _check_sample(match: re.Match, block: Sequence[str], path: str, line: int) -
     name, key = match["record"], match["key"]
     try:
         lines = _record_lines(lookup(load_record(name), key))
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as e:
         return Problem(path, line, f"sample {name} {key}: {e}")
     at = 0
     for shown in block:

@@ -56,39 +56,66 @@ def test_plot_parity_refuses_no_arms(tmp_path):
         docs_figures.plot_parity([], str(tmp_path / "parity.png"))
 
 
-_SWEEP = """# Numerics
+def _benchmark_record():
+    row = {"model": "gan", "batch_size": 512, "xla": False, "ratio_to_hand_written": 1.0}
+    return {
+        "machine": "2-core AMD EPYC, AVX512-BF16 (Zen 4)",
+        "command": "python3 scripts/benchmark.py --models=gan,mobilenet_v2",
+        "data": {
+            "rows": [
+                {**row, "precision": "float32", "images_per_sec": 800.0, "ratio_to_float32": 1.0, "step_mb": 550.0},
+                {
+                    **row,
+                    "precision": "mixed_float16",
+                    "images_per_sec": 400.0,
+                    "ratio_to_float32": 0.5,
+                    "step_mb": 300.0,
+                    "step_ratio_to_float32": 0.545,
+                },
+                {
+                    **row,
+                    "model": "mobilenet_v2",
+                    "batch_size": 128,
+                    "precision": "float32",
+                    "images_per_sec": 300.0,
+                    "ratio_to_float32": 1.0,
+                    "step_mb": None,
+                },
+            ]
+        },
+    }
 
-| arm | units | accuracy gap | SD per unit | standard error | 95% interval | NLL gap | 95% interval |
-|---|---|---|---|---|---|---|---|
-| float32, Keras BatchNorm (**the floor**) | 25 | -0.39 | 2.52 | **0.50** | -1.43..+0.65 | +0.020 | -0.006..+0.047 |
-| `mixed_float16` | 35 | -0.25 | 2.32 | 0.39 | -1.04..+0.55 | +0.021 | -0.003..+0.045 |
 
-- after the table
-"""
-
-
-def test_recorded_sweep_reads_every_arm_of_the_table(tmp_path):
-    path = tmp_path / "NUMERICS.md"
-    path.write_text(_SWEEP)
-    assert docs_figures.recorded_sweep(str(path)) == [
-        docs_figures.ArmGap("float32, Keras BatchNorm (the floor)", 25, -0.39, -1.43, 0.65),
-        docs_figures.ArmGap("mixed_float16", 35, -0.25, -1.04, 0.55),
-    ]
+def test_the_charts_are_drawn_from_a_record(tmp_path):
+    record = _benchmark_record()
+    assert docs_figures.plot_throughput(record, str(tmp_path / "b.png")) == str(tmp_path / "b.png")
+    assert docs_figures.plot_memory(record, str(tmp_path / "m.png")) == str(tmp_path / "m.png")
+    for name in ("b.png", "m.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_recorded_sweep_names_what_it_could_not_read(tmp_path):
-    path = tmp_path / "NUMERICS.md"
-    path.write_text("# Numerics\n")
-    with pytest.raises(ValueError, match="has no table starting with"):
-        docs_figures.recorded_sweep(str(path))
-    path.write_text(_SWEEP.replace("-1.04..+0.55", "n/a"))
-    with pytest.raises(ValueError, match="Received: '\\| `mixed_float16`"):
-        docs_figures.recorded_sweep(str(path))
+def test_the_charts_refuse_a_record_without_their_rows(tmp_path):
+    record = _benchmark_record()
+    with pytest.raises(ValueError, match="no benchmark rows of models \\['resnet50'\\]"):
+        docs_figures.plot_throughput(record, str(tmp_path / "b.png"), model="resnet50")
+    for row in record["data"]["rows"]:
+        row["step_mb"] = None
+    with pytest.raises(ValueError, match="no allocator figures"):
+        docs_figures.plot_memory(record, str(tmp_path / "m.png"))
 
 
-def test_the_docs_table_is_the_recorded_sweep():
-    # The figure in docs/images/parity.png is drawn from this table: every arm of it parses.
-    arms = [gap.arm for gap in docs_figures.recorded_sweep()]
+def test_load_record_refuses_a_file_that_is_not_a_record(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text('{"data": {}}')
+    with pytest.raises(ValueError, match="Received keys: \\['data'\\]"):
+        docs_figures.load_record(str(path))
+
+
+def test_the_committed_records_draw_the_charts():
+    # docs/images/benchmark.png, memory.png and parity.png are drawn from these records.
+    record = docs_figures.load_record(docs_figures.BENCHMARK_RECORD)
+    assert {r["model"] for r in record["data"]["rows"]} >= {"gan", "mobilenet_v2"}
+    arms = [gap.arm for gap in docs_figures.record_sweep()]
     assert arms[1:3] == ["mixed_float16", "mixed_bfloat16"] and len(arms) == 4
 
 

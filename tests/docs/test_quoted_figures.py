@@ -1,0 +1,45 @@
+"""Every figure README.md and the docs quote equals its record (docs/records/), and the docs build checks it too."""
+
+import importlib.util
+import pathlib
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_SPEC = importlib.util.spec_from_file_location("figures", _ROOT / "tools" / "figures.py")
+figures = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(figures)
+
+
+def test_the_covered_files_include_the_readme_reports_and_guides():
+    names = {str(pathlib.Path(p).relative_to(_ROOT)) for p in figures.covered_files()}
+    assert {"README.md", "docs/getting-started.md", "docs/PERFORMANCE.md", "docs/NUMERICS.md"} <= names
+    assert {str(p.relative_to(_ROOT)) for p in (_ROOT / "docs" / "guides").glob("*.md")} <= names
+
+
+def test_every_quoted_figure_equals_its_record():
+    assert [str(p) for p in figures.check_files(figures.covered_files())] == []
+
+
+def test_the_reports_quote_figures_from_records():
+    for page in ("README.md", "docs/PERFORMANCE.md", "docs/NUMERICS.md", "docs/getting-started.md"):
+        assert figures.FIGURE.search((_ROOT / page).read_text()), page
+
+
+def test_the_docs_build_runs_the_check():
+    hooks = (_ROOT / "mkdocs.yml").read_text()
+    assert "  - docs/_ext/quoted_figures.py\n" in hooks
+
+
+def test_the_build_hook_fails_a_page_whose_figure_differs_from_its_record():
+    import types
+
+    import pytest
+    from mkdocs.exceptions import PluginError
+
+    spec = importlib.util.spec_from_file_location("quoted_figures", _ROOT / "docs" / "_ext" / "quoted_figures.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_path="page.md"))
+    good = "0.93x<!-- figure: avx2-gan-fp16-batch256 data.ratio_to_float32 -->"
+    assert hook.on_page_markdown(good, page=page) == good
+    with pytest.raises(PluginError, match="docs/page.md:1: 0.73 quoted, the record avx2-gan-fp16-batch256"):
+        hook.on_page_markdown(good.replace("0.93", "0.73"), page=page)
