@@ -1,14 +1,18 @@
 """Tests for tfmp/run/setting.py: what `resolve` settles before the run builds its model."""
 
+import collections
 import os
 import re
+import sys
 import warnings
 
 import pytest
 from tiny import HAS_GPU, tiny
 
 import tfmp
-from tfmp.run import auto_precision, output, setting
+from tfmp import optimizers
+from tfmp import precision as precision_lib
+from tfmp.run import auto_precision, output, setting, training
 from tfmp.run import config as config_lib
 from tfmp.run.benchmark import workload
 
@@ -125,3 +129,27 @@ def test_the_loss_scale_rule_has_one_home_and_every_caller_follows_it(tmp_path, 
         trainer = workload.build_workload(tiny(tmp_path, precision="fp16"), "mixed_float16", False).trainer
     assert asked[-1] == "mixed_float16"
     assert float(trainer.generator_optimizer.loss_scale) == 64.0 and not trainer.generator_optimizer.dynamic
+
+
+def test_a_run_parses_each_setting_once_and_passes_the_parsed_value_on(tmp_path, monkeypatch):
+    """A tiny run's `precision` and `loss_scale` are parsed once by the run framework, when it validates.
+
+    The library functions the run hands the parsed values to (`precision_scope`,
+    the trainers' `compile`) normalise their own arguments at their own
+    boundary; those calls come from `tfmp` itself and are not the run's.
+    """
+    calls = collections.Counter()
+
+    def counted(setting, parse):
+        def wrapper(*args, **kwargs):
+            if sys._getframe(1).f_globals["__name__"].startswith("tfmp.run"):
+                calls[setting] += 1
+            return parse(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(precision_lib, "canonical_precision", counted("precision", precision_lib.canonical_precision))
+    monkeypatch.setattr(optimizers, "parse_loss_scale", counted("loss_scale", optimizers.parse_loss_scale))
+    result = training.train(tiny(tmp_path, precision="fp16", loss_scale="128"), print_fn=None)
+    assert (result.precision, result.loss_scale) == ("mixed_float16", 128.0)
+    assert calls == {"precision": 1, "loss_scale": 1}

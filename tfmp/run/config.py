@@ -22,7 +22,7 @@ import dataclasses
 import math
 import os
 import typing
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from tfmp import float32_layers
 from tfmp import optimizers as optimizers_lib
@@ -149,7 +149,8 @@ class TrainConfig:
         "GPU compute capability (8.0+: bfloat16; 7.x: float16; else float32).",
         "precision",
         choices=precision_lib.PRECISIONS + tuple(precision_lib.ALIASES),
-        check=precision_lib.canonical_precision,
+        # Looked up when called (here and for loss_scale): validation is where a run parses them, once.
+        check=lambda name: precision_lib.canonical_precision(name),
         resumable=True,
     )
     # Resumable: the checkpoint compares the loss scale the run resolved, not this setting.
@@ -158,7 +159,7 @@ class TrainConfig:
         "dynamic, none, or a positive fixed scale. Only mixed_float16 uses it; auto (not set): dynamic there. "
         "A scale set under another precision is ignored with a note.",
         "precision",
-        check=requested_loss_scale,
+        check=lambda loss_scale: requested_loss_scale(loss_scale),
         resumable=True,
     )
     xla: str | bool = option(
@@ -318,9 +319,27 @@ class TrainConfig:
         (`tfmp.run.runner`), before any training.
         """
         declared = typing.get_type_hints(type(self))
-        for field in dataclasses.fields(self):
-            check_field(field, declared[field.name], getattr(self, field.name), self)
+        parsed = {
+            field.name: check_field(field, declared[field.name], getattr(self, field.name), self)
+            for field in dataclasses.fields(self)
+        }
         self._check_together()
+        # Kept for `parsed`: not a field, so `dataclasses.replace` makes a config without it, validated anew.
+        self.__dict__["_parsed"] = parsed
+
+    def parsed(self, name: str) -> Any:
+        """Setting `name` as its check parsed it when the config was validated: each setting is parsed once.
+
+        `precision` is its canonical name (`tfmp.precision.canonical_precision`),
+        `loss_scale` what `requested_loss_scale` makes of it (None: `"auto"`).
+        A config not yet validated is validated first.
+
+        Raises:
+            ConfigError: for an impossible setting, naming it.
+        """
+        if "_parsed" not in self.__dict__:
+            TrainConfig.validate(self)
+        return self.__dict__["_parsed"][name]
 
     def _check_together(self) -> None:
         """The settings that depend on each other; a subclass adds its own after these."""

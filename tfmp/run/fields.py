@@ -190,7 +190,7 @@ def _number_word(kind: Any) -> str:
     return "an integer" if options[0] is int else "a number"
 
 
-def check_field(field: dataclasses.Field, kind: Any, value: Any, config: Any) -> None:
+def check_field(field: dataclasses.Field, kind: Any, value: Any, config: Any) -> Any:
     """Checks one field's value as its `option` describes it: type, then check or choices, then bounds.
 
     Args:
@@ -199,15 +199,20 @@ def check_field(field: dataclasses.Field, kind: Any, value: Any, config: Any) ->
         value: The value to check.
         config: The config holding it (where `choices` names a class attribute).
 
+    Returns:
+        What the field's `check` returned (a check that parses returns the
+        parsed value: `canonical_precision` the canonical name), or None.
+
     Raises:
         ConfigError: naming the field and the value.
     """
     name, meta = field.name, field.metadata
+    parsed = None
     if not _is_a(value, kind):
         raise ConfigError(f"must be {_describe(kind)}.", name, value)
     if "check" in meta:
         try:
-            meta["check"](value)
+            parsed = meta["check"](value)
         except ConfigError as e:  # a check of this module: its problem continues the field's name
             raise ConfigError(e.problem, name, value) from None
         except ValueError as e:
@@ -227,3 +232,4 @@ def check_field(field: dataclasses.Field, kind: Any, value: Any, config: Any) ->
     # NaN fails every comparison; inf overflows where an update is computed from a rate.
     if name.endswith("learning_rate") and not 0 < value < math.inf:
         raise ConfigError("must be a finite number > 0.", name, value)
+    return parsed

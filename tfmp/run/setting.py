@@ -25,7 +25,7 @@ from tfmp import precision as precision_lib
 from tfmp.run import auto_precision, directories
 from tfmp.run import config as config_lib
 from tfmp.run import epochs as epochs_lib
-from tfmp.run.config import GPU_LOG_EVERY, ConfigError, TrainConfig, requested_loss_scale
+from tfmp.run.config import GPU_LOG_EVERY, ConfigError, TrainConfig
 from tfmp.run.tasks import Task
 
 __all__ = ["Setting", "resolve", "resolve_log_every", "settle"]
@@ -79,6 +79,8 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
     `multi_worker`, where every worker must run one policy: there `auto`
     is decided as `hardware` is, by the compute-capability rule
     (`tfmp.precision.choose_precision`), and a `note:` line says so.
+    Each setting is parsed once, when the config is validated
+    (`TrainConfig.parsed`), and the parsed value passed on.
     With `check_steps`, the steps of an epoch are counted (a batch size that
     leaves no training step is refused). A loss scale the precision ignores
     is logged (`tfmp.run.output`).
@@ -90,9 +92,9 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
     config = task.config
     data = task.load_data()
     steps = epochs_lib.steps_per_epoch(task, data) if check_steps else None
-    requested = requested_loss_scale(config.loss_scale)  # None: not set
+    requested = config.parsed("loss_scale")  # parsed once, when the config was validated; None: not set
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
-    asked = precision_lib.canonical_precision(config.precision)
+    asked = config.parsed("precision")
     if asked == "auto" and config.strategy == "multi_worker":
         log.info(
             "note: precision=auto under strategy=multi_worker is chosen by the compute-capability rule, as "

@@ -88,7 +88,7 @@ def build_workload(
     fresh copies of the task's optimizers, and so is the plain `fit()` model
     (`tfmp.run.baseline.plain_fit_model`). The batch is `benchmark_batch(task)`.
     """
-    loss_scale = config_lib.loss_scale_for(config_lib.requested_loss_scale(task.config.loss_scale), precision)
+    loss_scale = config_lib.loss_scale_for(task.config.parsed("loss_scale"), precision)
     built = task.build(precision, loss_scale, jit_compile, steps)
     trainer = built.trainer
     step = baseline.hand_written_step(task, trainer, precision, jit_compile, steps) if hand_written else None
