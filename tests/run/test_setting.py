@@ -122,7 +122,8 @@ def test_the_loss_scale_rule_has_one_home_and_every_caller_follows_it(tmp_path, 
 
     monkeypatch.setattr(type(task), "build", recording_build)
     hardware = auto_precision.Hardware(cpu_bfloat16=True, cpu_float16=True, machine="test")
-    auto_precision.fastest(task, task.load_data(), False, None, hardware, timer=lambda trainer, probe: 1.0)
+    scales = config_lib.loss_scales(None)
+    auto_precision.fastest(task, task.load_data(), False, scales, hardware, timer=lambda trainer, probe: 1.0)
     assert ("mixed_float16", 64.0) in built and ("float32", "none") in built
 
     with tfmp.precision_scope("mixed_float16"):

@@ -55,7 +55,6 @@ from tfmp import precision as precision_lib
 from tfmp._cache import CACHE_ENV
 from tfmp.cpu_kernels import cpu_has_bfloat16, cpu_has_float16, machine_id
 from tfmp.run import callbacks as callbacks_lib
-from tfmp.run import config as config_lib
 from tfmp.run import diagnostics
 from tfmp.run.callbacks.display import example_unit
 from tfmp.run.tasks import Built, Task
@@ -279,7 +278,7 @@ def choose(
         )
     key = hashlib.sha256(f"{hardware.key}\n{signature}".encode()).hexdigest()[:20]
 
-    def fastest(figures: dict[str, float]) -> str:
+    def best(figures: dict[str, float]) -> str:
         return max(wanted, key=figures.__getitem__)
 
     figures, cached, not_cached = _cache.remembered(
@@ -290,12 +289,12 @@ def choose(
         measure=lambda: {precision: float(measure(precision)) for precision in wanted},
         entry=lambda figures: {
             "images_per_sec": figures,
-            "precision": fastest(figures),
+            "precision": best(figures),
             "machine": hardware.key,
             "device": hardware.description,
         },
     )
-    return Choice(fastest(figures), figures, cached, path, hardware.description, "", labels, not_cached, unit)
+    return Choice(best(figures), figures, cached, path, hardware.description, "", labels, not_cached, unit)
 
 
 _WARMUP_STEPS = 2
@@ -321,14 +320,15 @@ def fastest(
     task: Task,
     data: Any,
     jit_compile: bool,
-    requested_loss_scale: str | float | None,
+    loss_scales: Mapping[str, str | float],
     hardware: Hardware,
     timer: Callable[[trainers.MixedPrecisionTrainer, Any], float] | None = None,
 ) -> str:
     """The fastest candidate precision for the task's model on `hardware`, measured once per device and model.
 
     Each candidate trains a fresh copy of the task's model for a few steps
-    on its probe batch (`tfmp.run.diagnostics.probe`), timed by `timer`
+    on its probe batch (`tfmp.run.diagnostics.probe`, taken only when
+    something is measured), timed by `timer`
     (default `time_steps`); one candidate's model is in memory at a time.
     The caller sets TF32 around the call (`tfmp.tf32_scope`), as the run
     will. The answer, with every figure, is logged.
@@ -337,8 +337,8 @@ def fastest(
         task: The task whose model is measured (its config is valid).
         data: What the task's `load_data` returned.
         jit_compile: Whether the run's step is XLA-compiled.
-        requested_loss_scale: The config's loss scale as `tfmp.run.config.requested_loss_scale`
-            parsed it (None: not set); each candidate trains with `loss_scale_for` its precision.
+        loss_scales: The loss scale each candidate trains with, by precision
+            (`tfmp.run.config.loss_scales` of the config's requested scale).
         hardware: The device (`detect_hardware`).
         timer: Times a trainer's steps on the probe batch (the tests inject one).
     """
@@ -346,17 +346,18 @@ def fastest(
     config = task.config
     measured = candidates(hardware)
     built: dict[str, Built] = {}
-    probe = diagnostics.probe(task, data)
+    probes: list[Any] = []  # the probe batch, taken at the first measurement: a cached answer needs none
 
     def build(precision: str) -> Built:
         if precision not in built:
-            scale = config_lib.loss_scale_for(requested_loss_scale, precision)
             with precision_lib.precision_scope(precision):
-                built[precision] = task.build(precision, scale, jit_compile, 1, data)
+                built[precision] = task.build(precision, loss_scales[precision], jit_compile, 1, data)
         return built[precision]
 
     def measure(precision: str) -> float:
-        measured = timer(build(precision).trainer, probe)
+        if not probes:
+            probes.append(diagnostics.probe(task, data))
+        measured = timer(build(precision).trainer, probes[0])
         del built[precision]  # one candidate's model and optimizer state in memory at a time
         return measured
 
@@ -373,7 +374,7 @@ def fastest(
         }
         # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
         if "mixed_float16" in measured:
-            described["loss_scale"] = str(config_lib.loss_scale_for(requested_loss_scale, "mixed_float16"))
+            described["loss_scale"] = str(loss_scales["mixed_float16"])
         if hardware.gpus:
             described["tf32"] = bool(config.tf32)
         signature = json.dumps(described, sort_keys=True, default=str)

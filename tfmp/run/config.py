@@ -95,6 +95,11 @@ def loss_scale_for(requested: str | float | None, precision: str) -> str | float
     return "dynamic" if requested is None else requested
 
 
+def loss_scales(requested: str | float | None) -> dict[str, str | float]:
+    """The loss scale each concrete precision would run with (`loss_scale_for` each), for `auto`'s candidates."""
+    return {precision: loss_scale_for(requested, precision) for precision in precision_lib.CONCRETE_PRECISIONS}
+
+
 def _seconds(value: float) -> None:
     if not 1 <= value < math.inf:
         raise ConfigError("must be a finite number of seconds >= 1.")

@@ -90,11 +90,13 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
         tfmp.run.data.DatasetNotFoundError: when the dataset is not available.
     """
     config = task.config
+    log_every = resolve_log_every(config.log_every)
     data = task.load_data()
     steps = epochs_lib.steps_per_epoch(task, data) if check_steps else None
-    requested = config.parsed("loss_scale")  # parsed once, when the config was validated; None: not set
+    # Parsed once, when the config was validated. requested: None when not set.
+    requested, asked = config.parsed("loss_scale"), config.parsed("precision")
+    scales = config_lib.loss_scales(requested)  # each precision's, by the one rule (`loss_scale_for`)
     jit_compile = precision_lib.resolve_jit_compile(config.xla)
-    asked = config.parsed("precision")
     if asked == "auto" and config.strategy == "multi_worker":
         log.info(
             "note: precision=auto under strategy=multi_worker is chosen by the compute-capability rule, as "
@@ -105,8 +107,8 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
         precision = precision_lib.resolve_precision(asked)
     else:
         with precision_lib.tf32_scope(config.tf32):  # each candidate is timed as the run will train it
-            precision = auto_precision.fastest(task, data, jit_compile, requested, auto_precision.detect_hardware())
-    loss_scale = config_lib.loss_scale_for(requested, precision)
+            precision = auto_precision.fastest(task, data, jit_compile, scales, auto_precision.detect_hardware())
+    loss_scale = scales[precision]
     # Only a scale the user set: the default ("auto") says nothing to ignore, nor does a precision chosen for it.
     if requested not in (None, "none") and loss_scale == "none" and asked in precision_lib.CONCRETE_PRECISIONS:
         log.info(f"note: loss_scale={requested} is ignored under {precision}; only float16 needs loss scaling.")
@@ -119,9 +121,7 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
         )
     name = config.run_name or directories.default_run_name(precision, loss_scale, name=task.name)
     run_dir = os.path.join(config.logdir, name)
-    return Setting(
-        precision, loss_scale, jit_compile, data, run_dir, steps, config, resolve_log_every(config.log_every)
-    )
+    return Setting(precision, loss_scale, jit_compile, data, run_dir, steps, config, log_every)
 
 
 def resolve_log_every(log_every: int, has_gpu: bool | None = None) -> int:
