@@ -107,7 +107,7 @@ def test_the_scan_sees_the_whole_core():
     assert {
         "__init__.py",
         "loss_scale.py",
-        os.path.join("_moved", "__init__.py"),
+        os.path.join("_deprecated", "__init__.py"),
         os.path.join("trainers", "gan.py"),
     } <= scanned
     assert not any(path.startswith("run" + os.sep) for path in scanned)
@@ -176,7 +176,6 @@ RUN_LAYERS = (
     (
         "data",
         "determinism",
-        "legacy_checkpoint",
         "memory_meters",
         "preemption",
         "replica_state",

@@ -41,10 +41,10 @@ from tfmp.transaction import undo_if_skipped
 
 __version__ = "0.2.0"
 
-# tfmp 0.1's paths of the run framework's modules (`import tfmp.training`) are small modules in `_moved/`
+# tfmp 0.1's paths of the run framework's modules (`import tfmp.training`) are small modules in `_deprecated/`
 # that alias the new ones with a DeprecationWarning (`tfmp._deprecated.MOVED_MODULES`); the package's own
 # search path finds them, so importing tfmp installs no import hook and loads none of them.
-__path__.append(_os.path.join(_os.path.dirname(__file__), "_moved"))
+__path__.append(_os.path.join(_os.path.dirname(__file__), "_deprecated"))
 del _os
 
 __all__ = [

@@ -14,7 +14,7 @@ table is in docs/guides/architecture.md and tests/test_layering.py):
 * a run's side effects: `callbacks`;
 * run services: `checkpoint`, `distribute`, `diagnostics`, `epochs`;
 * settings: `config` (with the choices it checks, e.g. `STRATEGIES`, `CONSOLE_MODES`);
-* leaves: `data`, `legacy_checkpoint` (tfmp 0.1's layout), `determinism`,
+* leaves: `data`, `determinism`,
   `preemption`, `memory_meters`, `output` (where the run's lines go).
 
 Importing `tfmp.run` itself loads nothing: import the module you need.

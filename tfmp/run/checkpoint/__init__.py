@@ -49,7 +49,7 @@ than resume them silently from their initial values.
 Checkpoints of tfmp 0.1.0, which stored `trainer.variables` and each
 optimizer's `variables` as positional lists (`model/<i>`,
 `optimizer_<name>/<i>`), are still resumed: `restore` recognises their
-keys and reads them in that layout (`tfmp.run.legacy_checkpoint`). Saves
+keys and reads them in that layout (`tfmp.run.checkpoint.legacy`). Saves
 always write the object layout.
 
 Writes are crash-safe by construction: TensorFlow writes a checkpoint's

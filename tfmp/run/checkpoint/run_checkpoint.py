@@ -11,7 +11,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfmp.run import legacy_checkpoint as legacy
+from tfmp.run.checkpoint import legacy
 from tfmp.run.checkpoint.contents import seed_generator_states, unreachable
 from tfmp.run.checkpoint.files import STATE_FILE, files_of, not_own, on_disk, set_aside
 from tfmp.run.checkpoint.signature import CheckpointError, Found, SettingsDiffer, differences, read_all
@@ -226,7 +226,7 @@ class RunCheckpoint:
         """Restores `found` into the trainer and optimizers; returns its step.
 
         A checkpoint in tfmp 0.1.0's positional layout is read in that layout
-        (`tfmp.run.legacy_checkpoint`); the next `save` writes the object
+        (`tfmp.run.checkpoint.legacy`); the next `save` writes the object
         layout.
 
         Raises:

@@ -1,4 +1,4 @@
-"""Tests for tfmp/_moved/: tfmp 0.1's module paths still import, with a warning, and `import tfmp` installs nothing."""
+"""Tests for tfmp/_deprecated/'s alias modules: tfmp 0.1's module paths, each with a warning; no import hook."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfmp import _deprecated, _moved
+from tfmp import _deprecated
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,7 +27,7 @@ def test_importing_tfmp_installs_no_import_hook_and_loads_no_run_module():
         "finders, hooks = list(sys.meta_path), list(sys.path_hooks)\n"
         "import tfmp\n"
         "print(json.dumps([sys.meta_path == finders, sys.path_hooks == hooks,\n"
-        "                  sorted(m for m in sys.modules if m.startswith(('tfmp.run', 'tfmp._moved')))]))\n"
+        "                  sorted(m for m in sys.modules if m.startswith(('tfmp.run', 'tfmp._deprecated.')))]))\n"
     )
     assert unchanged and hooks_unchanged
     assert loaded == []
@@ -38,7 +38,7 @@ def test_every_old_path_is_the_new_module_with_a_warning_naming_it():
         "import importlib, json, sys, warnings\n"
         "import tfmp\n"
         "found = {}\n"
-        f"for name in {list(_moved.MOVED)!r}:\n"
+        f"for name in {list(_deprecated.MOVED)!r}:\n"
         "    with warnings.catch_warnings(record=True) as caught:\n"
         "        warnings.simplefilter('always')\n"
         "        old = importlib.import_module('tfmp.' + name)\n"
@@ -48,7 +48,7 @@ def test_every_old_path_is_the_new_module_with_a_warning_naming_it():
         "print(json.dumps(found))\n"
     )
     modules = found
-    assert sorted(modules) == sorted(_moved.MOVED) and len(_moved.MOVED) == 16
+    assert sorted(modules) == sorted(_deprecated.MOVED) and len(_deprecated.MOVED) == 16
     for name, (same, attribute, messages) in modules.items():
         assert same and attribute, name
         new = _deprecated.MOVED_MODULES[f"tfmp.{name}"]
@@ -60,8 +60,8 @@ def test_every_old_path_is_the_new_module_with_a_warning_naming_it():
 
 
 def test_each_old_path_has_its_module_and_no_other_module_is_there():
-    assert sorted(f.removesuffix(".py") for f in os.listdir(_moved.FOLDER) if f.endswith(".py")) == sorted(
-        ("__init__", *_moved.MOVED)
+    assert sorted(f.removesuffix(".py") for f in os.listdir(_deprecated.FOLDER) if f.endswith(".py")) == sorted(
+        ("__init__", *_deprecated.MOVED)
     )
 
 
@@ -69,7 +69,7 @@ def test_a_name_that_did_not_move_is_refused_naming_it():
     with pytest.raises(
         ValueError, match=r"'tfmp\.nonsense' is not an old path of tfmp: expected one of tfmp\.autotune, "
     ):
-        _moved.alias("tfmp.nonsense")
+        _deprecated.alias("tfmp.nonsense")
 
 
 def test_a_name_that_never_existed_is_still_a_module_not_found_error():

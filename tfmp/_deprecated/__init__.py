@@ -1,0 +1,201 @@
+"""Every public name tfmp moved, renamed or removed, in one table, and the one way each of them warns.
+
+Before 1.0 a minor version may change the API; a name that changes keeps
+working for one release with a `DeprecationWarning` that names its new place
+and the version that removes it. The table says which:
+
+* `MOVED_MODULES`: module paths of tfmp 0.1 (`tfmp.training`), each now a
+  module of the run framework. This package's folder holds one tiny module
+  per old path and `tfmp` adds the folder to its own `__path__`, so that
+  `import tfmp.training` is found by the ordinary import system: nothing is
+  installed in `sys.meta_path` or `sys.path_hooks`, and `import tfmp` loads
+  none of those modules. Each calls `alias`.
+* `MOVED_NAMES`: attributes reached through a module's `__getattr__`
+  (`tfmp.parse_loss_scale`, `tfmp.trainers.SEED_GAN`). A module with such
+  names sets `__getattr__ = module_getattr(__name__)`; nothing else in the
+  package answers for a deprecated name.
+* `RENAMED_METHODS` and `REMOVED_ARGUMENTS`: a method's or attribute's old
+  name and a documented argument that is gone; the code keeping them (a
+  method, or a property under the old name) calls `warn`.
+* `RENAMED_VALUES`: an argument's value whose meaning has another name now
+  (`precision="auto"` outside a run); the function reading it calls `warn`.
+
+```python
+warn("Task.replace")   # DeprecationWarning: `Task.replace` is deprecated; use `Task.with_config` ...
+```
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "FOLDER",
+    "MOVED",
+    "MOVED_MODULES",
+    "MOVED_NAMES",
+    "REMOVED_ARGUMENTS",
+    "REMOVED_IN",
+    "RENAMED_METHODS",
+    "RENAMED_VALUES",
+    "alias",
+    "message",
+    "module_getattr",
+    "warn",
+]
+
+# The release that removes every name below.
+REMOVED_IN = "0.3"
+
+_RUN_MODULES = (
+    "benchmark",
+    "callbacks",
+    "checkpoint",
+    "config",
+    "data",
+    "diagnostics",
+    "distribute",
+    "parity",
+    "preemption",
+    "reporting",
+    "runner",
+    "tasks",
+    "training",
+)
+
+# tfmp 0.1's module paths: old dotted path -> the module it is now.
+MOVED_MODULES: dict[str, str] = {
+    **{f"tfmp.{name}": f"tfmp.run.{name}" for name in _RUN_MODULES},
+    "tfmp.autotune": "tfmp.run.auto_precision",
+    "tfmp.memory": "tfmp.run.memory_meters",
+    "tfmp.rundir": "tfmp.run.directories",
+}
+
+# What `tfmp.precision` held in 0.1 and `tfmp.float32_layers` holds now.
+# The folder `tfmp.__path__` ends with, so that `tfmp.<old name>` resolves to a module here.
+FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+# The old names, `tfmp.<name>`, that have a module here.
+MOVED = tuple(sorted(old.rpartition(".")[2] for old in MOVED_MODULES))
+
+_FLOAT32_LAYER_NAMES = (
+    "FLOAT32_LAYERS_AUTO",
+    "FLOAT32_LAYERS_NONE",
+    "float32_copy",
+    "keep_float32",
+    "layer_paths",
+    "resolve_float32_layers",
+)
+
+# Attributes that moved or were renamed: old dotted path -> new dotted path.
+MOVED_NAMES: dict[str, str] = {
+    "tfmp.ClassifierTrainer": "tfmp.Trainer",
+    "tfmp.trainers.ClassifierTrainer": "tfmp.trainers.Trainer",
+    "tfmp.canonical_precision": "tfmp.precision.canonical_precision",
+    "tfmp.resolve_jit_compile": "tfmp.precision.resolve_jit_compile",
+    "tfmp.parse_loss_scale": "tfmp.optimizers.parse_loss_scale",
+    "tfmp.trainers.SEED_GAN": "tfmp.trainers.TUTORIAL_GAN",
+    "tfmp.trainers.SeedGANTraining": "tfmp.trainers.TutorialGANTraining",
+    "tfmp.trainers.gan.SEED_GAN": "tfmp.trainers.TUTORIAL_GAN",
+    "tfmp.trainers.gan.SeedGANTraining": "tfmp.trainers.TutorialGANTraining",
+    **{f"tfmp.precision.{name}": f"tfmp.float32_layers.{name}" for name in _FLOAT32_LAYER_NAMES},
+}
+
+# Methods renamed: old qualified name -> new one.
+RENAMED_METHODS: dict[str, str] = {
+    "Task.replace": "Task.with_config",
+    "RunResult.images_per_sec": "RunResult.throughput",
+    "Directories.writes": "Directories.tensorboard_dir",
+}
+
+# Documented arguments removed: "function(argument)" -> what to do instead.
+REMOVED_ARGUMENTS: dict[str, str] = {
+    f"{report}(print_fn)": f"the report is returned: print str({report}(...)) yourself"
+    for report in (
+        "tensor_core_report",
+        "float32_output_report",
+        "gradient_report",
+        "diagnose",
+    )
+}
+
+# Argument values renamed: "argument=value" -> why, and the value to use instead.
+RENAMED_VALUES: dict[str, str] = {
+    'precision="auto"': (
+        "outside a run (set_precision, precision_scope, resolve_precision, wrap_optimizer) nothing can be "
+        'measured, so "auto" applies the compute-capability rule, whose name is "hardware": use "hardware"'
+    ),
+}
+
+
+def message(old: str) -> str:
+    """The warning for `old`, a key of one of the tables: what to use instead, and when `old` goes."""
+    if old in MOVED_MODULES:
+        return (
+            f"`{old}` moved to `{MOVED_MODULES[old]}` in tfmp 0.2; import it from there. "
+            f"The old path will be removed in tfmp {REMOVED_IN}."
+        )
+    if old in MOVED_NAMES:
+        return f"`{old}` is deprecated; use `{MOVED_NAMES[old]}`. It will be removed in tfmp {REMOVED_IN}."
+    if old in RENAMED_METHODS:
+        return f"`{old}` is deprecated; use `{RENAMED_METHODS[old]}`. It will be removed in tfmp {REMOVED_IN}."
+    if old in REMOVED_ARGUMENTS:
+        return f"`{old}` is deprecated and will be removed in tfmp {REMOVED_IN}: {REMOVED_ARGUMENTS[old]}."
+    if old in RENAMED_VALUES:
+        return f"`{old}` is deprecated and will be removed in tfmp {REMOVED_IN}: {RENAMED_VALUES[old]}."
+    raise KeyError(f"{old!r} is in no table of tfmp._deprecated")
+
+
+def warn(old: str, received: str = "", stacklevel: int = 3) -> None:
+    """Issues the `DeprecationWarning` for `old` (a key of a table), with what the caller received if given.
+
+    Args:
+        old: The deprecated name, as the tables key it.
+        received: Appended as `Received: ...` (e.g. the value of a removed argument).
+        stacklevel: Frames above the caller of `warn` to blame (default: the caller's caller).
+    """
+    text = message(old) + (f" Received: {received}" if received else "")
+    warnings.warn(text, DeprecationWarning, stacklevel=stacklevel)
+
+
+def module_getattr(module: str) -> Callable[[str], Any]:
+    """The `__getattr__` of `module`: its names in `MOVED_NAMES`, each with its warning.
+
+    ```python
+    __getattr__ = _deprecated.module_getattr(__name__)
+    ```
+
+    Any other missing name is the usual `AttributeError`, without a warning.
+    """
+
+    def __getattr__(name: str) -> Any:
+        old = f"{module}.{name}"
+        if old not in MOVED_NAMES:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warn(old)
+        new_module, _, attribute = MOVED_NAMES[old].rpartition(".")
+        return getattr(importlib.import_module(new_module), attribute)
+
+    return __getattr__
+
+
+def alias(old_name: str) -> None:
+    """Makes the module being imported as `old_name` (`tfmp.training`) the module it is now, with its warning.
+
+    Called from the body of the old path's module in this folder. The
+    import system hands the importer whatever `sys.modules` holds once that
+    body has run, so `import tfmp.training` gives the `tfmp.run.training`
+    module object itself, and both names stay the same module.
+
+    Raises:
+        ValueError: for a name that is not a key of `MOVED_MODULES`.
+    """
+    if old_name not in MOVED_MODULES:
+        raise ValueError(f"{old_name!r} is not an old path of tfmp: expected one of {', '.join(sorted(MOVED_MODULES))}")
+    warn(old_name, stacklevel=4)  # the import statement (importlib's own frames are skipped)
+    sys.modules[old_name] = importlib.import_module(MOVED_MODULES[old_name])
