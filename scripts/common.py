@@ -32,10 +32,9 @@ quiet_start.import_tensorflow_quietly()
 
 import tensorflow as tf
 
-import tfmp
-from tfmp.run import callbacks, checkpoint, directories, distribute, preemption, task_loader, tasks, training
+from tfmp.run import callbacks, checkpoint, distribute, preemption, task_loader, tasks, training
 from tfmp.run import config as config_lib
-from tfmp.run import data as data_lib
+from tfmp.run.output import with_cpu_note
 
 # The settings: the fields of the configs (those of TrainConfig and ImageConfig among them).
 _FIELDS = {f.name: f for config in (training.GANConfig, training.ClassifierConfig) for f in dataclasses.fields(config)}
@@ -137,67 +136,43 @@ def load_task(spec: str, holders: dict[str, flags.FlagHolder]) -> tasks.Task:
     return task.with_config(**_values(type(task.config), given))
 
 
-# What make_strategy is made from: the settings a strategy made before the task must share with the task's config.
-_STRATEGY_SETTINGS = ("strategy", "cluster", "slurm_port_base", "worker_timeout")
-
-
 def load_task_and_strategy(
     spec: str,
     holders: dict[str, flags.FlagHolder],
     make_strategy: Callable[..., tf.distribute.Strategy] = distribute.make_strategy,
 ) -> tuple[tasks.Task, tf.distribute.Strategy | None]:
-    """`load_task`, with the strategy that TensorFlow allows only first made before the task's module is imported.
+    """`load_task`, and the strategy to hand to `tfmp.run.training.train` (None: the run makes it).
 
-    A task module may run TensorFlow operations when imported (the "Your own
-    model" guide builds its optimizer at module level), and
+    A task module may run TensorFlow operations when imported, and
     `MultiWorkerMirroredStrategy` must come before any
-    (`tfmp.run.distribute.FIRST`). So with `--strategy=multi_worker` on the
-    command line the strategy is made first, from the command line's
-    `--cluster`, `--slurm_port_base` and `--worker_timeout` (given, or their
-    defaults), and the task's config must then agree with them. When only
-    the task's config asks for such a strategy, it is made right after the
-    import; should the module have run TensorFlow operations, the usage
-    error says to pass `--strategy` on the command line.
-
-    Args:
-        spec: `--task`'s value.
-        holders: The script's flags, by config field.
-        make_strategy: Makes the strategy (`tfmp.run.distribute.make_strategy`).
-
-    Returns:
-        The task, and the strategy to hand to `tfmp.run.training.train`
-        (None: the run makes the one the config names).
+    (`tfmp.run.distribute.FIRST`). So `--strategy=multi_worker` on the
+    command line is made first, from the command line's
+    `tfmp.run.distribute.STRATEGY_SETTINGS` (given, or their defaults), and
+    the task's config must agree with them; named only by the task's
+    config, it is made right after the import, and if the module ran
+    TensorFlow operations the usage error says to pass `--strategy`.
+    `make_strategy` is `tfmp.run.distribute.make_strategy` (a test's stand-in).
 
     Raises:
         app.UsageError: as `load_task`; for a strategy that cannot be made
             (a bad `TF_CONFIG`, naming it), or a task config that disagrees
             with the strategy made before it.
     """
-    named = holders.get("strategy")
-    first = None
+    named, first, strategy = holders.get("strategy"), None, None
     if named is not None and named.present and named.value in distribute.FIRST:
-        first = {name: holders[name].value for name in _STRATEGY_SETTINGS}
-        try:
-            training.TrainConfig(**first).validate()
-        except training.ConfigError as e:
-            raise app.UsageError(in_flag_terms(e)) from None
-    strategy = None if first is None else _make_strategy_first(make_strategy, first)
+        first = {name: holders[name].value for name in distribute.STRATEGY_SETTINGS}
+        strategy = _make_strategy_first(make_strategy, first)
     task = load_task(spec, holders)
-    wanted = {name: getattr(task.config, name) for name in _STRATEGY_SETTINGS}
-    if first is not None:
-        differing = [name for name in _STRATEGY_SETTINGS if wanted[name] != first[name]]
-        if differing:
-            settings = " ".join(f"--{name}={wanted[name]}" for name in differing)
-            made = ", ".join(f"--{name}={first[name]}" for name in differing)
-            raise app.UsageError(
-                f"--strategy={first['strategy']} is made before the task's module is imported, from the command "
-                f"line ({made}), but the task's config says otherwise: pass {settings} too. Received: --task={spec}"
-            )
-    elif wanted["strategy"] in distribute.FIRST:
-        try:  # only the strategy's settings: the run validates the whole config once
-            training.TrainConfig(**wanted).validate()
-        except training.ConfigError as e:
-            raise app.UsageError(in_flag_terms(e)) from None
+    wanted = {name: getattr(task.config, name) for name in distribute.STRATEGY_SETTINGS}
+    differing = [name for name in distribute.STRATEGY_SETTINGS if first and wanted[name] != first[name]]
+    if differing:
+        settings = " ".join(f"--{name}={wanted[name]}" for name in differing)
+        made = ", ".join(f"--{name}={first[name]}" for name in differing)
+        raise app.UsageError(
+            f"--strategy={first['strategy']} is made before the task's module is imported, from the command "
+            f"line ({made}), but the task's config says otherwise: pass {settings} too. Received: --task={spec}"
+        )
+    if first is None and wanted["strategy"] in distribute.FIRST:
         try:
             strategy = _make_strategy_first(make_strategy, wanted)
         except RuntimeError:
@@ -214,15 +189,11 @@ def load_task_and_strategy(
 def _make_strategy_first(
     make_strategy: Callable[..., tf.distribute.Strategy], settings: dict[str, Any]
 ) -> tf.distribute.Strategy:
-    """`make_strategy` of `settings`: a bad cluster is a usage error, Ctrl-C while waiting for workers a clean exit."""
-    try:
-        return make_strategy(
-            settings["strategy"],
-            cluster=settings["cluster"],
-            slurm_port_base=settings["slurm_port_base"],
-            worker_timeout=settings["worker_timeout"],
-        )
-    except ValueError as e:
+    """The strategy of `settings`, checked first: a bad setting or cluster is a usage error, Ctrl-C a clean exit."""
+    try:  # only the strategy's settings: the run validates the whole config once
+        training.TrainConfig(**settings).validate()
+        return distribute.make_strategy_for(settings, make_strategy)
+    except ValueError as e:  # a ConfigError too
         raise app.UsageError(in_flag_terms(e)) from None
     except KeyboardInterrupt:
         print(
@@ -262,11 +233,9 @@ def grouped_help(
 ) -> str:
     """A script's `--help`: its docstring, then every flag it accepts by section, with defaults.
 
-    The key flags of the script's module (its own and those it adopts from
-    this module; TensorFlow's and absl's stay under `--helpfull`): a config
-    field's under its group (`tfmp.run.config.HELP_GROUPS`), the others first.
-    `note` (plain text, wrapped) opens the flags, e.g. where their defaults
-    come from.
+    The key flags of the script's module (its own and those it adopts from this module; TensorFlow's and
+    absl's stay under `--helpfull`): a config field's under its group (`tfmp.run.config.HELP_GROUPS`), the
+    others first. `note` (plain text, wrapped) opens the flags, e.g. where their defaults come from.
     """
     key_flags = {flag.name: flag for flag in flag_values.get_key_flags_for_module(module.__name__)}
     parts = [(module.__doc__ or f"USAGE: {program} [flags]").rstrip() + "\n\nflags:"]  # absl's layout
@@ -286,22 +255,18 @@ def grouped_help(
 class LeaveAtOnce(SystemExit):
     """An exit with nothing left to settle: the console command leaves without Python's shutdown.
 
-    A multi-worker run that lost a worker has written its message, its
-    checkpoints and its curves, and released its locks; TensorFlow's own
-    shutdown would then wait about 10 s more on the lost worker (the
-    coordination service's shutdown barrier). Inside a Python process that
-    calls `run` itself, it is an ordinary `SystemExit`.
+    A run that lost a worker has written and released everything; TensorFlow's
+    shutdown would wait about 10 s more on the lost worker (the coordination
+    service's barrier). Inside a process that calls `run` itself, an ordinary `SystemExit`.
     """
 
 
 def entry_point(main: Callable[[list[str]], None], module_name: str, help_note: str = "") -> Callable[[], None]:
     """A script's console entry point (`tfmp-train-gan = tfmp_scripts.train_gan:run`): `main` run by absl.
 
-    `--help` (`-?`, `--helpshort`) prints `grouped_help` of the module
-    `module_name` (absl's own lists `__main__`'s flags: under a console
-    command, pip's wrapper's), opening the flags with `help_note`; a usage
-    error prints its message and a pointer to `--help` rather than the flag
-    list.
+    `--help` (`-?`, `--helpshort`) prints `grouped_help` of `module_name`
+    (absl's lists `__main__`'s flags: under a console command, pip's wrapper's),
+    opening the flags with `help_note`; a usage error prints its message and a pointer to `--help`.
     """
 
     def parse(argv: list[str]) -> list[str]:
@@ -334,11 +299,9 @@ def entry_point(main: Callable[[list[str]], None], module_name: str, help_note: 
 def in_flag_terms(error: BaseException) -> str:
     """An error's message for the command line: settings named as flags.
 
-    `ConfigError("must be an integer >= 1.", "epochs", 0)` reads
-    `--epochs must be an integer >= 1. Received: --epochs=0`; a checkpoint
-    written with other settings (`checkpoint.SettingsDiffer`) names each as
-    `--batch_size=32 in the checkpoint, --batch_size=16 in this run`; any
-    other error reads as its message.
+    `ConfigError("must be an integer >= 1.", "epochs", 0)` reads `--epochs must be an integer >= 1.
+    Received: --epochs=0`; a `checkpoint.SettingsDiffer` `--batch_size=32 in the checkpoint,
+    --batch_size=16 in this run`; any other error reads as its message.
     """
     if isinstance(error, config_lib.ConfigError) and error.field is not None:
         return error.render(f"--{error.field}")
@@ -353,78 +316,31 @@ def _as_flag(setting: str, value: Any = None) -> str:
 
 
 def print_line(line: str) -> None:
-    """Prints a line of a run."""
+    """Prints a line of a run, flushed (a pipe would otherwise hold it back)."""
     print(line, flush=True)
-
-
-def with_cpu_note(
-    print_fn: Callable[[str], None],
-    precisions: Iterable[str],
-    times: Callable[[], tfmp.cpu_kernels.KernelTimes] = tfmp.cpu_kernels.kernel_times,
-) -> Callable[[str], None]:
-    """`print_fn`, adding a note on each 16-bit type the run uses on a CPU after the run's first line.
-
-    The note says what this CPU does with the type, from the measurement of
-    its kernels (`tfmp.cpu_kernels.describe`): whether the type is native
-    here, how its kernels compare with float32's, and, for float16, which
-    gradients tfmp computes in float32. A GPU run and a float32 run get no
-    note, nor does a run its settings stop.
-
-    Args:
-        print_fn: Prints one line.
-        precisions: The precisions the run trains in.
-        times: This CPU's kernel times (measured once per CPU and cached).
-    """
-
-    def sixteen_bit(precision: str) -> str | None:
-        try:
-            name = tfmp.precision.canonical_precision(precision)
-        except ValueError:
-            return None  # the run refuses it, naming it
-        return name if name in ("mixed_float16", "mixed_bfloat16") else None
-
-    wanted = dict.fromkeys(name for name in map(sixteen_bit, precisions) if name)
-    if not wanted or tf.config.list_physical_devices("GPU"):
-        return print_fn
-    pending = list(wanted)
-
-    def print_and_note(line: str) -> None:
-        print_fn(line)
-        while pending:
-            print_fn(tfmp.cpu_kernels.describe(times(), pending.pop(0)))
-
-    return print_and_note
 
 
 def run(train_fn: Callable[..., Any], config: Any, precisions: Sequence[str] | None = None) -> Any:
     """Runs `train_fn(config, print_fn=print_line)`, turning the expected failures into clean exits.
 
-    `config` may be a `tfmp.run.tasks.Task`; `precisions` (default the
-    config's) decide the note on 16-bit types on a CPU (`with_cpu_note`). Bad settings are usage errors;
-    missing or corrupt data, checkpoint trouble, a run directory in use or a
-    non-finite stop exit 1; a preemption exits 128 + the signal, as a killed
-    process would (Ctrl-C during start-up: 130), or, under multi_worker, 75
-    (`preemption.CLUSTER_EXIT_CODE`); a lost worker 69. A bad setting names its flag.
+    `config` may be a `tfmp.run.tasks.Task`; `precisions` (default the config's) decide the note on 16-bit
+    types on a CPU (`tfmp.run.output.with_cpu_note`). Bad settings are usage errors naming their flag; the
+    run's other errors (`tfmp.run.training.RUN_ERRORS`) exit 1; a preemption 128 + the signal, as a killed process
+    would (Ctrl-C during start-up: 130), or under multi_worker 75 (`preemption.CLUSTER_EXIT_CODE`); a lost worker 69.
     """
     try:
-        settings = config.config if isinstance(config, tasks.Task) else config
+        task = isinstance(config, tasks.Task)
+        settings = config.config if task else config
         if getattr(settings, "console", None) == "auto":
             # What the library decides for print (a progress bar on a terminal); it cannot tell for print_line.
-            console = callbacks.console_mode("auto", sys.stdout)
-            task = isinstance(config, tasks.Task)
-            config = config.replace(console=console) if task else dataclasses.replace(config, console=console)
+            changes = {"console": callbacks.console_mode("auto", sys.stdout)}
+            config = config.with_config(**changes) if task else dataclasses.replace(config, **changes)
         if precisions is None:
             precisions = getattr(settings, "precisions", None) or (getattr(settings, "precision", ""),)
         return train_fn(config, print_fn=with_cpu_note(print_line, precisions))
     except training.ConfigError as e:
         raise app.UsageError(in_flag_terms(e)) from None
-    except (
-        data_lib.DatasetNotFoundError,
-        data_lib.CorruptDatasetError,
-        checkpoint.CheckpointError,
-        directories.RunDirInUseError,
-        callbacks.NonFiniteStepError,
-    ) as e:
+    except training.RUN_ERRORS as e:
         sys.exit(f"error: {in_flag_terms(e)}")
     except (preemption.Preempted, preemption.WorkerLost) as e:
         print(e.render(_as_flag), file=sys.stderr, flush=True)  # `--resume (and the same --run_name)`

@@ -101,3 +101,27 @@ def test_none_swallows_the_lines(caplog):
 def test_a_sink_that_is_not_callable_is_refused():
     with pytest.raises(TypeError, match="Received: print_fn='lines'"), output.lines_to("lines"):
         pass
+
+
+@pytest.mark.parametrize(
+    "precisions, gpus, noted",
+    [
+        (["bf16", "fp32", "mixed_bfloat16"], [], ["mixed_bfloat16"]),  # each type once, by its canonical name
+        (["fp16", "bf16"], [], ["mixed_float16", "mixed_bfloat16"]),
+        (["float32", "not-a-precision"], [], []),  # nothing to note; the run refuses the unknown one itself
+        (["bf16"], ["a GPU"], []),
+    ],
+)
+def test_the_cpu_note_follows_the_first_line_once_per_16_bit_type(precisions, gpus, noted, monkeypatch):
+    import tensorflow as tf
+
+    import tfmp
+
+    times = tfmp.cpu_kernels.KernelTimes("a CPU", {}, bfloat16_native=True, float16_native=False)
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpus)
+    lines = []
+    print_fn = output.with_cpu_note(lines.append, precisions, times=lambda: times)
+    assert (print_fn == lines.append) == (not noted)  # no note: the print_fn itself
+    print_fn("first")
+    print_fn("second")
+    assert lines == ["first", *(tfmp.cpu_kernels.describe(times, name) for name in noted), "second"]

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import keras
@@ -57,7 +57,9 @@ __all__ = [
     "AverageReplicaStatistics",
     "average_across_replicas",
     "is_chief",
+    "STRATEGY_SETTINGS",
     "make_strategy",
+    "make_strategy_for",
     "name_of",
     "per_replica_batch",
     "replica_averager",
@@ -79,6 +81,9 @@ _STRATEGIES: dict[tuple[Any, ...], tf.distribute.Strategy] = {}
 # module building its optimizer at import) makes these first, then hands
 # the strategy on (`tfmp.run.training.train(task, strategy=...)`).
 FIRST = frozenset({"multi_worker"})
+
+# The settings of a config that make its run's strategy (`make_strategy_for`).
+STRATEGY_SETTINGS = ("strategy", "cluster", "slurm_port_base", "worker_timeout")
 
 
 def make_strategy(
@@ -154,6 +159,26 @@ def make_strategy(
                 f"make_strategy('multi_worker') first. Received: {e}"
             ) from None
     return _STRATEGIES[key]
+
+
+def make_strategy_for(
+    settings: Any, make: Callable[..., tf.distribute.Strategy] | None = None
+) -> tf.distribute.Strategy:
+    """The strategy `settings` name: `make_strategy` of their `STRATEGY_SETTINGS`.
+
+    Args:
+        settings: A config (`tfmp.run.config.TrainConfig`), or a mapping
+            with a value for each of `STRATEGY_SETTINGS`.
+        make: Makes the strategy, called as `make_strategy` is; None: `make_strategy`.
+    """
+    if not isinstance(settings, Mapping):
+        settings = {name: getattr(settings, name) for name in STRATEGY_SETTINGS}
+    return (make or make_strategy)(
+        settings["strategy"],
+        cluster=settings["cluster"],
+        slurm_port_base=settings["slurm_port_base"],
+        worker_timeout=settings["worker_timeout"],
+    )
 
 
 def name_of(strategy: tf.distribute.Strategy) -> str:

@@ -23,15 +23,23 @@ logging's normal path: configure it as for Keras or Model Garden, e.g.
 `logging.basicConfig(level=logging.INFO)` or
 `logging.getLogger("tfmp.run").setLevel(logging.INFO)` with a handler of
 your own.
+
+`with_cpu_note` adds to a `print_fn`, after a run's first line, what this
+CPU does with each 16-bit type the run uses (the scripts print it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-__all__ = ["LOGGER_NAME", "lines_to"]
+import tensorflow as tf
+
+from tfmp import cpu_kernels
+from tfmp import precision as precision_lib
+
+__all__ = ["LOGGER_NAME", "lines_to", "with_cpu_note"]
 
 LOGGER_NAME = "tfmp.run"
 """The logger every `tfmp.run` module's logger descends from."""
@@ -89,3 +97,45 @@ def lines_to(print_fn: Callable[[str], None] | None) -> Iterator[None]:
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
         logger.handlers = saved[2]
+
+
+def with_cpu_note(
+    print_fn: Callable[[str], None],
+    precisions: Iterable[str],
+    times: Callable[[], cpu_kernels.KernelTimes] | None = None,
+) -> Callable[[str], None]:
+    """`print_fn`, adding a note on each 16-bit type the run uses on a CPU after the run's first line.
+
+    The note says what this CPU does with the type, from the measurement of
+    its kernels (`tfmp.cpu_kernels.describe`): whether the type is native
+    here, how its kernels compare with float32's, and, for float16, which
+    gradients tfmp computes in float32. A GPU run and a float32 run get no
+    note (`print_fn` itself comes back), nor does a run its settings stop.
+
+    Args:
+        print_fn: Prints one line.
+        precisions: The precisions the run trains in (an unknown one is left
+            to the run to refuse).
+        times: This CPU's kernel times; None: `tfmp.cpu_kernels.kernel_times`
+            (measured once per CPU and cached).
+    """
+
+    def sixteen_bit(precision: str) -> str | None:
+        try:
+            name = precision_lib.canonical_precision(precision)
+        except ValueError:
+            return None  # the run refuses it, naming it
+        return name if name in ("mixed_float16", "mixed_bfloat16") else None
+
+    wanted = dict.fromkeys(name for name in map(sixteen_bit, precisions) if name)
+    if not wanted or tf.config.list_physical_devices("GPU"):
+        return print_fn
+    pending = list(wanted)
+    measure = times or cpu_kernels.kernel_times
+
+    def print_and_note(line: str) -> None:
+        print_fn(line)
+        while pending:
+            print_fn(cpu_kernels.describe(measure(), pending.pop(0)))
+
+    return print_and_note

@@ -240,12 +240,7 @@ class Runner:
         try:
             strategy = self.strategy
             if strategy is None:
-                strategy = distribute.make_strategy(
-                    config.strategy,
-                    cluster=config.cluster,
-                    slurm_port_base=config.slurm_port_base,
-                    worker_timeout=config.worker_timeout,
-                )
+                strategy = distribute.make_strategy_for(config)
             elif distribute.name_of(strategy) != config.strategy:
                 # The config's name labels the run (start line, hparams, checkpoint settings): it must not lie.
                 raise ConfigError(

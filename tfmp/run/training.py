@@ -39,7 +39,7 @@ import keras
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import diagnostics, directories, output, shipped, tasks
+from tfmp.run import callbacks, checkpoint, data, diagnostics, directories, output, shipped, tasks
 from tfmp.run import runner as runner_lib
 from tfmp.run import setting as setting_lib
 from tfmp.run.callbacks import display
@@ -64,6 +64,7 @@ __all__ = [
     "Interrupted",
     "LR_SCHEDULES",
     "ON_NONFINITE",
+    "RUN_ERRORS",
     "RunResult",
     "TrainConfig",
     "compare_loss_scaling",
@@ -77,6 +78,16 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# What a run raises for a cause outside the code, each message saying what to do about it: missing or corrupt
+# data, a checkpoint it cannot write or resume from, a run directory another run holds, a non-finite stop.
+RUN_ERRORS = (
+    data.DatasetNotFoundError,
+    data.CorruptDatasetError,
+    checkpoint.CheckpointError,
+    directories.RunDirInUseError,
+    callbacks.NonFiniteStepError,
+)
 
 
 def train(
