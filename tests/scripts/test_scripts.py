@@ -540,11 +540,11 @@ def test_impossible_resume_and_nonfinite_flags_are_refused(flags, expected, tmp_
 def test_a_run_directory_held_by_another_run_is_refused_naming_the_holder(tmp_path):
     import socket
 
-    from tfmp.run import rundir
+    from tfmp.run import directories
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    with rundir.RunDirLock(str(run_dir)):  # this test process is the first run
+    with directories.RunDirLock(str(run_dir)):  # this test process is the first run
         proc = _run(
             "train_gan.py",
             "--dataset=digits",
@@ -555,7 +555,7 @@ def test_a_run_directory_held_by_another_run_is_refused_naming_the_holder(tmp_pa
             f"--logdir={tmp_path}",
             "--run_name=run",
         )
-        assert rundir.holder(str(run_dir)).pid == os.getpid()  # the refused run left the lock alone
+        assert directories.holder(str(run_dir)).pid == os.getpid()  # the refused run left the lock alone
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert f"error: {run_dir} is in use by another run: pid {os.getpid()} on host {socket.gethostname()}" in proc.stderr
     assert "Traceback" not in proc.stderr and not re.search(r"^\(0, 0\)", proc.stdout, re.M)
