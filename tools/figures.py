@@ -21,6 +21,13 @@ before it: each line of the block, other than `...`, must be a line of the recor
 
 The mkdocs build runs the same check on every page (docs/_ext/quoted_figures.py), and
 tests/docs/test_quoted_figures.py on README.md and every page.
+
+Unmarked figures: on README.md, getting-started, PERFORMANCE, NUMERICS and the guides (`GUARDED`),
+a ratio (`1.7x`), a percentage (`4%`) or a throughput (`999 img/s`) in prose (outside code blocks,
+inline code and comments) must carry a figure comment, before or after its unit. Numbers that are
+not measurements (a confidence level, a threshold constant of tfmp's code) are allowed by the short
+list `NOT_MEASURED`. Times and sizes (`ms`, `MiB`, `s`) are not guarded: too many are settings,
+budgets and limits rather than results.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from typing import NamedTuple
 __all__ = [
     "RECORDS",
     "REQUIRED_FIELDS",
+    "GUARDED",
+    "NOT_MEASURED",
     "Problem",
     "check_file",
     "check_files",
@@ -46,7 +55,9 @@ __all__ = [
     "covered_files",
     "load_record",
     "lookup",
+    "guarded",
     "main",
+    "unmarked_figures",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +75,25 @@ _SEGMENT = re.compile(r"^(?P<name>[^\[\]]*)(?:\[(?P<select>[^\]]*)\])?$")
 # field=value in a selector; a value with a comma in it is quoted: [arm="mixed_float16, initial scale 256"].
 _PAIR = re.compile(r'(\w+)\s*=\s*("[^"]*"|[^,\]]*)')
 _OPTIONS = ("scale", "lower")
+
+# A measured figure by its unit: 1.7x, 4%, 0.94-0.96x, 999 img/s; a figure comment may sit between the
+# number and its unit (0.93<!-- figure: ... -->x). Not 32x32 (a size) nor 2 x 512 (a product).
+MEASURED = re.compile(
+    r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:\*\*)?(?P<figure><!--\s*figure:.*?-->)?(?:\*\*)?(?:x|%| ?img/s)(?![\w/])"
+)
+# Numbers with those units that are not measurements, each with what it is.
+NOT_MEASURED = (
+    r"95%(?= interval| bootstrap| Student|$)|\(95%\)",  # a confidence level
+    r"about 0\.1% probability",  # a false alarm's rate, computed from a test's bound
+    r"1\.25x float32's",  # tfmp.cpu_kernels.SLOW_RATIO, the threshold of a slow float16 kernel
+    r"within 5% of the",  # tfmp.run.benchmark.MaxBatchSettings.resolution
+    r"at least 1% of|less than 1\.1x",  # --mode=ceiling's slow_ops rule (kernel_ceiling.py)
+    r"\(8x headroom",  # the gradient report's suggested static scale
+)
+_NOT_MEASURED = re.compile("|".join(NOT_MEASURED))
+# Pages whose measured figures must all carry a comment (the others quote sources, e.g. background.md).
+GUARDED = ("README.md", "getting-started.md", "PERFORMANCE.md", "NUMERICS.md", "guides/")
+_HIDDEN = re.compile(r"`[^`]*`|<!--(?!\s*figure:).*?-->|\]\([^)]*\)")
 
 
 class Problem(NamedTuple):
@@ -234,9 +264,38 @@ def _fenced_block(lines: Sequence[str], start: int) -> list[str] | None:
     return None
 
 
-def check_text(text: str, path: str = "<text>") -> list[Problem]:
-    """Every quoted figure and sample in the markdown `text` that differs from its record."""
+def unmarked_figures(text: str, path: str = "<text>") -> list[Problem]:
+    """Every ratio, percentage or img/s in the prose of `text` with no figure comment and not in `NOT_MEASURED`."""
     problems = []
+    fence = None
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip()
+        if fence is None and stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+            continue
+        if fence is not None:
+            fence = None if stripped.startswith(fence) else fence
+            continue
+        prose = _NOT_MEASURED.sub(" ", _HIDDEN.sub(" ", line))
+        for match in MEASURED.finditer(prose):
+            marked = match["figure"] or re.match(r"(?:\*\*)?<!--\s*figure:", prose[match.end() :])
+            if not marked:
+                problems.append(Problem(path, number, f"{match.group()!r} quoted with no figure comment"))
+    return problems
+
+
+def guarded(path: str) -> bool:
+    """Whether `path` is a page whose measured figures must all be marked (`GUARDED`)."""
+    relative = os.path.relpath(os.path.abspath(path), REPO).replace(os.sep, "/")
+    return any(relative == name or relative.startswith("docs/" + name) for name in GUARDED)
+
+
+def check_text(text: str, path: str = "<text>", guard: bool = False) -> list[Problem]:
+    """Every quoted figure and sample in the markdown `text` that differs from its record.
+
+    With `guard`, also every measured figure that carries no comment (`unmarked_figures`).
+    """
+    problems = unmarked_figures(text, path) if guard else []
     lines = text.splitlines()
     for number, line in enumerate(lines, 1):
         sample = SAMPLE.match(line)
@@ -260,9 +319,9 @@ def check_text(text: str, path: str = "<text>") -> list[Problem]:
 
 
 def check_file(path: str) -> list[Problem]:
-    """`check_text` of one file."""
+    """`check_text` of one file, with the guard against unmarked figures where `guarded(path)`."""
     with open(path, encoding="utf-8") as f:
-        return check_text(f.read(), os.path.relpath(path, REPO))
+        return check_text(f.read(), os.path.relpath(path, REPO), guard=guarded(path))
 
 
 def covered_files(repo: str = REPO) -> list[str]:

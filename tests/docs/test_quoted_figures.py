@@ -43,3 +43,17 @@ def test_the_build_hook_fails_a_page_whose_figure_differs_from_its_record():
     assert hook.on_page_markdown(good, page=page) == good
     with pytest.raises(PluginError, match="docs/page.md:1: 0.73 quoted, the record avx2-gan-fp16-batch256"):
         hook.on_page_markdown(good.replace("0.93", "0.73"), page=page)
+
+
+def test_the_build_hook_fails_a_guide_with_an_unmarked_ratio():
+    import types
+
+    import pytest
+    from mkdocs.exceptions import PluginError
+
+    spec = importlib.util.spec_from_file_location("quoted_figures", _ROOT / "docs" / "_ext" / "quoted_figures.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_path="guides/page.md"))
+    with pytest.raises(PluginError, match="docs/guides/page.md:1: '1.7x' quoted with no figure comment"):
+        hook.on_page_markdown("bfloat16 ran at 1.7x float32's speed\n", page=page)

@@ -91,3 +91,53 @@ def test_every_record_in_the_repository_names_its_machine_command_commit_date_an
     for path in paths:
         record = figures.load_record(path.stem)
         assert all(isinstance(record[field], str) and record[field] for field in figures.REQUIRED_FIELDS[:-1]), path
+
+
+def _guarded_page(tmp_path, monkeypatch, text):
+    monkeypatch.setattr(figures, "REPO", str(tmp_path))
+    page = tmp_path / "docs" / "guides" / "page.md"
+    page.parent.mkdir(parents=True)
+    page.write_text(text)
+    return page
+
+
+def test_an_unmarked_ratio_on_a_guarded_page_fails(records, tmp_path, monkeypatch, capsys):
+    page = _guarded_page(tmp_path, monkeypatch, "bfloat16 ran at 1.7x float32's speed.\n")
+    assert [p.message for p in figures.check_file(str(page))] == ["'1.7x' quoted with no figure comment"]
+    assert figures.main([str(page)]) == 1
+    assert "docs/guides/page.md:1: '1.7x' quoted with no figure comment" in capsys.readouterr().out
+
+
+def test_a_marked_ratio_on_a_guarded_page_passes(records, tmp_path, monkeypatch):
+    marked = (
+        "float16 ran at 0.93x<!-- figure: bench data.rows[1].ratio_to_float32 --> and "
+        "**0.93**<!-- figure: bench data.rows[1].ratio_to_float32 -->x of float32, 197.4"
+        "<!-- figure: bench data.rows[1].images_per_sec --> img/s, 34"
+        "<!-- figure: bench data.rows[0].step_ratio lower scale=100 -->% lower.\n"
+    )
+    page = _guarded_page(tmp_path, monkeypatch, marked)
+    assert figures.check_file(str(page)) == []
+
+
+def test_the_guard_reads_prose_only_and_allows_numbers_that_are_not_measurements():
+    text = (
+        "```text\n1.7x in a code block\n```\n"
+        "inline `--ratio=1.7x`, a link [here](page.md#table-2x), a comment <!-- 5% -->, 32x32 images, batch 2 x 512,\n"
+        "a 95% interval, within 1 point (95%), a kernel 1.25x float32's or slower\n"
+    )
+    assert figures.unmarked_figures(text) == []
+    found = figures.unmarked_figures("4% and 9-22x and 999 img/s and **1.5x**\n", "p.md")
+    assert [p.message for p in found] == [
+        "'4%' quoted with no figure comment",
+        "'22x' quoted with no figure comment",
+        "'999 img/s' quoted with no figure comment",
+        "'1.5x' quoted with no figure comment",
+    ]
+
+
+def test_only_the_readme_reports_and_guides_are_guarded():
+    root = pathlib.Path(figures.REPO)
+    assert figures.guarded(str(root / "README.md"))
+    assert figures.guarded(str(root / "docs" / "NUMERICS.md"))
+    assert figures.guarded(str(root / "docs" / "guides" / "precision.md"))
+    assert not figures.guarded(str(root / "docs" / "background.md"))
