@@ -75,6 +75,7 @@ _XLA = flags.DEFINE_list("xla", ["false", "true"], "XLA settings to measure: fal
 _BATCH_SIZES = flags.DEFINE_list("batch_sizes", [], _HELP["batch_sizes"])
 # The other settings: one flag per field, its help, bounds and choices the field's (as the training scripts').
 _SETTINGS = common.define_flags(_DEFAULTS, exclude=("models", "precisions", "xla", "batch_sizes"))
+flags.adopt_module_key_flags(common)  # --help lists the flags define_flags made there too
 _MEMORY_BUDGET = flags.DEFINE_string(
     "memory_budget",
     None,
