@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfmp import float32_layers
-from tfmp.run.config import RESUMABLE
+from tfmp.run.fields import resumable_fields
 
 __all__ = [
     "SETTINGS_KEY",
@@ -148,7 +148,8 @@ def run_signature(config: Any, precision: str, loss_scale: str | float, trainer:
 
     Args:
         config: The run's `tfmp.run.config.TrainConfig`: every setting but
-            the `RESUMABLE` ones, under `SETTINGS_KEY`.
+            those a resumed run may change (`resumable=True` in their
+            `option`, `tfmp.run.fields.resumable_fields`), under `SETTINGS_KEY`.
         precision: The resolved precision.
         loss_scale: The resolved loss scale.
         trainer: The `tfmp.trainers` trainer: its class, each network's
@@ -156,7 +157,7 @@ def run_signature(config: Any, precision: str, loss_scale: str | float, trainer:
     """
     return {
         "trainer": type(trainer).__name__,
-        SETTINGS_KEY: {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE},
+        SETTINGS_KEY: {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable_fields(config)},
         "precision": precision,
         "loss_scale": str(loss_scale),
         "networks": {name: _network_signature(network) for name, network in trainer.networks.items()},
