@@ -81,7 +81,7 @@ def test_runs_measure_every_row_again_in_the_same_process():
 
 @pytest.mark.parametrize(
     "changes, message",
-    [({"steps": 0}, "steps=0"), ({"models": ("tiny", "huge")}, "model='huge'"), ({"runs": 0}, "runs=0")],
+    [({"steps": 0}, "steps=0"), ({"models": ("tiny", "huge")}, "unknown model, 'huge'"), ({"runs": 0}, "runs=0")],
 )
 def test_config_errors_name_the_value_before_any_work(changes, message, monkeypatch):
     monkeypatch.setattr(resident_memory, "_measure_compare_row", _no_row)

@@ -33,8 +33,8 @@ def test_the_folds_of_a_seed_validate_every_image_once():
         ({"seeds": (-1,)}, "seed=-1"),
         ({"precisions": ("mixed_float16", "mixed_bfloat16")}, "precisions=('mixed_float16', 'mixed_bfloat16')"),
         ({"precisions": ("float32",)}, "precisions=('float32',)"),
-        ({"precisions": ("float32", "fp8")}, "precision='fp8'"),
-        ({"precisions": ("float32", "auto")}, "precision='auto'"),
+        ({"precisions": ("float32", "fp8")}, "unknown precision, 'fp8'"),
+        ({"precisions": ("float32", "auto")}, "unknown precision, 'auto'"),
         ({"precisions": ("float32", "fp16", "mixed_float16")}, "given twice"),
         ({"folds": 0}, "folds=0"),
         ({"average_last": 3}, "average_last=3"),  # TINY has 2 epochs

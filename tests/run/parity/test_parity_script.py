@@ -96,7 +96,7 @@ def test_script_with_a_task_prints_the_table_and_writes_the_records(tmp_path):
     "flag, expected",
     [
         ("--seeds=0,one", "Received: 'one'"),
-        ("--precisions=float32,fp8", "precision='fp8'"),
+        ("--precisions=float32,fp8", "unknown precision, 'fp8'"),
         ("--fp16_initial_scales=256,big", "Received: 'big'"),
         ("--folds=0", "folds=0"),
     ],
