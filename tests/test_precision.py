@@ -188,6 +188,19 @@ def test_resolve_jit_compile_rejects_unknown():
         precision.resolve_jit_compile("maybe")
 
 
+@pytest.mark.parametrize(
+    "setting, expected", [(True, True), (False, False), ("On", True), (" no ", False), ("AUTO", "auto")]
+)
+def test_canonical_xla_keeps_auto_for_the_run_to_decide(setting, expected):
+    assert precision.canonical_xla(setting) == expected
+    assert precision.canonical_xla(expected) == expected
+
+
+def test_auto_jit_compile_is_on_with_a_gpu():
+    assert precision.auto_jit_compile(has_gpu=True) is True
+    assert precision.auto_jit_compile(has_gpu=False) is False
+
+
 def test_the_float32_layer_functions_moved_are_reachable_here_with_a_warning():
     with pytest.warns(DeprecationWarning, match=r"tfmp\.float32_layers\.keep_float32"):
         assert precision.keep_float32 is tfmp.float32_layers.keep_float32

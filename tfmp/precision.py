@@ -41,7 +41,9 @@ from tfmp import _deprecated
 __all__ = [
     "CONCRETE_PRECISIONS",
     "PRECISIONS",
+    "auto_jit_compile",
     "canonical_precision",
+    "canonical_xla",
     "choose_precision",
     "gpu_compute_capabilities",
     "precision_scope",
@@ -230,7 +232,7 @@ def tf32_scope(enabled: bool) -> Iterator[None]:
 
 
 _XLA_NAMES = {
-    "auto": None,
+    "auto": "auto",
     "true": True,
     "false": False,
     "on": True,
@@ -242,17 +244,15 @@ _XLA_NAMES = {
 }
 
 
-def resolve_jit_compile(xla: str | bool, has_gpu: bool | None = None) -> bool:
-    """Turns an XLA setting into the `jit_compile` value for a train step.
+def canonical_xla(xla: str | bool) -> bool | str:
+    """Returns the canonical XLA setting for `xla`: True, False or `"auto"`.
 
     Args:
-        xla: `True`/`False`, or `"true"`, `"false"` or `"auto"`. `auto` means
-            on with a GPU and off on CPU, where XLA measured slower than plain
-            graph mode for tfmp's models.
-        has_gpu: Whether a GPU is visible; detected when None.
+        xla: `True`/`False`, or a name: `"auto"`, `"true"`/`"false"`,
+            `"on"`/`"off"`, `"yes"`/`"no"` or `"1"`/`"0"`, case-insensitive.
 
     Returns:
-        The bool to pass as `jit_compile`.
+        True or False, or `"auto"`, which `auto_jit_compile` decides.
 
     Raises:
         ValueError: for an unknown setting, naming it.
@@ -262,12 +262,41 @@ def resolve_jit_compile(xla: str | bool, has_gpu: bool | None = None) -> bool:
     key = xla.strip().lower() if isinstance(xla, str) else xla
     if key not in _XLA_NAMES:
         raise ValueError(f"Unknown XLA setting. Expected auto, true or false. Received: xla={xla!r}")
-    value = _XLA_NAMES[key]
-    if value is None:
-        if has_gpu is None:
-            has_gpu = bool(tf.config.list_physical_devices("GPU"))
-        value = has_gpu
-    return value
+    return _XLA_NAMES[key]
+
+
+def auto_jit_compile(has_gpu: bool | None = None) -> bool:
+    """What XLA `"auto"` means: on with a GPU, off on CPU, where XLA measured slower than plain graph mode.
+
+    Args:
+        has_gpu: Whether a GPU is visible; detected when None.
+
+    Returns:
+        The bool to pass as `jit_compile`.
+    """
+    return bool(tf.config.list_physical_devices("GPU")) if has_gpu is None else has_gpu
+
+
+def resolve_jit_compile(xla: str | bool, has_gpu: bool | None = None) -> bool:
+    """Turns an XLA setting into the `jit_compile` value for a train step.
+
+    `canonical_xla` parses the setting; `auto_jit_compile` decides `"auto"`.
+
+    Args:
+        xla: `True`/`False`, or `"true"`, `"false"` or `"auto"` (or another
+            name `canonical_xla` takes). `auto` means on with a GPU and off
+            on CPU, where XLA measured slower than plain graph mode for
+            tfmp's models.
+        has_gpu: Whether a GPU is visible; detected when None.
+
+    Returns:
+        The bool to pass as `jit_compile`.
+
+    Raises:
+        ValueError: for an unknown setting, naming it.
+    """
+    setting = canonical_xla(xla)
+    return auto_jit_compile(has_gpu) if setting == "auto" else setting
 
 
 # The float32-layer names that moved to `tfmp.float32_layers`, each with a DeprecationWarning.

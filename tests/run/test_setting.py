@@ -133,7 +133,7 @@ def test_the_loss_scale_rule_has_one_home_and_every_caller_follows_it(tmp_path, 
 
 
 def test_a_run_parses_each_setting_once_and_passes_the_parsed_value_on(tmp_path, monkeypatch):
-    """A tiny run's `precision` and `loss_scale` are parsed once by the run framework, when it validates.
+    """A tiny run's `precision`, `loss_scale` and `xla` are parsed once by the run framework, when it validates.
 
     The library functions the run hands the parsed values to (`precision_scope`,
     the trainers' `compile`) normalise their own arguments at their own
@@ -151,6 +151,8 @@ def test_a_run_parses_each_setting_once_and_passes_the_parsed_value_on(tmp_path,
 
     monkeypatch.setattr(precision_lib, "canonical_precision", counted("precision", precision_lib.canonical_precision))
     monkeypatch.setattr(optimizers, "parse_loss_scale", counted("loss_scale", optimizers.parse_loss_scale))
-    result = training.train(tiny(tmp_path, precision="fp16", loss_scale="128"), print_fn=None)
+    monkeypatch.setattr(precision_lib, "canonical_xla", counted("xla", precision_lib.canonical_xla))
+    monkeypatch.setattr(precision_lib, "resolve_jit_compile", counted("xla", precision_lib.resolve_jit_compile))
+    result = training.train(tiny(tmp_path, precision="fp16", loss_scale="128", xla="Off"), print_fn=None)
     assert (result.precision, result.loss_scale) == ("mixed_float16", 128.0)
-    assert calls == {"precision": 1, "loss_scale": 1}
+    assert calls == {"precision": 1, "loss_scale": 1, "xla": 1}

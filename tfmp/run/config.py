@@ -56,7 +56,7 @@ STRATEGIES = ("default", "mirrored", "multi_worker")
 CLUSTERS = ("tf_config", "slurm")
 SLURM_PORT_BASE = 8888  # SlurmClusterResolver's own default
 CONSOLE_MODES = ("auto", "progress", "lines")
-XLA_SETTINGS = ("auto", "true", "false")  # also True and False (tfmp.precision.resolve_jit_compile)
+XLA_SETTINGS = ("auto", "true", "false")  # also True and False (tfmp.precision.canonical_xla)
 LR_SCHEDULES = ("cosine", "constant")
 
 # What `log_every=0` means with a GPU: writing a step's TensorBoard scalars took the host about 3 ms on a 2-core
@@ -172,7 +172,7 @@ class TrainConfig:
         "Compile the train step with XLA. auto: on with a GPU, off on CPU.",
         "precision",
         choices=XLA_SETTINGS,
-        check=lambda xla: precision_lib.resolve_jit_compile(xla, has_gpu=False),
+        check=lambda xla: precision_lib.canonical_xla(xla),
         resumable=True,
     )
     tf32: bool = option(
@@ -336,7 +336,8 @@ class TrainConfig:
         """Setting `name` as its check parsed it when the config was validated: each setting is parsed once.
 
         `precision` is its canonical name (`tfmp.precision.canonical_precision`),
-        `loss_scale` what `requested_loss_scale` makes of it (None: `"auto"`).
+        `loss_scale` what `requested_loss_scale` makes of it (None: `"auto"`),
+        `xla` True, False or `"auto"` (`tfmp.precision.canonical_xla`).
         A config not yet validated is validated first.
 
         Raises:

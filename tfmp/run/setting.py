@@ -93,10 +93,11 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
     log_every = resolve_log_every(config.log_every)
     data = task.load_data()
     steps = epochs_lib.steps_per_epoch(task, data) if check_steps else None
-    # Parsed once, when the config was validated. requested: None when not set.
+    # Parsed once, when the config was validated (loss scale, precision, XLA). requested: None when not set.
     requested, asked = config.parsed("loss_scale"), config.parsed("precision")
     scales = config_lib.loss_scales(requested)  # each precision's, by the one rule (`loss_scale_for`)
-    jit_compile = precision_lib.resolve_jit_compile(config.xla)
+    xla = config.parsed("xla")  # True, False or "auto": on with a GPU
+    jit_compile = precision_lib.auto_jit_compile() if xla == "auto" else xla
     if asked == "auto" and config.strategy == "multi_worker":
         log.info(
             "note: precision=auto under strategy=multi_worker is chosen by the compute-capability rule, as "
