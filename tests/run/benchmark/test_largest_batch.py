@@ -10,6 +10,7 @@ from benchmark_tiny import CRASH_FROM, crashing_trial, sleeping_trial, small_cla
 
 from tfmp.run import benchmark
 from tfmp.run.benchmark import largest_batch
+from tfmp.run.fields import ConfigError
 from tfmp.run.memory_meters import cpu_bfc_environment
 
 
@@ -87,15 +88,16 @@ def test_a_sigterm_during_a_trial_ends_its_process_too():
 @pytest.mark.parametrize(
     "changes, has_gpu, message",
     [
-        ({}, False, "give a memory budget.*budget_mb=None"),
-        ({"budget_mb": 0.5}, False, "at least 1 MiB.*budget_mb=0.5"),
+        ({}, False, "budget_mb cannot be None on a CPU.*give a memory budget.*budget_mb=None"),
+        ({"budget_mb": 0.5}, False, "budget_mb must be at least 1 MiB.*budget_mb=0.5"),
+        ({"budget_mb": True}, False, "budget_mb must be a number or None.*budget_mb=True"),
         ({"budget_mb": 64.0, "resolution": 1.5}, False, "resolution=1.5"),
         ({"budget_mb": 64.0, "max_trials": 2}, False, "max_trials=2"),
         ({"budget_mb": 64.0, "timeout": 0}, False, "timeout=0"),
     ],
 )
 def test_settings_errors_name_the_value(changes, has_gpu, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         largest_batch.MaxBatchSettings(**changes).validate(has_gpu)
     largest_batch.MaxBatchSettings().validate(has_gpu=True)  # a GPU's memory is the default budget
 

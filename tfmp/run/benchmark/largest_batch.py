@@ -28,6 +28,7 @@ import signal
 import threading
 import time
 import types
+import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -39,6 +40,7 @@ from tfmp.run import tasks
 from tfmp.run.benchmark.benchmark_config import BenchmarkConfig
 from tfmp.run.benchmark.drivers import trainer_driver
 from tfmp.run.benchmark.modes import _build, _check_specs, _environment, _label, _rows
+from tfmp.run.fields import ConfigError, check_field, option
 from tfmp.run.memory_meters import AllocatorMemory, cpu_bfc_environment
 
 __all__ = ["MaxBatchRecord", "MaxBatchSettings", "Trial", "max_batch", "run_trial", "train_at_batch"]
@@ -47,48 +49,69 @@ _GROWTH = 2
 _FURTHEST_ESTIMATE = 8  # times the larger probe
 
 
+def _at_least_one_mib(budget_mb: float | None) -> None:
+    if budget_mb is not None and not budget_mb >= 1:  # NaN too
+        raise ConfigError("must be at least 1 MiB.")
+
+
+def _a_fraction(resolution: float) -> None:
+    if not 0 < resolution < 1:
+        raise ConfigError("must be in (0, 1).")
+
+
+def _positive_seconds(timeout: float) -> None:
+    if not timeout > 0:
+        raise ConfigError("must be positive seconds.")
+
+
 @dataclasses.dataclass(frozen=True)
 class MaxBatchSettings:
     """How the largest-batch search runs.
 
-    Attributes:
-        budget_mb: The allocator's budget in MiB; None on a GPU: the
-            device's memory (no logical limit is set). Required on a CPU.
-        resolution: The search stops once the smallest batch that did not
-            fit is at most `max(1, resolution * batch_size)` above the
-            largest that did (0.05: within 5%).
-        warmup_steps: Steps each trial trains before its measured steps
-            (the first is a one-step `fit()`, which traces).
-        steps: Measured steps per trial, whose allocator peak is reported.
-        timeout: Seconds a trial may take before it is killed and counted
-            as not fitting.
-        max_trials: Trials per precision at most, probes included.
+    Each field's default, help and check are in its metadata
+    (`tfmp.run.fields.option`, as `BenchmarkConfig`'s). `validate` raises
+    `ConfigError`, naming the field and the value received.
     """
 
-    budget_mb: float | None = None
-    resolution: float = 0.05
-    warmup_steps: int = 2
-    steps: int = 2
-    timeout: float = 900.0
-    max_trials: int = 16
+    budget_mb: float | None = option(
+        None,
+        "The allocator's budget in MiB (at least 1); None on a GPU: the device's memory (no logical limit is "
+        "set). Required on a CPU.",
+        check=_at_least_one_mib,
+    )
+    resolution: float = option(
+        0.05,
+        "The search stops once the smallest batch that did not fit is at most max(1, resolution * batch_size) "
+        "above the largest that did (0.05: within 5%); in (0, 1).",
+        check=_a_fraction,
+    )
+    warmup_steps: int = option(
+        2,
+        "Steps each trial trains before its measured steps (the first is a one-step fit(), which traces).",
+        lower_bound=1,
+    )
+    steps: int = option(2, "Measured steps per trial, whose allocator peak is reported.", lower_bound=1)
+    timeout: float = option(
+        900.0, "Seconds a trial may take before it is killed and counted as not fitting.", check=_positive_seconds
+    )
+    max_trials: int = option(16, "Trials per precision at most, probes included.", lower_bound=3)
 
     def validate(self, has_gpu: bool) -> None:
-        """Raises ValueError, naming the value, for an impossible setting."""
+        """Raises `ConfigError` (a `ValueError`) naming the first impossible setting and its value.
+
+        Args:
+            has_gpu: Whether a GPU is visible, whose memory is the default budget.
+        """
+        declared = typing.get_type_hints(type(self))
+        for field in dataclasses.fields(self):
+            check_field(field, declared[field.name], getattr(self, field.name), self)
         if self.budget_mb is None and not has_gpu:
-            raise ValueError(
-                "A CPU has no device memory to default to: give a memory budget, e.g. memory_budget='2GiB' "
-                "(--memory_budget=2GiB). Received: budget_mb=None"
+            raise ConfigError(
+                "cannot be None on a CPU, which has no device memory to default to: give a memory budget, e.g. "
+                "memory_budget='2GiB' (--memory_budget=2GiB).",
+                "budget_mb",
+                None,
             )
-        if self.budget_mb is not None and (isinstance(self.budget_mb, bool) or not self.budget_mb >= 1):
-            raise ValueError(f"The memory budget must be at least 1 MiB. Received: budget_mb={self.budget_mb!r}")
-        if not 0 < self.resolution < 1:
-            raise ValueError(f"resolution must be in (0, 1). Received: resolution={self.resolution!r}")
-        for name, minimum in (("warmup_steps", 1), ("steps", 1), ("max_trials", 3)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}. Received: {name}={value!r}")
-        if not self.timeout > 0:
-            raise ValueError(f"timeout must be positive seconds. Received: timeout={self.timeout!r}")
 
 
 @dataclasses.dataclass
@@ -386,7 +409,8 @@ def max_batch(
         One `MaxBatchRecord` per (model, XLA, precision), in run order.
 
     Raises:
-        ValueError: for an invalid config or settings, naming the value.
+        ValueError: for an invalid config or settings, naming the value
+            (`ConfigError` for the settings).
         RuntimeError: when nothing fits, not even batch 1, naming the row;
             or when a trial fails for another reason than memory.
     """
