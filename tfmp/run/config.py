@@ -21,13 +21,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import typing
 from typing import Any, ClassVar
 
 from tfmp import float32_layers
 from tfmp import optimizers as optimizers_lib
 from tfmp import precision as precision_lib
-from tfmp.run.fields import HELP_GROUPS, ConfigError, check_field, option, redefault, resumable_fields
+from tfmp.run.fields import HELP_GROUPS, ConfigError, check_fields, option, redefault, resumable_fields
 
 __all__ = [
     "CLUSTERS",
@@ -323,11 +322,7 @@ class TrainConfig:
         `checkpoint_dir` can be written is found when the run creates them
         (`tfmp.run.runner`), before any training.
         """
-        declared = typing.get_type_hints(type(self))
-        parsed = {
-            field.name: check_field(field, declared[field.name], getattr(self, field.name), self)
-            for field in dataclasses.fields(self)
-        }
+        parsed = check_fields(self)
         self._check_together()
         # Kept for `parsed`: not a field, so `dataclasses.replace` makes a config without it, validated anew.
         self.__dict__["_parsed"] = parsed

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ConfigError", "HELP_GROUPS", "check_field", "option", "redefault", "resumable_fields"]
+__all__ = ["ConfigError", "HELP_GROUPS", "check_field", "check_fields", "option", "redefault", "resumable_fields"]
 
 _NOTHING = object()
 
@@ -233,3 +233,16 @@ def check_field(field: dataclasses.Field, kind: Any, value: Any, config: Any) ->
     if name.endswith("learning_rate") and not 0 < value < math.inf:
         raise ConfigError("must be a finite number > 0.", name, value)
     return parsed
+
+
+def check_fields(config: Any) -> dict[str, Any]:
+    """Checks every field of the dataclass `config` in order (`check_field`); returns what each check parsed.
+
+    Raises:
+        ConfigError: for the first impossible value, naming its field and the value.
+    """
+    declared = typing.get_type_hints(type(config))
+    return {
+        field.name: check_field(field, declared[field.name], getattr(config, field.name), config)
+        for field in dataclasses.fields(config)
+    }

@@ -8,7 +8,6 @@ models the benchmark measures by default, the tasks training runs.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -18,7 +17,7 @@ from tfmp.models.resnet50 import MIN_INPUT_SIZE
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
 from tfmp.run import shipped, tasks
-from tfmp.run.fields import ConfigError, check_field, option
+from tfmp.run.fields import ConfigError, check_fields, option
 
 __all__ = [
     "BenchmarkConfig",
@@ -192,9 +191,7 @@ class BenchmarkConfig:
         Args:
             valid_models: The model names `models` may hold (the keys of the specs).
         """
-        declared = typing.get_type_hints(type(self))
-        for field in dataclasses.fields(self):
-            check_field(field, declared[field.name], getattr(self, field.name), self)
+        check_fields(self)
         canonical_models(self.models, valid_models)
 
 

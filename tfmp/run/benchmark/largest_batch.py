@@ -28,7 +28,6 @@ import signal
 import threading
 import time
 import types
-import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -40,7 +39,7 @@ from tfmp.run import tasks
 from tfmp.run.benchmark.benchmark_config import BenchmarkConfig
 from tfmp.run.benchmark.drivers import trainer_driver
 from tfmp.run.benchmark.modes import _build, _check_specs, _environment, _label, _rows
-from tfmp.run.fields import ConfigError, check_field, option
+from tfmp.run.fields import ConfigError, check_fields, option
 from tfmp.run.memory_meters import AllocatorMemory, cpu_bfc_environment
 
 __all__ = ["MaxBatchRecord", "MaxBatchSettings", "Trial", "max_batch", "run_trial", "train_at_batch"]
@@ -102,9 +101,7 @@ class MaxBatchSettings:
         Args:
             has_gpu: Whether a GPU is visible, whose memory is the default budget.
         """
-        declared = typing.get_type_hints(type(self))
-        for field in dataclasses.fields(self):
-            check_field(field, declared[field.name], getattr(self, field.name), self)
+        check_fields(self)
         if self.budget_mb is None and not has_gpu:
             raise ConfigError(
                 "cannot be None on a CPU, which has no device memory to default to: give a memory budget, e.g. "
