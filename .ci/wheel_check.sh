@@ -45,8 +45,9 @@ python3 -m venv "$WORK/venv"
 cd "$WORK"
 
 "$WORK/venv/bin/tfmp-train-gan" --help > help.txt
+# absl wraps a flag with a long choice list right after its name (`  --precision:` alone on its line).
 for flag in --precision --loss_scale --xla --batch_size --resume --latent_dim; do
-    grep -q -- "^  --\(\[no\]\)\?${flag#--}: " help.txt || { echo "wheel check: tfmp-train-gan --help lacks $flag"; exit 1; }
+    grep -q -- "^  --\(\[no\]\)\?${flag#--}:\( \|$\)" help.txt || { echo "wheel check: tfmp-train-gan --help lacks $flag"; exit 1; }
 done
 
 "$WORK/venv/bin/tfmp-train-classifier" --dataset=digits --alpha=0.35 --batch_size=16 --epochs=1 \
