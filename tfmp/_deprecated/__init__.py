@@ -76,13 +76,13 @@ MOVED_MODULES: dict[str, str] = {
     "tfmp.rundir": "tfmp.run.directories",
 }
 
-# What `tfmp.precision` held in 0.1 and `tfmp.float32_layers` holds now.
 # The folder `tfmp.__path__` ends with, so that `tfmp.<old name>` resolves to a module here.
 FOLDER = os.path.dirname(os.path.abspath(__file__))
 
 # The old names, `tfmp.<name>`, that have a module here.
 MOVED = tuple(sorted(old.rpartition(".")[2] for old in MOVED_MODULES))
 
+# What `tfmp.precision` held in 0.1 and `tfmp.float32_layers` holds now.
 _FLOAT32_LAYER_NAMES = (
     "FLOAT32_LAYERS_AUTO",
     "FLOAT32_LAYERS_NONE",
