@@ -23,11 +23,11 @@ The mkdocs build runs the same check on every page (docs/_ext/quoted_figures.py)
 tests/docs/test_quoted_figures.py on README.md and every page.
 
 Unmarked figures: on README.md, getting-started, PERFORMANCE, NUMERICS and the guides (`GUARDED`),
-a ratio (`1.7x`), a percentage (`4%`) or a throughput (`999 img/s`) in prose (outside code blocks,
-inline code and comments) must carry a figure comment, before or after its unit. Numbers that are
-not measurements (a confidence level, a threshold constant of tfmp's code) are allowed by the short
-list `NOT_MEASURED`. Times and sizes (`ms`, `MiB`, `s`) are not guarded: too many are settings,
-budgets and limits rather than results.
+a ratio (`1.7x`), a percentage (`4%`), a throughput (`999 img/s`), a time (`118 ms`, `5 s`,
+`5 seconds`) or a size (`600 MB`, `21.1 MiB`, `2 GiB`) in prose (outside code blocks, inline code and
+comments) must carry a figure comment, before or after its unit. Numbers that are not measurements
+(a confidence level, a threshold constant of tfmp's code, a flag's value, a budget, a timeout or a
+test's limit) are allowed by the short list `NOT_MEASURED`.
 """
 
 from __future__ import annotations
@@ -76,10 +76,12 @@ _SEGMENT = re.compile(r"^(?P<name>[^\[\]]*)(?:\[(?P<select>[^\]]*)\])?$")
 _PAIR = re.compile(r'(\w+)\s*=\s*("[^"]*"|[^,\]]*)')
 _OPTIONS = ("scale", "lower")
 
-# A measured figure by its unit: 1.7x, 4%, 0.94-0.96x, 999 img/s; a figure comment may sit between the
-# number and its unit (0.93<!-- figure: ... -->x). Not 32x32 (a size) nor 2 x 512 (a product).
+# A measured figure by its unit: 1.7x, 4%, 0.94-0.96x, 999 img/s, 118 ms, 600 MB, 21.1 MiB, 5 s; a figure
+# comment may sit between the number and its unit (0.93<!-- figure: ... -->x). Not 32x32 (a size) nor
+# 2 x 512 (a product); seconds only apart from their number (5 s, 5 seconds), so that 1990s is not one.
 MEASURED = re.compile(
-    r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:\*\*)?(?P<figure><!--\s*figure:.*?-->)?(?:\*\*)?(?:x|%| ?img/s)(?![\w/])"
+    r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:\*\*)?(?P<figure><!--\s*figure:.*?-->)?(?:\*\*)?"
+    r"(?:x|%| ?img/s| ?ms| ?[KMGT]i?B|[ \u00a0](?:s|seconds?))(?![\w/])"
 )
 # Numbers with those units that are not measurements, each with what it is.
 NOT_MEASURED = (
@@ -89,6 +91,11 @@ NOT_MEASURED = (
     r"within 5% of the",  # tfmp.run.benchmark.MaxBatchSettings.resolution
     r"at least 1% of|less than 1\.1x",  # --mode=ceiling's slow_ops rule (kernel_ceiling.py)
     r"\(8x headroom",  # the gradient report's suggested static scale
+    r"--\w+=[\w.,]+",  # a flag's value, a setting (--memory_budget=2GiB), where inline code does not hide it
+    r"fits \d[\d,]* ?[KMGT]i?B",  # the budget --mode=max_batch fits a batch into
+    r"(?:timeout|limit|budget)s?(?: of)? \d[\d,.]* ?(?:ms|s|seconds?|[KMGT]i?B)",  # a setting or limit so named
+    r"\d+ s configured",  # --worker_timeout, as the preemption test sets it
+    r"within \d+ s naming",  # the preemption test's limit on a survivor's exit
 )
 _NOT_MEASURED = re.compile("|".join(NOT_MEASURED))
 # Pages whose measured figures must all carry a comment (the others quote sources, e.g. background.md).
@@ -265,7 +272,7 @@ def _fenced_block(lines: Sequence[str], start: int) -> list[str] | None:
 
 
 def unmarked_figures(text: str, path: str = "<text>") -> list[Problem]:
-    """Every ratio, percentage or img/s in the prose of `text` with no figure comment and not in `NOT_MEASURED`."""
+    """Every ratio, percentage, img/s, time or size in the prose of `text` with no comment, not in `NOT_MEASURED`."""
     problems = []
     fence = None
     for number, line in enumerate(text.splitlines(), 1):

@@ -141,3 +141,22 @@ def test_only_the_readme_reports_and_guides_are_guarded():
     assert figures.guarded(str(root / "docs" / "NUMERICS.md"))
     assert figures.guarded(str(root / "docs" / "guides" / "precision.md"))
     assert not figures.guarded(str(root / "docs" / "background.md"))
+
+
+def test_an_unmarked_time_or_size_on_a_guarded_page_fails(records, tmp_path, monkeypatch):
+    page = _guarded_page(tmp_path, monkeypatch, "One step took 118 ms.\n")
+    assert [p.message for p in figures.check_file(str(page))] == ["'118 ms' quoted with no figure comment"]
+    found = figures.unmarked_figures("600 MB, 21.1 MiB and 2GiB; it stopped in 5 s, or 20 seconds\n")
+    quoted = ["'600 MB'", "'21.1 MiB'", "'2GiB'", "'5 s'", "'20 seconds'"]
+    assert [p.message.split(" quoted")[0] for p in found] == quoted
+
+
+def test_a_marked_time_or_size_and_a_setting_pass(records, tmp_path, monkeypatch):
+    text = (
+        "One step took 211.5<!-- figure: bench data.rows[0].images_per_sec --> ms and 197"
+        "<!-- figure: bench data.rows[1].images_per_sec -->MiB.\n"
+        "With --memory_budget=2GiB, a batch that fits 256 MiB, a timeout of 30 s and the test's 5 s configured;\n"
+        "every 100 steps, in the 1990s, 32x32 images.\n"
+    )
+    page = _guarded_page(tmp_path, monkeypatch, text)
+    assert figures.check_file(str(page)) == []
