@@ -58,8 +58,8 @@ CONSOLE_MODES = ("auto", "progress", "lines")
 XLA_SETTINGS = ("auto", "true", "false")  # also True and False (tfmp.precision.canonical_xla)
 LR_SCHEDULES = ("cosine", "constant")
 
-# What `log_every=0` means with a GPU: writing a step's TensorBoard scalars took the host about 3 ms on a 2-core
-# CPU (one `tf.summary.scalar` each), a third of the GAN's step on an H200, and the host launches the next step.
+# What `log_every=0` means with a GPU: writing a step's TensorBoard scalars is host work (one `tf.summary.scalar`
+# each, a few ms on a 2-core CPU), about as long as the GAN's whole step on an H200, and the host launches the next.
 GPU_LOG_EVERY = 100
 
 
