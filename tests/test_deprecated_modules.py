@@ -1,27 +1,15 @@
 """Tests for tfmp/_deprecated/'s alias modules: tfmp 0.1's module paths, each with a warning; no import hook."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+from fresh_python import run_json
 
 from tfmp import _deprecated
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _python(code):
-    """Runs `code` in a fresh interpreter at the checkout's root; returns its last stdout line, parsed as JSON."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
 
 def test_importing_tfmp_installs_no_import_hook_and_loads_no_run_module():
-    unchanged, hooks_unchanged, loaded = _python(
+    unchanged, hooks_unchanged, loaded = run_json(
         "import json, sys\n"
         "import keras, tensorflow\n"  # what they install is theirs
         "finders, hooks = list(sys.meta_path), list(sys.path_hooks)\n"
@@ -34,7 +22,7 @@ def test_importing_tfmp_installs_no_import_hook_and_loads_no_run_module():
 
 
 def test_every_old_path_is_the_new_module_with_a_warning_naming_it():
-    found = _python(
+    found = run_json(
         "import importlib, json, sys, warnings\n"
         "import tfmp\n"
         "found = {}\n"

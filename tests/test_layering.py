@@ -8,12 +8,10 @@ a fresh interpreter, and by scanning every import statement.
 """
 
 import ast
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+from fresh_python import run_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBRARY = os.path.join(ROOT, "tfmp")
@@ -33,16 +31,8 @@ CORE_MODULES = (
 )
 
 
-def _python(code):
-    """Runs `code` in a fresh interpreter at the checkout's root; returns its last stdout line, parsed as JSON."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def test_importing_the_core_loads_neither_the_run_framework_nor_the_models():
-    loaded = _python(
+    loaded = run_json(
         "import json, sys\n"
         f"for name in {CORE_MODULES!r}:\n"
         "    __import__(name)\n"
@@ -251,7 +241,7 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
 
 
 def test_an_old_import_path_is_the_new_module_with_a_deprecation_warning():
-    same, messages = _python(
+    same, messages = run_json(
         "import json, warnings\n"
         "with warnings.catch_warnings(record=True) as caught:\n"
         "    warnings.simplefilter('always')\n"
