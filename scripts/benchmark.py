@@ -1,5 +1,6 @@
 r"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written step.
 
+    python3 scripts/benchmark.py --models=gan --json_out=/tmp/bench.json
     python3 scripts/benchmark.py --models=gan,mobilenet_v2,resnet50 \
         --precisions=float32,mixed_bfloat16 --xla=false --steps=10 --repeats=3 \
         --json_out=/tmp/bench.json --plot_out=/tmp/bench.png
@@ -10,8 +11,14 @@ r"""Benchmarks tfmp's trainers per precision, against float32 and a hand-written
     python3 scripts/benchmark.py --mode=max_batch --models=mobilenet_v2 --precisions=fp32,bf16 --xla=false \
         --memory_budget=2GiB
 
+With no flags it measures the three models in the precisions a run's
+`--precision=auto` would choose among on this machine, with XLA as
+`--xla=auto` sets it, each row timed until its paired ratio is known to +-2%
+or its time budget is spent; the first line says what was chosen and why.
 Prints a markdown table (one row per model, precision, XLA setting and batch
-size) to stdout and one progress line per row to stderr. The method is in
+size) to stdout and its progress to stderr: on a terminal one line per row
+rewritten in place (phase, step, elapsed, ETA), piped plain lines
+(`--console`), and after each row an estimate of the rest. The method is in
 docs/guides/benchmark-methodology.md (the code in `tfmp/run/benchmark/`), the
 table, JSON and PNG come from `tfmp/run/reporting.py`.
 The flags are `benchmark.BenchmarkConfig`'s fields, with their help; the
@@ -40,6 +47,7 @@ from tfmp import precision as precision_lib
 from tfmp.run import benchmark, memory_meters, reporting, tasks
 from tfmp.run import data as data_lib
 from tfmp.run.benchmark import kernel_ceiling
+from tfmp.run.callbacks import console
 
 _DEFAULTS = benchmark.BenchmarkConfig()
 _MODE = flags.DEFINE_enum(
@@ -71,7 +79,11 @@ _TASKS = flags.DEFINE_multi_string(
 )
 _HELP = {field.name: field.metadata["help"] for field in dataclasses.fields(benchmark.BenchmarkConfig)}
 _PRECISIONS = flags.DEFINE_list("precisions", list(_DEFAULTS.precisions), _HELP["precisions"])
-_XLA = flags.DEFINE_list("xla", ["false", "true"], "XLA settings to measure: false, true, auto (on with a GPU).")
+_XLA = flags.DEFINE_list(
+    "xla",
+    [],
+    "XLA settings to measure: false, true, auto (on with a GPU). Empty: as a run's --xla=auto sets it.",
+)
 _BATCH_SIZES = flags.DEFINE_list("batch_sizes", [], _HELP["batch_sizes"])
 # The other settings: one flag per field, its help, bounds and choices the field's (as the training scripts').
 _SETTINGS = common.define_flags(_DEFAULTS, exclude=("models", "precisions", "xla", "batch_sizes"))
@@ -115,29 +127,27 @@ def parse_models(values: str | Iterable[str], valid: Iterable[str] = benchmark.M
 def parse_precisions(values: str | Iterable[str]) -> tuple[str, ...]:
     """Parses precisions with `benchmark.canonical_precisions`, accepting the aliases `fp32`, `bf16`, `fp16`.
 
-    `auto` is refused: a benchmark names what it measures.
+    `auto` is refused: a benchmark names what it measures. None given: `()`,
+    which `benchmark.fit_to_machine` fills with what a run here would choose among.
 
     Raises:
-        ValueError: for an empty list or an unknown name, naming it.
+        ValueError: for an unknown name, naming it.
     """
     names = _split(values)
-    if not names:
-        valid = f"{', '.join(benchmark.PRECISIONS)} (or fp32, bf16, fp16)"
-        raise ValueError(f"No precision given. Valid: {valid}. Received: precisions={values!r}")
-    return benchmark.canonical_precisions(names)
+    return benchmark.canonical_precisions(names) if names else ()
 
 
 def parse_xla(values: str | Iterable[str | bool]) -> tuple[bool, ...]:
     """Parses XLA settings (`true`, `false`, `auto`: on with a GPU) into bools.
 
+    None given: `()`, which `benchmark.fit_to_machine` fills as `auto` would.
+
     Raises:
-        ValueError: for an empty list or an unknown setting, naming it.
+        ValueError: for an unknown setting, naming it.
     """
     items = values.split(",") if isinstance(values, str) else list(values)
     items = [v.strip() if isinstance(v, str) else v for v in items]
     items = [v for v in items if v != ""]
-    if not items:
-        raise ValueError(f"No XLA setting given. Valid: false, true, auto. Received: xla={values!r}")
     out = []
     for item in items:
         try:
@@ -189,10 +199,12 @@ def _config(specs: dict[str, tasks.Task]) -> benchmark.BenchmarkConfig:
             **{name: holder.value for name, holder in _SETTINGS.items()},
         )
         config.validate(specs)
+        config, plan = benchmark.fit_to_machine(config)
         if _MODE.value == "ceiling":
             kernel_ceiling.sixteen_bit_precisions(config.precisions)
     except ValueError as e:
         raise app.UsageError(common.in_flag_terms(e)) from None
+    print(f"benchmark: {plan}", file=sys.stderr, flush=True)
     return config
 
 
@@ -249,15 +261,17 @@ def main(argv):
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    live = benchmark.Progress(console.console_mode(config.console, sys.stderr))
+
     measure = {
-        "compare": benchmark.compare,
-        "input_pipeline": benchmark.input_pipeline,
-        "ceiling": benchmark.ceiling,
-        "resident": benchmark.resident,
-        "max_batch": functools.partial(benchmark.max_batch, settings=settings),
+        "compare": functools.partial(benchmark.compare, progress=live),
+        "input_pipeline": functools.partial(benchmark.input_pipeline, progress=progress),
+        "ceiling": functools.partial(benchmark.ceiling, progress=progress),
+        "resident": functools.partial(benchmark.resident, progress=progress),
+        "max_batch": functools.partial(benchmark.max_batch, settings=settings, progress=progress),
     }[_MODE.value]
     try:
-        records = measure(config, specs, progress=progress)
+        records = measure(config, specs)
     except data_lib.DatasetNotFoundError as e:
         sys.exit(f"error: {common.in_flag_terms(e)}")
     print(reporting.markdown_table(records))

@@ -147,6 +147,21 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
         reporting.plot([_record("gan", "float32", 970.0)], str(tmp_path / "bench.png"))
 
 
+def test_plot_of_rows_timed_to_an_interval_states_their_rounds_and_the_rule(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figures = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), savefig(self, *a, **k))[1])
+    records = [_record("gan", "float32", 1000.0), _record("gan", "mixed_bfloat16", 290.0)]
+    for record, rounds in zip(records, (4, 9)):
+        record.rounds, record.steps_per_round = rounds, 1
+    reporting.plot(records, str(tmp_path / "bench.png"), benchmark.BenchmarkConfig(), device="CPU (test)")
+    (figure,) = figures
+    assert "median of 4-9 rounds x 1 steps (3 warm-up), each row to +-2% or 60 s" in figure._suptitle.get_text()
+
+
 def test_plot_states_the_reference_device_method_and_hand_written_ratio(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure

@@ -87,7 +87,14 @@ def test_script_end_to_end_writes_the_json_and_prints_the_table(tmp_path):
     assert (row["model"], row["precision"], row["xla"], row["batch_size"]) == ("gan", "float32", False, 8)
     assert row["ratio_to_float32"] == 1.0 and row["peak_gpu_mb"] is None
     assert row["runs"] == 2 and row["ratio_to_hand_written_min"] <= row["ratio_to_hand_written_max"]
-    assert proc.stderr.count("(run 1/2)") == 1 and proc.stderr.count("(run 2/2)") == 1
+    # Piped: plain lines, no line rewritten in place; the plan first, each row's phases, its end and the estimate.
+    lines = [line for line in proc.stderr.splitlines() if line.startswith(("benchmark:", "gan "))]
+    assert "\r" not in proc.stderr and lines[0] == "benchmark: measuring gan x float32 x XLA off"
+    ends = [line for line in lines if "rounds x 2 steps" in line]
+    assert (
+        len(ends) == 2 and ends[0].startswith("gan float32 xla=false batch=8 (run 1/2): ") and "row(s) left" in ends[0]
+    )
+    assert any(line.startswith("gan float32 xla=false batch=8 (run 2/2): timing, round 1/1") for line in lines)
     assert row["images_per_sec"] * row["step_ms"] / 1000 == pytest.approx(16)  # 2 x batch
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(table) == 3 and table[2].startswith("| gan | float32 | false | 8 | ")

@@ -97,14 +97,37 @@ class TimingSettings(Protocol):
     """How the plotted records were timed (a `tfmp.run.benchmark.BenchmarkConfig`).
 
     Attributes:
-        steps: Timed steps per round.
-        repeats: Timed rounds.
+        steps: Timed steps per round; None: chosen per row.
+        repeats: Timed rounds; None: until `interval` or `time_budget`.
         warmup_steps: Untimed steps before timing.
+        interval: The relative 95% interval a row is timed to, without `repeats`.
+        time_budget: The seconds a row may time, without `repeats`.
     """
 
-    steps: int
-    repeats: int
+    steps: int | None
+    repeats: int | None
     warmup_steps: int
+    interval: float
+    time_budget: float
+
+
+def _span(values: Sequence[int]) -> str:
+    """`4`, or `4-9` for several."""
+    values = sorted(set(values))
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def _method(records: Sequence[Any], config: TimingSettings | None) -> str:
+    """How the records were timed, in a few words, for the chart's title."""
+    if config is None:
+        return "steps and repeats not given"
+    warm = f" ({config.warmup_steps} warm-up)"
+    if config.steps and config.repeats:
+        return f"median of {config.repeats} repeats x {config.steps} steps{warm}"
+    rounds = [r.rounds for r in records if getattr(r, "rounds", None)]
+    steps = [r.steps_per_round for r in records if getattr(r, "steps_per_round", None)]
+    timed = f"median of {_span(rounds)} rounds x {_span(steps)} steps" if rounds and steps else "median of the rounds"
+    return f"{timed}{warm}, each row to +-{100 * config.interval:g}% or {config.time_budget:g} s"
 
 
 def _format(key: str, value: Any) -> str:
@@ -306,11 +329,7 @@ def plot(
         _throughput_panel(axes[0][k], model, rows, precisions)
         if memory:
             _memory_panel(axes[1][k], model, rows, precisions)
-    method = (
-        f"median of {config.repeats} repeats x {config.steps} steps ({config.warmup_steps} warm-up)"
-        if config is not None
-        else "steps and repeats not given"
-    )
+    method = _method(records, config)
     what = "throughput and memory" if memory else "throughput"
     figure.suptitle(f"tfmp trainer {what} by precision\n{device}; {method}", fontsize=10)
     # One short line each, so that the narrowest figure (one model) holds them; supxlabel, unlike a free

@@ -109,5 +109,6 @@ def tiny_config(**changes):
         steps=2,
         repeats=1,
         isolate=False,  # the tiny specs hold lambdas, and most tests patch this process
+        count_launches=True,  # on a CPU too: the tests check what the launch count finds
     )
     return benchmark.BenchmarkConfig(**{**config.__dict__, **changes})

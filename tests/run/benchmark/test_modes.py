@@ -65,6 +65,11 @@ def test_records_have_exactly_the_json_keys_and_types(records):
             assert isinstance(row[key], float) and row[key] > 0, (key, row[key])
         assert row["peak_gpu_mb"] is None  # no GPU here
         assert row["unit"] == "img/s"  # an image classifier
+        # Three rounds of the two steps asked for, each row saying how well its figures are known.
+        assert (row["steps_per_round"], row["rounds"]) == (2, 3)
+        for key in ("images_per_sec_interval", "ratio_to_hand_written_interval"):
+            assert isinstance(row[key], float) and row[key] > 0, (key, row[key])
+        assert (row["ratio_to_float32_interval"] is None) == (record.precision == "float32")
         # Every path's launches: the trainer's exact skip costs ops beyond plain fit()'s, and no more host reads.
         assert isinstance(row["ratio_to_plain_fit"], float) and row["ratio_to_plain_fit"] > 0
         for path in ("", "hand_written_", "plain_fit_"):
@@ -396,7 +401,7 @@ def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
     )
     monkeypatch.setattr(modes, "hand_written_driver", lambda *args, **kwargs: _FakeDriver())
     monkeypatch.setattr(modes, "fit_driver", lambda *args, **kwargs: _FakeDriver())
-    monkeypatch.setattr(modes, "interleave", lambda drivers, steps, repeats: None)
+    monkeypatch.setattr(modes, "time_rounds", lambda drivers, steps, rule, on_round=None: 1)
     benchmark.compare(tiny_config(models=("tiny",), precisions=("fp16",), seed=3, count_launches=False), tiny_specs())
     steps = 1 + 2 * 1  # warm-up + steps x repeats of tiny_config
     assert [row[:-1] for row in built] == [("tiny", BATCH, 3, "mixed_float16", "dynamic", steps)]

@@ -2,7 +2,9 @@
 
 `BenchmarkConfig` holds the settings; `canonical_models` and
 `canonical_precisions` normalise the names it holds; `default_specs` are the
-models the benchmark measures by default, the tasks training runs.
+models the benchmark measures by default, the tasks training runs;
+`fit_to_machine` fills in the precisions and XLA settings left unset with
+what a run on this machine would choose among, and says why.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import Any
 from tfmp import float32_layers
 from tfmp import precision as precision_lib
 from tfmp.models.resnet50 import MIN_INPUT_SIZE
+from tfmp.run import auto_precision, shipped, tasks
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
-from tfmp.run import shipped, tasks
 from tfmp.run.fields import ConfigError, check_fields, option
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "canonical_precisions",
     "dedupe",
     "default_specs",
+    "fit_to_machine",
 ]
 
 PRECISIONS = precision_lib.CONCRETE_PRECISIONS  # a benchmark names what it measures: no `auto`
@@ -37,6 +40,9 @@ MODELS = ("gan", "mobilenet_v2", "resnet50")
 PIPELINE_MODELS = ("gan", "mobilenet_v2")
 MODES = ("compare", "input_pipeline", "ceiling", "resident", "kernels", "max_batch")
 DEFAULT_RESNET_INPUT_SIZE = 64
+# The fixed counts of the modes that do not time to an interval (input_pipeline, ceiling), when none is given.
+FIXED_STEPS = 20
+FIXED_REPEATS = 5
 
 
 def dedupe(values: Iterable[Any]) -> tuple[Any, ...]:
@@ -101,9 +107,9 @@ def canonical_precisions(precisions: Sequence[str]) -> tuple[str, ...]:
     return _canonical_names("precision", precisions, f"{', '.join(PRECISIONS)} (or fp32, bf16, fp16)", canonical)
 
 
-def _some(values: tuple[Any, ...]) -> None:
-    if not values:
-        raise ConfigError("must hold at least one value.")
+def _precisions_or_unset(precisions: tuple[str, ...]) -> tuple[str, ...]:
+    """`canonical_precisions`, with the empty tuple (unset: `fit_to_machine` decides) allowed."""
+    return precisions if precisions == () else canonical_precisions(precisions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,11 +127,14 @@ class BenchmarkConfig:
         MODELS, "Models: keys of the specs (by default gan, mobilenet_v2, resnet50), in any case."
     )
     precisions: tuple[str, ...] = option(
-        PRECISIONS,
-        f"Precisions: {', '.join(PRECISIONS)} (or fp32, bf16, fp16).",
-        check=canonical_precisions,
+        (),
+        f"Precisions: {', '.join(PRECISIONS)} (or fp32, bf16, fp16). Empty: those a run's precision=auto "
+        "measures on this machine (float32 and the 16-bit types it computes natively).",
+        check=_precisions_or_unset,
     )
-    xla: tuple[bool, ...] = option((False, True), "XLA (jit_compile) settings to measure.", check=_some)
+    xla: tuple[bool, ...] = option(
+        (), "XLA (jit_compile) settings to measure. Empty: as a run's xla=auto: on with a GPU, off on a CPU."
+    )
     batch_sizes: tuple[int, ...] = option(
         (), "Batch sizes for every model. Empty: gan 512, mobilenet_v2 128, resnet50 32.", lower_bound=1
     )
@@ -135,12 +144,35 @@ class BenchmarkConfig:
         lower_bound=MIN_INPUT_SIZE,
     )
     warmup_steps: int = option(3, "Untimed steps per path before timing (the first traces).", lower_bound=1)
-    steps: int = option(20, "Timed steps per path per repeat.", lower_bound=1)
-    repeats: int = option(
-        5,
-        "Timed rounds per row and run, trainer and hand-written step back to back (in alternating order); "
-        "their throughputs make one paired ratio.",
+    steps: int | None = option(
+        None,
+        "Timed steps per path per round. Unset: as many as last about round_seconds (at least 1); "
+        f"--mode=input_pipeline and ceiling: {FIXED_STEPS}.",
         lower_bound=1,
+    )
+    repeats: int | None = option(
+        None,
+        "Timed rounds per row and run, trainer and hand-written step back to back (in alternating order); "
+        "each round's two throughputs make one paired ratio. Unset: rounds until the paired ratio's 95% "
+        "interval is within +-interval, or the row's time_budget is spent (at least 3 rounds); "
+        f"--mode=input_pipeline and ceiling: {FIXED_REPEATS}.",
+        lower_bound=1,
+    )
+    interval: float = option(
+        0.02,
+        "Without --repeats: the relative half-width of a row's 95% interval at which its timing stops "
+        "(0.02: the paired ratio known to +-2%).",
+        lower_bound=0.001,
+        upper_bound=1.0,
+    )
+    time_budget: float = option(
+        60.0,
+        "Without --repeats: seconds of timing a row may spend before it stops short of its interval "
+        "(building, tracing and warm-up come on top).",
+        lower_bound=1.0,
+    )
+    round_seconds: float = option(
+        0.5, "Without --steps: about how long each path runs in one timed round.", lower_bound=0.01
     )
     # Every row is built and timed again in each run, so one noisy stretch of the machine cannot decide a figure.
     runs: int = option(
@@ -179,10 +211,18 @@ class BenchmarkConfig:
         "(TF_CPU_ALLOCATOR_USE_BFC=true) so the allocator's peak and step memory are read; --nocpu_bfc keeps "
         "TensorFlow's default CPU allocator (no allocator figures on a CPU). No effect on a GPU.",
     )
-    count_launches: bool = option(
-        True,
+    count_launches: bool | None = option(
+        None,
         "--mode=compare: after timing, count each path's ops executed per step (kernels on a GPU) and host reads "
-        "per step, what a step costs a GPU's host; --nocount_launches skips the profiled pass.",
+        "per step, what a step costs a GPU's host: a profiled pass and a fit() of a few more steps per path. "
+        "Unset: on with a GPU; off on a CPU, where a GAN step takes seconds and the count would cost about as "
+        "much as the timing.",
+    )
+    console: str = option(
+        "auto",
+        "Progress on stderr: progress (one line rewritten in place: phase, step, elapsed, ETA), lines (plain "
+        "lines, for logs and pipes), or auto (progress on a terminal, lines otherwise).",
+        choices=config_lib.CONSOLE_MODES,
     )
 
     def validate(self, valid_models: Iterable[str] = MODELS) -> None:
@@ -193,6 +233,65 @@ class BenchmarkConfig:
         """
         check_fields(self)
         canonical_models(self.models, valid_models)
+
+    def fixed_counts(self) -> tuple[int, int]:
+        """`(steps, repeats)` for the modes that time a fixed count: the given ones, else 20 and 5."""
+        return self.steps or FIXED_STEPS, self.repeats or FIXED_REPEATS
+
+
+def fit_to_machine(
+    config: BenchmarkConfig, hardware: auto_precision.Hardware | None = None
+) -> tuple[BenchmarkConfig, str]:
+    """`config` with its unset precisions and XLA settings chosen as a run on `hardware` would choose, and why.
+
+    The precisions left empty become those `precision="auto"` measures there
+    (`tfmp.run.auto_precision.candidates`: float32, and each 16-bit type the
+    GPU's Tensor Cores or the CPU compute natively); the XLA settings left
+    empty become `xla="auto"`'s (on with a GPU, off on a CPU, where XLA
+    bypasses oneDNN). What was given is kept.
+
+    Args:
+        config: The benchmark's settings.
+        hardware: The device; default `tfmp.run.auto_precision.detect_hardware()`.
+
+    Returns:
+        The settled config and one line saying what it measures and why.
+    """
+    changes: dict[str, Any] = {}
+    reasons = []
+    if not (config.precisions and config.xla):
+        hardware = hardware or auto_precision.detect_hardware()
+    if not config.precisions:
+        changes["precisions"] = auto_precision.candidates(hardware)
+        reasons.append(f"the precisions auto measures on {hardware.description} ({_why_precisions(hardware)})")
+    if not config.xla:
+        changes["xla"] = (bool(hardware.gpus),)
+        reasons.append("XLA as auto sets it (" + ("on with a GPU)" if hardware.gpus else "off on a CPU)"))
+    settled = dataclasses.replace(config, **changes)
+    what = f"{', '.join(settled.models)} x {', '.join(canonical_precisions(settled.precisions))} x XLA " + "/".join(
+        "on" if xla else "off" for xla in dedupe(settled.xla)
+    )
+    why = f"; {' and '.join(reasons)}" if reasons else ""
+    return settled, f"measuring {what}{why}"
+
+
+def _why_precisions(hardware: auto_precision.Hardware) -> str:
+    """Why `candidates(hardware)` holds what it holds, in a few words."""
+    if hardware.gpus:
+        capability = hardware.compute_capability
+        return (
+            "bfloat16 and float16 Tensor Cores"
+            if capability >= (8, 0)
+            else "float16 Tensor Cores"
+            if capability >= (7, 0)
+            else "no Tensor Cores: float32 only"
+        )
+    native = [name for name, has in (("bfloat16", hardware.cpu_bfloat16), ("float16", hardware.cpu_float16)) if has]
+    missing = [name for name in ("bfloat16", "float16") if name not in native]
+    if not native:
+        return "no 16-bit arithmetic: float32 only"
+    said = f"native {' and '.join(native)}"
+    return said + (f"; {missing[0]} emulated, left out" if missing else "")
 
 
 def default_specs(resnet_input_size: int = DEFAULT_RESNET_INPUT_SIZE) -> dict[str, tasks.Task]:

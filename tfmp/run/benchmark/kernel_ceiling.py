@@ -144,8 +144,9 @@ def _profile_step(
         workload = modes._build(spec, precision, False, batch_size, config, hand_written=False)
         dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
         driver = trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
-        rounds = [driver.run(config.steps)[0] / config.steps for _ in range(config.repeats)]
-        ops = op_times(driver.run, config.steps)
+        steps, repeats = config.fixed_counts()
+        rounds = [driver.run(steps)[0] / steps for _ in range(repeats)]
+        ops = op_times(driver.run, steps)
     return 1000.0 * statistics.median(rounds), ops
 
 
@@ -191,8 +192,8 @@ def ceiling(
 
     Without XLA (the profile names TensorFlow's own kernels). Each row's
     trainer is built as `compare` builds it, warmed up, timed over
-    `config.repeats` rounds of `config.steps` steps, then profiled over
-    `config.steps` more.
+    `config.repeats` rounds of `config.steps` steps (5 and 20 when unset:
+    `BenchmarkConfig.fixed_counts`), then profiled over that many steps more.
 
     Args:
         config: What to measure; its `xla` and `runs` are not used.
@@ -202,7 +203,7 @@ def ceiling(
     Raises:
         ValueError: for an invalid config, or one without a 16-bit precision, naming it.
     """
-    specs = modes._check_specs(config, specs)
+    config, specs = modes._check_specs(config, specs)
     sixteen = sixteen_bit_precisions(config.precisions)
     records = []
     for name in canonical_models(config.models, specs):

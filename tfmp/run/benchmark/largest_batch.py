@@ -414,7 +414,7 @@ def max_batch(
     settings = MaxBatchSettings() if settings is None else settings
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
     settings.validate(has_gpu)
-    specs = _check_specs(config, specs)
+    config, specs = _check_specs(config, specs)
     environment = {} if has_gpu else cpu_bfc_environment(settings.budget_mb)
     records = []
     for spec, batch_size, xla, precision in _rows(

@@ -11,6 +11,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import gc
+import math
 import multiprocessing
 import os
 import pickle
@@ -33,9 +34,21 @@ from tfmp.run.benchmark.benchmark_config import (
     canonical_precisions,
     dedupe,
     default_specs,
+    fit_to_machine,
 )
-from tfmp.run.benchmark.drivers import Driver, fit_driver, hand_written_driver, interleave, trainer_driver
+from tfmp.run.benchmark.drivers import (
+    Driver,
+    StopRule,
+    fit_driver,
+    hand_written_driver,
+    interleave,
+    relative_interval,
+    steps_per_round,
+    time_rounds,
+    trainer_driver,
+)
 from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
+from tfmp.run.benchmark.progress import Progress, remaining_estimate
 from tfmp.run.benchmark.records import PipelineRecord, Record
 from tfmp.run.benchmark.workload import Workload, build_workload
 from tfmp.run.callbacks import display
@@ -46,10 +59,25 @@ __all__ = ["compare", "input_pipeline"]
 _T = TypeVar("_T")
 
 
-def _check_specs(config: BenchmarkConfig, specs: Mapping[str, tasks.Task] | None) -> Mapping[str, tasks.Task]:
+def _check_specs(
+    config: BenchmarkConfig, specs: Mapping[str, tasks.Task] | None, progress: Any = None
+) -> tuple[BenchmarkConfig, Mapping[str, tasks.Task]]:
+    """The config, validated, its unset precisions and XLA settings fitted to this machine (said to `progress`,
+    a `Progress` or a callable taking a line), and the specs (`default_specs` when None)."""
     specs = default_specs(config.resnet_input_size) if specs is None else specs
     config.validate(valid_models=specs)
-    return specs
+    if not (config.precisions and config.xla):
+        config, plan = fit_to_machine(config)
+        _say(progress, f"benchmark: {plan}")
+    return config, specs
+
+
+def _say(progress: Any, line: str) -> None:
+    """`line` to `progress`: a `Progress`'s own line, or a call of a callable; nothing for None."""
+    if isinstance(progress, Progress):
+        progress.note(line)
+    elif progress is not None:
+        progress(line)
 
 
 def _rows(config: BenchmarkConfig, specs: Mapping[str, tasks.Task]) -> Iterator[tuple[tasks.Task, int, bool, str]]:
@@ -70,9 +98,10 @@ def _row_task(spec: tasks.Task, batch_size: int, config: BenchmarkConfig, **chan
     """The model's task as one row runs it: the row's batch size and the benchmark's seed, float32 layers and TF32.
 
     One epoch as long as the row's steps, so that a learning-rate schedule
-    runs over the measurement as it runs over a training run.
+    runs over the measurement as it runs over a training run (a row timed to
+    an interval does not know its steps ahead: its epoch is `_OPEN_EPOCH` steps).
     """
-    steps = config.warmup_steps + config.steps * config.repeats
+    steps = config.warmup_steps + (config.steps * config.repeats if config.steps and config.repeats else _OPEN_EPOCH)
     return spec.with_config(
         batch_size=batch_size,
         seed=config.seed,
@@ -92,6 +121,12 @@ def _build(
     return build_workload(task, precision, xla, task.config.steps_per_epoch, hand_written=hand_written)
 
 
+# The epoch of a row whose step count is decided while it is timed: longer than any such row runs.
+_OPEN_EPOCH = 10_000
+# Steps per path of the launch count when --steps is unset: per-step counts, the same every step.
+_LAUNCH_STEPS = 5
+
+
 def _unit(spec: tasks.Task) -> str:
     """What the model's throughput counts, as printed: `img/s` or `ex/s`."""
     return f"{display.example_unit(spec)}/s"
@@ -107,6 +142,8 @@ class _RowRun:
 
     `ops` and `reads` are per step, by path (`"trainer"`, `"hand_written"`,
     `"plain_fit"`): the ops executed and the host reads (`launches`).
+    `steps` and `rounds` say how long the row was timed, `launch_seconds`
+    what counting the launches cost (None when they were not counted).
     """
 
     trainer: list[float]
@@ -121,6 +158,9 @@ class _RowRun:
     plain_fit: list[float] = dataclasses.field(default_factory=list)
     ops: dict[str, float] = dataclasses.field(default_factory=dict)
     reads: dict[str, float] = dataclasses.field(default_factory=dict)
+    steps: int = 0
+    rounds: int = 0
+    launch_seconds: float | None = None
 
     @staticmethod
     def _paired(trainer: list[float], other: list[float]) -> float | None:
@@ -140,6 +180,18 @@ class _RowRun:
     def plain_fit_ratio(self) -> float | None:
         """The same paired ratio against plain Keras `fit()`; None for a task without one (a GAN)."""
         return self._paired(self.trainer, self.plain_fit)
+
+    @property
+    def ratio_interval(self) -> float | None:
+        """The relative half-width of the paired ratio's 95% interval (`drivers.relative_interval`)."""
+        if not self.hand_written:
+            return None
+        return relative_interval([t / h for t, h in zip(self.trainer, self.hand_written)])
+
+    @property
+    def throughput_interval(self) -> float | None:
+        """The relative half-width of the trainer's throughput's 95% interval."""
+        return relative_interval(self.trainer)
 
 
 def _count_launches(
@@ -165,17 +217,41 @@ def _count_launches(
     return ops, reads
 
 
+def _stop_rule(config: BenchmarkConfig) -> StopRule:
+    """The config's rounds: `repeats` of them, or until `interval` or `time_budget`."""
+    return StopRule(config.repeats, config.interval, config.time_budget)
+
+
+def _counts_launches(config: BenchmarkConfig) -> bool:
+    """`count_launches`, unset meaning on with a GPU only."""
+    if config.count_launches is None:
+        return bool(tf.config.list_physical_devices("GPU"))
+    return config.count_launches
+
+
 def _measure_compare_row(
-    spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
+    spec: tasks.Task,
+    precision: str,
+    xla: bool,
+    batch_size: int,
+    config: BenchmarkConfig,
+    progress: Progress | None = None,
 ) -> _RowRun:
-    """Builds and times one row once; everything it builds is local, so it can be freed once this returns."""
+    """Builds and times one row once; everything it builds is local, so it can be freed once this returns.
+
+    `progress` (a row's `Progress`) hears each phase and round; None is silent.
+    """
     gc.collect()  # free the previous row before measuring this one's memory
     allocator = AllocatorMemory.of_this_process()
+    phase = progress.phase if progress is not None else lambda text: None
+    rule = _stop_rule(config)
     with HostPeakMemory() as host, GpuPeakMemory() as gpu:
         with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
             keras.utils.set_random_seed(config.seed)
+            phase("building")
             workload = _build(spec, precision, xla, batch_size, config)
             dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
+            phase(f"tracing and warm-up ({config.warmup_steps} steps per path)")
             trainer = trainer_driver(
                 workload, dataset, (batch_size,), config.warmup_steps, first_fit=True, allocator=allocator
             )
@@ -184,15 +260,28 @@ def _measure_compare_row(
                 drivers["hand_written"] = hand_written_driver(workload, dataset, config.warmup_steps)
             if workload.plain_fit is not None:
                 drivers["plain_fit"] = fit_driver(workload.plain_fit, dataset, (batch_size,), config.warmup_steps)
-            interleave(list(drivers.values()), config.steps, config.repeats)
-            ops, reads = {}, {}
-            if config.count_launches:
+            steps = config.steps or steps_per_round(list(drivers.values()), config.round_seconds)
+
+            def on_round(rounds: int, width: float | None, elapsed: float) -> None:
+                if progress is not None:
+                    progress.timing(rounds, steps, rule.eta(rounds, width, elapsed), width, config.repeats)
+
+            rounds = time_rounds(list(drivers.values()), steps, rule, on_round)
+            ops, reads, launch_seconds = {}, {}, None
+            if _counts_launches(config):
+                phase("counting launches")
+                start = time.perf_counter()
                 models = {"trainer": workload.trainer, "plain_fit": workload.plain_fit}
                 # A CPU's profile shows a compiled step as one call, not its kernels: no op count there.
                 count_ops = not xla or bool(tf.config.list_physical_devices("GPU"))
                 ops, reads = _count_launches(
-                    drivers, {k: v for k, v in models.items() if v is not None}, dataset, config.steps, count_ops
+                    drivers,
+                    {k: v for k, v in models.items() if v is not None},
+                    dataset,
+                    config.steps or _LAUNCH_STEPS,
+                    count_ops,
                 )
+                launch_seconds = time.perf_counter() - start
     return _RowRun(
         trainer.images_per_sec,
         drivers["hand_written"].images_per_sec if "hand_written" in drivers else [],
@@ -206,17 +295,27 @@ def _measure_compare_row(
         drivers["plain_fit"].images_per_sec if "plain_fit" in drivers else [],
         ops,
         reads,
+        steps,
+        rounds,
+        launch_seconds,
     )
 
 
 def _measure_compare_row_in_own_process(
-    spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig
+    spec: tasks.Task,
+    precision: str,
+    xla: bool,
+    batch_size: int,
+    config: BenchmarkConfig,
+    progress: Progress | None = None,
 ) -> _RowRun:
     """`_measure_compare_row` in a process of its own; a RuntimeError naming the row if that process dies."""
     environment = cpu_bfc_environment() if config.cpu_bfc else {}
     try:
         with _environment(environment):
-            return _in_fresh_process(_measure_compare_row, spec, precision, xla, batch_size, config)
+            if progress is not None:
+                progress.phase("starting its process")
+            return _in_fresh_process(_measure_compare_row, spec, precision, xla, batch_size, config, progress)
     except BrokenProcessPool as e:
         raise RuntimeError(
             f"The process measuring {_label(spec, precision, xla, batch_size)} died before it "
@@ -291,6 +390,10 @@ def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: 
         counts = [getattr(run, kind)[path] for run in runs if path in getattr(run, kind)]
         return statistics.median(counts) if counts else None
 
+    def widest(name: str) -> float | None:
+        widths = [getattr(run, name) for run in runs if getattr(run, name) is not None]
+        return max(widths) if widths else None
+
     return Record(
         model=spec.name,
         precision=precision,
@@ -318,19 +421,27 @@ def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: 
         host_reads_per_step=per_step("reads", "trainer"),
         hand_written_host_reads_per_step=per_step("reads", "hand_written"),
         plain_fit_host_reads_per_step=per_step("reads", "plain_fit"),
+        steps_per_round=runs[0].steps,
+        rounds=sum(run.rounds for run in runs),
+        images_per_sec_interval=widest("throughput_interval"),
+        ratio_to_hand_written_interval=widest("ratio_interval"),
     )
 
 
 def compare(
     config: BenchmarkConfig,
     specs: Mapping[str, tasks.Task] | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | Callable[[str], None] | None = None,
 ) -> list[Record]:
     """Measures the tfmp trainer against float32 and a hand-written step.
 
     One row per (model, batch size, XLA, precision), in that nesting order;
-    see [How the benchmark measures](../../guides/benchmark-methodology.md) for the method. With
-    `config.runs` > 1 every row is measured once per run, run after run
+    see [How the benchmark measures](../../guides/benchmark-methodology.md) for the method.
+    Precisions and XLA settings left unset are those a run here would choose
+    among (`fit_to_machine`). Each row is timed round after round until its
+    paired ratio's 95% interval is within `config.interval` or its
+    `config.time_budget` is spent (or for `config.repeats` rounds, when set).
+    With `config.runs` > 1 every row is measured once per run, run after run
     (all rows of run 1, then all rows of run 2, ...), and each ratio is the
     median over the runs with its min and max. With `config.isolate` (the
     default) each row of each run is built and measured in a process of its
@@ -341,8 +452,10 @@ def compare(
         config: What to measure; validated first.
         specs: The models' `tfmp.run.tasks.Task`s by name; `default_specs(config.resnet_input_size)`
             when None.
-        progress: Called with one line per measured row and run (e.g. print
-            to stderr); silent when None.
+        progress: A `Progress`: each row's phase, rounds and ETA while it
+            runs, a line when it ends, and the whole run's estimate; or a
+            callable taking the line of each measured row and run (e.g.
+            print to stderr); silent when None.
 
     Returns:
         One `Record` per row.
@@ -353,35 +466,32 @@ def compare(
         RuntimeError: when a row's process dies without returning (for
             example killed for lack of memory), naming the row.
     """
-    specs = _check_specs(config, specs)
+    config, specs = _check_specs(config, specs, progress)
     if config.isolate:
         _check_picklable(specs, canonical_models(config.models, specs))
     measure = _measure_compare_row_in_own_process if config.isolate else _measure_compare_row
     rows = list(_rows(config, specs))
     measured: list[list[_RowRun]] = [[] for _ in rows]
+    seconds: list[tuple[str, float]] = []
+    queue = [spec.name for _ in range(config.runs) for spec, *_ in rows]
     for run in range(config.runs):
         for (spec, batch_size, xla, precision), runs in zip(rows, measured):
+            label = _label(spec, precision, xla, batch_size)
+            of = f" (run {run + 1}/{config.runs})" if config.runs > 1 else ""
+            live = progress.row(label + of) if isinstance(progress, Progress) else None
             start = time.perf_counter()
-            row_run = measure(spec, precision, xla, batch_size, config)
+            row_run = measure(spec, precision, xla, batch_size, config, live)
             runs.append(row_run)
+            seconds.append((queue.pop(0), time.perf_counter() - start))
             if progress is not None:
-                label = _label(spec, precision, xla, batch_size) + _kept(row_run.float32_layers)
-                of = f" (run {run + 1}/{config.runs})" if config.runs > 1 else ""
-                hand = (
-                    f" (hand-written {statistics.median(row_run.hand_written):.1f}, paired ratio "
-                    f"{row_run.paired_ratio:.3f})"
-                    if row_run.hand_written
-                    else " (no hand-written step)"
-                )
-                allocator = (
-                    f", allocator ({row_run.allocator}) peak {row_run.peak_mb:.0f} MB, step {row_run.step_mb:.0f} MB"
-                    if row_run.peak_mb is not None
-                    else ""
-                )
-                progress(
-                    f"{label}{of}: {statistics.median(row_run.trainer):.1f} {_unit(spec)}{hand}, "
-                    f"peak RSS {row_run.peak_host_mb:.0f} MB{allocator}, {time.perf_counter() - start:.0f} s"
-                )
+                line = _row_line(label + _kept(row_run.float32_layers) + of, spec, row_run, seconds[-1][1])
+                if queue:
+                    left = remaining_estimate(seconds, queue)
+                    line += f"; about {_minutes(left)} for the {len(queue)} row(s) left"
+                if live is not None:
+                    live.done(line)
+                else:
+                    progress(line)
     records = [
         _record(spec, precision, xla, batch, runs) for (spec, batch, xla, precision), runs in zip(rows, measured)
     ]
@@ -398,7 +508,39 @@ def compare(
         if reference is not None:
             record.peak_ratio_to_float32 = _ratio(record.peak_mb, reference.peak_mb)
             record.step_ratio_to_float32 = _ratio(record.step_mb, reference.step_mb)
+            widths = (record.images_per_sec_interval, reference.images_per_sec_interval)
+            if record is not reference and None not in widths:
+                # Two rows are not paired: their throughputs' intervals add in quadrature.
+                record.ratio_to_float32_interval = math.hypot(*widths)
     return records
+
+
+def _row_line(label: str, spec: tasks.Task, row_run: _RowRun, seconds: float) -> str:
+    """The line a measured row ends with: throughput, paired ratio and its interval, memory, timed steps, time."""
+    width = row_run.ratio_interval
+    hand = (
+        f" (hand-written {statistics.median(row_run.hand_written):.1f}, paired ratio {row_run.paired_ratio:.3f}"
+        + (f" +-{100 * width:.1f}%" if width is not None else "")
+        + ")"
+        if row_run.hand_written
+        else " (no hand-written step)"
+    )
+    allocator = (
+        f", allocator ({row_run.allocator}) peak {row_run.peak_mb:.0f} MB, step {row_run.step_mb:.0f} MB"
+        if row_run.peak_mb is not None
+        else ""
+    )
+    launches = f", launches counted in {row_run.launch_seconds:.0f} s" if row_run.launch_seconds is not None else ""
+    return (
+        f"{label}: {statistics.median(row_run.trainer):.1f} {_unit(spec)}{hand}, "
+        f"peak RSS {row_run.peak_host_mb:.0f} MB{allocator}, {row_run.rounds} rounds x {row_run.steps} steps"
+        f"{launches}, {seconds:.0f} s"
+    )
+
+
+def _minutes(seconds: float) -> str:
+    """`40 s`, `3.5 min`."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
 def _ratio(value: float | None, reference: float | None) -> float | None:
@@ -420,7 +562,7 @@ def _measure_pipeline_row(
         # At least one epoch of warm-up: a partial last batch has its own shape.
         warmup = max(config.warmup_steps, len(pipeline.epoch_batch_sizes))
         real = trainer_driver(workload, pipeline.dataset, pipeline.epoch_batch_sizes, warmup, first_fit=False)
-        interleave([real, synthetic], config.steps, config.repeats)
+        interleave([real, synthetic], *config.fixed_counts())
     return real.median_images_per_sec, synthetic.median_images_per_sec
 
 
@@ -454,7 +596,7 @@ def input_pipeline(
         tfmp.run.data.DatasetNotFoundError: when the dataset needs a download
             that is not available.
     """
-    specs = _check_specs(config, specs)
+    config, specs = _check_specs(config, specs, progress)
     records = []
     pipelines: dict[tuple[str, int], Pipeline] = {}
     dataset = config.dataset.lower()

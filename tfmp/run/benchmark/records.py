@@ -42,6 +42,18 @@ class Record:
         ratio_to_hand_written_min, ratio_to_hand_written_max: The lowest and
             highest run's `ratio_to_hand_written`.
         runs: How many runs the figures come from (`BenchmarkConfig.runs`).
+        steps_per_round: Timed steps per path in each round (`BenchmarkConfig.steps`,
+            or chosen so a round lasts about `round_seconds`).
+        rounds: Timed rounds, over all runs: each path ran `rounds * steps_per_round` timed steps.
+        images_per_sec_interval: The relative half-width of the 95% interval of
+            the trainer's throughput over the rounds (0.02: +-2%), the widest
+            run's; None for a single round.
+        ratio_to_float32_interval: That of `ratio_to_float32`, from the two
+            rows' throughput intervals (rows are not paired, so they add in
+            quadrature); None for the float32 row itself or a single round.
+        ratio_to_hand_written_interval: That of the paired ratio to the
+            hand-written step (what a row timed to an interval stops on), the
+            widest run's; None without a hand-written step or for a single round.
         peak_host_mb: Peak resident memory of the process during the row
             (MiB; "Memory" in [How the benchmark measures](../../guides/benchmark-methodology.md)
             says what it includes).
@@ -105,18 +117,27 @@ class Record:
     host_reads_per_step: float | None = None
     hand_written_host_reads_per_step: float | None = None
     plain_fit_host_reads_per_step: float | None = None
+    steps_per_round: int | None = None
+    rounds: int | None = None
+    images_per_sec_interval: float | None = None
+    ratio_to_float32_interval: float | None = None
+    ratio_to_hand_written_interval: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON-ready dict, one key per attribute (each spread after its median, the unit after
-        the throughput's spread, the allocator's figures after the resident set's, the per-step launch counts
-        after the ratio to plain `fit()`)."""
+        """The record as a JSON-ready dict, one key per attribute (each spread and interval after its median, the
+        unit after the throughput's, the timed steps after the runs, the allocator's figures after the resident
+        set's, the per-step launch counts after the ratio to plain `fit()`)."""
         row = dataclasses.asdict(self)
         memory = ["allocator", "peak_mb", "step_mb", "peak_ratio_to_float32", "step_ratio_to_float32"]
         launch = [k for k in row if k.endswith("_per_step")]
-        keys = [k for k in row if not k.endswith(("_min", "_max")) and k != "unit" and k not in memory + launch]
+        timed = ["steps_per_round", "rounds"]
+        spreads = ("_min", "_max", "_interval")
+        keys = [k for k in row if not k.endswith(spreads) and k != "unit" and k not in memory + launch + timed]
         for median in ("images_per_sec", "ratio_to_float32", "ratio_to_hand_written"):
             at = keys.index(median) + 1
-            keys[at:at] = [f"{median}_min", f"{median}_max"] + (["unit"] if median == "images_per_sec" else [])
+            keys[at:at] = [median + end for end in spreads] + (["unit"] if median == "images_per_sec" else [])
+        at = keys.index("runs") + 1
+        keys[at:at] = timed
         at = keys.index("peak_gpu_mb") + 1
         keys[at:at] = memory
         at = keys.index("ratio_to_plain_fit") + 1

@@ -89,7 +89,7 @@ def resident(
         RuntimeError: without `/proc/self/status` (Linux), where the RSS is
             read, before any work.
     """
-    specs = _check_specs(config, specs)
+    config, specs = _check_specs(config, specs, progress)
     if resident_mb() is None:
         raise RuntimeError("The resident mode reads the RSS from /proc/self/status, which this system does not have.")
     rows = list(_rows(config, specs))
