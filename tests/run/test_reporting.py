@@ -159,7 +159,7 @@ def test_plot_of_rows_timed_to_an_interval_states_their_rounds_and_the_rule(tmp_
         record.rounds, record.steps_per_round = rounds, 1
     reporting.plot(records, str(tmp_path / "bench.png"), benchmark.BenchmarkConfig(), device="CPU (test)")
     (figure,) = figures
-    assert "median of 4-9 rounds x 1 steps (3 warm-up), each row to +-2% or 60 s" in figure._suptitle.get_text()
+    assert "median of 4-9 rounds x 1 steps (2 warm-up), each row to +-2% or 60 s" in figure._suptitle.get_text()
 
 
 def test_plot_states_the_reference_device_method_and_hand_written_ratio(tmp_path, monkeypatch):

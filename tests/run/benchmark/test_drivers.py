@@ -46,6 +46,8 @@ def test_the_eta_expects_the_interval_to_shrink_as_one_over_the_root_of_the_roun
     assert rule.eta(4, 0.04, 4.0) == pytest.approx(12.0)
     assert StopRule(interval=0.02, seconds=10.0).eta(4, 0.04, 4.0) == pytest.approx(6.0)  # capped by the budget
     assert rule.eta(1, None, 1.0) == pytest.approx(2.0)  # before a width: the fewest rounds
+    # A budget spent by the first round: the fewest rounds are timed all the same.
+    assert StopRule(interval=0.02, seconds=10.0, min_rounds=3).eta(1, None, 30.0) == pytest.approx(60.0)
 
 
 class _Clocked(Driver):

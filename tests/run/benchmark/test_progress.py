@@ -29,9 +29,11 @@ def test_a_timing_line_gives_the_round_the_interval_and_the_eta(capsys):
     row = Progress("lines", every=0).row("tiny")
     row.timing(4, 3, eta=125.0, width=0.031, repeats=None)
     row.timing(2, 20, eta=4.0, width=None, repeats=5)
+    row.timing(2, 1, eta=9.0, width=9.94)  # two rounds: an interval of one degree of freedom, not shown
     assert capsys.readouterr().err.splitlines() == [
         "tiny: timing, round 4 (12 steps per path), ratio +-3.1%, 0 s, ETA 2 min 5 s",
         "tiny: timing, round 2/5 (40 steps per path), 0 s, ETA 4 s",
+        "tiny: timing, round 2 (2 steps per path), 0 s, ETA 9 s",
     ]
 
 

@@ -143,7 +143,12 @@ class BenchmarkConfig:
         f"Side of ResNet-50's square input (>= {MIN_INPUT_SIZE}; ImageNet: 224).",
         lower_bound=MIN_INPUT_SIZE,
     )
-    warmup_steps: int = option(3, "Untimed steps per path before timing (the first traces).", lower_bound=1)
+    warmup_steps: int = option(
+        2,
+        "Untimed steps per path before timing: the first traces (and with XLA compiles), the second runs warm and "
+        "sets how many steps a round takes.",
+        lower_bound=1,
+    )
     steps: int | None = option(
         None,
         "Timed steps per path per round. Unset: as many as last about round_seconds (at least 1); "

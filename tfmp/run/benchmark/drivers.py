@@ -171,12 +171,18 @@ class StopRule:
         return (width is not None and width <= self.interval) or elapsed * (rounds + 1) / rounds > self.seconds
 
     def eta(self, rounds: int, width: float | None, elapsed: float) -> float:
-        """Seconds the timing should still take: the interval shrinks as one over the square root of the rounds."""
+        """Seconds the timing should still take: the interval shrinks as one over the square root of the rounds.
+
+        The rounds still needed for `interval`, as many as the budget allows, and the fewest rounds whatever it says.
+        """
         per_round = elapsed / rounds
         if self.repeats is not None:
             return max(self.repeats - rounds, 0) * per_round
-        needed = self.min_rounds if width is None else math.ceil(rounds * (width / self.interval) ** 2)
-        return min(max(needed - rounds, 0) * per_round, max(self.seconds - elapsed, 0.0))
+        needed = (
+            self.min_rounds if width is None else max(self.min_rounds, math.ceil(rounds * (width / self.interval) ** 2))
+        )
+        affordable = max(self.min_rounds, math.floor(self.seconds / per_round)) if per_round > 0 else needed
+        return max(min(needed, affordable) - rounds, 0) * per_round
 
 
 def steps_per_round(drivers: Sequence[Driver], round_seconds: float) -> int:

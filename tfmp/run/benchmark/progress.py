@@ -80,14 +80,16 @@ class Progress:
             rounds: Rounds timed so far.
             steps: Steps per path per round.
             eta: Seconds the row's timing is expected to need still; None when not known.
-            width: The relative half-width of the 95% interval so far; None before two rounds.
+            width: The relative half-width of the 95% interval so far; None before two rounds. Shown from
+                the third round on: two rounds give Student's t a single degree of freedom, and an interval
+                many times the ratio.
             repeats: The fixed number of rounds, or None when timing to an interval.
         """
         if self.mode == "lines" and time.time() - self._last_line < self.every:
             return
         self._last_line = time.time()
         of = f"/{repeats}" if repeats else ""
-        known = f", ratio +-{100 * width:.1f}%" if width is not None else ""
+        known = f", ratio +-{100 * width:.1f}%" if width is not None and rounds >= 3 else ""
         left = f", ETA {_clock(eta)}" if eta is not None else ""
         self._show(
             f"{self.label}: timing, round {rounds}{of} ({rounds * steps} steps per path){known}, "
