@@ -51,6 +51,7 @@ from tfmp.run import parity, reporting
 __all__ = [
     "BENCHMARK_RECORD",
     "FIGURES",
+    "PARITY_PART",
     "PARITY_RECORD",
     "TENSORBOARD_TAGS",
     "ArmGap",
@@ -79,7 +80,9 @@ TENSORBOARD_RUNS = (
 RECORDS = os.path.join(REPO, "docs", "records")
 # The benchmark run both charts are drawn from, and the parity sweep of the parity chart.
 BENCHMARK_RECORD = os.path.join(RECORDS, "avx512bf16-compare.json")
-PARITY_RECORD = os.path.join(RECORDS, "avx512bf16-parity-sweep.json")
+PARITY_RECORD = os.path.join(RECORDS, "history.json")
+# The sweep's part of the history record (one part per former record, `parts` and `data` keyed alike).
+PARITY_PART = "avx512bf16-parity-sweep"
 _LABELS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 _COLORS = {"float32": "tab:blue", "mixed_bfloat16": "tab:green", "mixed_float16": "tab:orange"}
 _MODELS = {"gan": "GAN", "mobilenet_v2": "MobileNetV2", "resnet50": "ResNet-50"}
@@ -390,7 +393,8 @@ def record_sweep(path: str = PARITY_RECORD) -> list[ArmGap]:
     Raises:
         ValueError: when the record has no arms.
     """
-    arms = load_record(path)["data"].get("arms")
+    data = load_record(path)["data"]
+    arms = data.get(PARITY_PART, data).get("arms")
     if not arms:
         raise ValueError(f"{path}: the record has no arms (data.arms).")
     return [ArmGap(a["arm"], a["units"], a["accuracy_gap"], a["low"], a["high"]) for a in arms]
@@ -470,7 +474,8 @@ def make_parity(out: str, records_path: str | None = None) -> str:
     if records_path is not None:
         gaps = gaps_of_records(load_parity_records(records_path))
         return plot_parity(gaps, path, title=f"tfmp-parity --json_out={records_path}")
-    machine = load_record(PARITY_RECORD)["machine"]
+    record = load_record(PARITY_RECORD)
+    machine = record.get("parts", {}).get(PARITY_PART, record)["machine"]
     title = f"The k-fold sweep (MobileNetV2 alpha 0.35, embedded digits, 12 epochs)\n{machine}; accuracy gap to float32"
     return plot_parity(record_sweep(), path, title=title)
 

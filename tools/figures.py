@@ -53,6 +53,11 @@ __all__ = [
     "check_files",
     "check_text",
     "covered_files",
+    "KINDS",
+    "HISTORY_PAGES",
+    "MEASURED_SHARE",
+    "record_names",
+    "record_problems",
     "load_record",
     "lookup",
     "guarded",
@@ -64,7 +69,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = os.path.join(REPO, "docs", "records")
 # What every record says of itself: where it was measured, how, at which tfmp, when, and whether the
 # file holds the command's own output or figures transcribed from elsewhere.
-REQUIRED_FIELDS = ("machine", "command", "tfmp_commit", "date", "source", "data")
+REQUIRED_FIELDS = ("kind", "machine", "command", "tfmp_commit", "date", "source", "data")
+# What a record is. `measured`: it holds the raw output of its command (the keys its `raw` field names:
+# the --json_out file, what the command printed). `transcribed`: a measurement whose output was printed
+# and not kept, read from the notes written at the time (copied into the record). `quoted`: another
+# framework's figures. `history`: figures of earlier tfmp commits, or of machine classes the project can
+# no longer measure, raw output not kept; the current guides and getting started do not quote them.
+KINDS = ("measured", "transcribed", "quoted", "history")
+# The share of records that must hold their command's raw output.
+MEASURED_SHARE = 0.6
+# Pages that may quote the `history` record: the reports and README, each in a place that says "measured
+# before" (checked by tests/docs/test_records.py), and the CHANGELOG.
+HISTORY_PAGES = ("README.md", "docs/PERFORMANCE.md", "docs/NUMERICS.md", "docs/history.md", "CHANGELOG.md")
+# A path outside the repository (absolute, a parent's, the shared folder) or one that no longer exists in it.
+_OUTSIDE = re.compile(r"(?<![\w.])(?:/(?:work|home|tmp|root|mnt)/\S*|\.\./\S*|shared/\S*|REFERENCE\.md)")
+_REPO_PATH = re.compile(r"(?<![\w./-])(?:docs|tools|scripts|tfmp|tests|models)/[\w./-]*\w")
 
 FIGURE = re.compile(r"<!--\s*figure:\s*(?P<record>[\w.-]+)\s+(?P<key>.+?)(?P<options>(?:\s+\w+(?:=\S+)?)*)\s*-->")
 SAMPLE = re.compile(r"^\s*<!--\s*sample:\s*(?P<record>[\w.-]+)\s+(?P<key>\S+)\s*-->\s*$")
@@ -128,6 +147,63 @@ def _load(path: str) -> dict:
     if missing:
         raise ValueError(f"{path}: a record needs the fields {list(REQUIRED_FIELDS)}. Missing: {missing}")
     return record
+
+
+def record_names(records: str | None = None) -> list[str]:
+    """The names of the records in `records` (default: `RECORDS`), sorted."""
+    return sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(records or RECORDS, "*.json")))
+
+
+def _strings(value: object) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def record_problems(records: str | None = None, repo: str = REPO) -> list[str]:
+    """What keeps the records from standing alone: an unknown `kind`, a measured record without its raw
+    output, a path outside the repository (or one gone from it, unless named "at commit ..."), or fewer
+    than `MEASURED_SHARE` of the records holding their raw output."""
+    problems = []
+    names = record_names(records)
+    measured = 0
+    for name in names:
+        try:
+            record = load_record(name, records)
+        except ValueError as e:
+            problems.append(str(e))
+            continue
+        kind = record["kind"]
+        if kind not in KINDS:
+            problems.append(f"{name}: kind {kind!r} is not one of {list(KINDS)}")
+        if kind == "measured":
+            raw = record.get("raw") or []
+            if not raw:
+                problems.append(f"{name}: a measured record names the keys of its raw output in `raw`")
+            for key in raw:
+                try:
+                    held = lookup(record, key)
+                except (KeyError, IndexError, TypeError) as e:
+                    problems.append(f"{name}: raw output {key!r} is missing: {e}")
+                    continue
+                if not held:
+                    problems.append(f"{name}: raw output {key!r} is empty")
+            measured += bool(raw)
+        for text in _strings(record):
+            for match in _OUTSIDE.finditer(text):
+                problems.append(f"{name}: names a path outside the repository: {match.group()!r}")
+            for match in _REPO_PATH.finditer(text):
+                gone = not os.path.exists(os.path.join(repo, match.group()))
+                if gone and not re.search(r"commit [0-9a-f]{7}", text):
+                    problems.append(f"{name}: names {match.group()!r}, which is not in the repository")
+    if names and measured < MEASURED_SHARE * len(names):
+        problems.append(f"{measured} of {len(names)} records hold their raw output; at least {MEASURED_SHARE:.0%} must")
+    return problems
 
 
 def load_record(name: str, records: str | None = None) -> dict:

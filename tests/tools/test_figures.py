@@ -15,6 +15,7 @@ _SPEC.loader.exec_module(figures)
 @pytest.fixture
 def records(tmp_path, monkeypatch):
     record = {
+        "kind": "measured",
         "machine": "2-core test CPU",
         "command": "python3 scripts/benchmark.py --models=gan",
         "tfmp_commit": "0" * 40,
@@ -71,7 +72,7 @@ def test_missing_records_keys_and_fields_are_problems(records):
     assert _messages("1.5x<!-- figure: nowhere data.x -->")[0].startswith("figure nowhere data.x: ")
     assert "no 'ratio'" in _messages("1.5x<!-- figure: bench data.ratio -->")[0]
     assert "matches 2 items" in _messages("1<!-- figure: bench data.rows[model=gan].images_per_sec -->")[0]
-    assert "Missing: ['command'" in _messages("1<!-- figure: partial data -->")[0]
+    assert "Missing: ['kind', 'command'" in _messages("1<!-- figure: partial data -->")[0]
     assert "not a number" in _messages("1<!-- figure: bench data.output -->")[0]
     assert "no number" in _messages("about<!-- figure: bench data.rows[0].images_per_sec -->")[0]
     assert "unknown options ['round']" in _messages("1<!-- figure: bench data.rows[0].images_per_sec round -->")[0]
