@@ -100,7 +100,8 @@ _OPTIONS = ("scale", "lower")
 # 2 x 512 (a product); seconds only apart from their number (5 s, 5 seconds), so that 1990s is not one.
 MEASURED = re.compile(
     r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:\*\*)?(?P<figure><!--\s*figure:.*?-->)?(?:\*\*)?"
-    r"(?:x|%| ?img/s| ?ms| ?[KMGT]i?B|[ \u00a0](?:s|seconds?))(?![\w/])"
+    r"(?:x|[ \u00a0]?%|[ \u00a0]?[A-Za-z]+/s(?:ec)?|[ \u00a0](?:images|examples|steps|samples) (?:a|per) second"
+    r"|[ \u00a0]?(?:ms|[\u00b5\u03bc]s|us)|[ \u00a0]?[KMGT]i?B|[ \u00a0](?:s|seconds?|min|minutes?|h|hours?))(?![\w/])"
 )
 # Numbers with those units that are not measurements, each with what it is.
 NOT_MEASURED = (
@@ -114,9 +115,12 @@ NOT_MEASURED = (
     r"fits \d[\d,]* ?[KMGT]i?B",  # the budget --mode=max_batch fits a batch into
     r"(?:timeout|limit|budget)s?(?: of)? \d[\d,.]* ?(?:ms|s|seconds?|[KMGT]i?B)",  # a setting or limit so named
     r"\d+ s configured",  # --worker_timeout, as the preemption test sets it
+    r"under \d+ minutes",  # the default test suite's limit
     r"within \d+ s naming",  # the preemption test's limit on a survivor's exit
 )
 _NOT_MEASURED = re.compile("|".join(NOT_MEASURED))
+# A measured throughput in a block of console output: such a block is a sample, and names its record.
+_SAMPLE_FIGURE = re.compile(r"\d[\d,.]*(?:e[+-]?\d+)? ?(?:img|ex|images|examples)/s\b|(?:images|examples)_per_sec \d")
 # Pages whose measured figures must all carry a comment (the others quote sources, e.g. background.md).
 GUARDED = ("README.md", "getting-started.md", "PERFORMANCE.md", "NUMERICS.md", "guides/")
 _HIDDEN = re.compile(r"`[^`]*`|<!--(?!\s*figure:).*?-->|\]\([^)]*\)")
@@ -351,10 +355,15 @@ def unmarked_figures(text: str, path: str = "<text>") -> list[Problem]:
     """Every ratio, percentage, img/s, time or size in the prose of `text` with no comment, not in `NOT_MEASURED`."""
     problems = []
     fence = None
-    for number, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
         stripped = line.lstrip()
         if fence is None and stripped.startswith(("```", "~~~")):
             fence = stripped[:3]
+            block = _fenced_block(lines, number - 1) or []
+            marked = number > 1 and SAMPLE.match(lines[number - 2])
+            if not marked and any(_SAMPLE_FIGURE.search(shown) for shown in block):
+                problems.append(Problem(path, number, "a sample output with a throughput and no sample comment"))
             continue
         if fence is not None:
             fence = None if stripped.startswith(fence) else fence

@@ -161,3 +161,31 @@ def test_a_marked_time_or_size_and_a_setting_pass(records, tmp_path, monkeypatch
     )
     page = _guarded_page(tmp_path, monkeypatch, text)
     assert figures.check_file(str(page)) == []
+
+
+def test_the_guard_catches_a_space_before_percent_microseconds_minutes_and_any_throughput_unit():
+    text = (
+        "about 1 to 3 % of a step; a launch of about 10 µs (or 10 us); up to 13 minutes, or 2 min;\n"
+        "16232.2 ex/s, 900 tokens/s, 12 steps/sec and 500 images per second\n"
+    )
+    found = [p.message for p in figures.unmarked_figures(text, "p.md")]
+    assert found == [
+        "'3 %' quoted with no figure comment",
+        "'10 µs' quoted with no figure comment",
+        "'10 us' quoted with no figure comment",
+        "'13 minutes' quoted with no figure comment",
+        "'2 min' quoted with no figure comment",
+        "'16232.2 ex/s' quoted with no figure comment",
+        "'900 tokens/s' quoted with no figure comment",
+        "'12 steps/sec' quoted with no figure comment",
+        "'500 images per second' quoted with no figure comment",
+    ]
+    assert figures.unmarked_figures("the default set runs in under 10 minutes\n") == []
+
+
+def test_a_sample_output_with_a_throughput_must_name_its_record():
+    block = "```text\nsummary: 150 steps; mean throughput 16232.2 ex/s over 147 steps\n```\n"
+    [problem] = figures.unmarked_figures("It prints:\n\n" + block, "p.md")
+    assert (problem.line, problem.message) == (3, "a sample output with a throughput and no sample comment")
+    assert figures.unmarked_figures("<!-- sample: run data.output -->\n" + block) == []
+    assert figures.unmarked_figures("```bash\npython3 scripts/train.py --epochs=3\n```\n") == []
