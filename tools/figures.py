@@ -13,8 +13,8 @@ decimals as the quote has, and fails when the two differ. Options after the key:
 percentage of a ratio), `lower` (`1 - value`, for "34% lower" with `scale=100`). A key is a dotted
 path into the record (`data.ms.matmul.float32`); a segment `rows[model=gan,precision=float32]`
 picks the one list item whose fields have those values (a value with a comma quoted: `[arm="a, b"]`),
-`rows[0]` or `.0` an index; `a / b` quotes the
-ratio of two values.
+`rows[0]` or `.0` an index; `a / b` quotes the ratio of two values; `step_ms(KEY)` a figure derived
+from the fields of a benchmark row (`DERIVED`: its step time, counting the GAN's 2 images per example).
 
 A sample output (a fenced block of console text) carries `<!-- sample: RECORD KEY -->` on the line
 before it: each line of the block, other than `...`, must be a line of the record's text, in order.
@@ -51,6 +51,7 @@ __all__ = [
     "Problem",
     "check_file",
     "check_files",
+    "quantity_problems",
     "check_text",
     "covered_files",
     "KINDS",
@@ -60,6 +61,9 @@ __all__ = [
     "record_problems",
     "load_record",
     "lookup",
+    "DERIVED",
+    "IMAGES_PER_EXAMPLE",
+    "step_ms",
     "guarded",
     "main",
     "unmarked_figures",
@@ -93,7 +97,7 @@ NUMBER = re.compile(r"(?:(?<![\w.>])[-+\u2212])?\d[\d,]*(?:\.\d+)?")
 _SEGMENT = re.compile(r"^(?P<name>[^\[\]]*)(?:\[(?P<select>[^\]]*)\])?$")
 # field=value in a selector; a value with a comma in it is quoted: [arm="mixed_float16, initial scale 256"].
 _PAIR = re.compile(r'(\w+)\s*=\s*("[^"]*"|[^,\]]*)')
-_OPTIONS = ("scale", "lower")
+_OPTIONS = ("scale", "lower", "q")
 
 # A measured figure by its unit: 1.7x, 4%, 0.94-0.96x, 999 img/s, 118 ms, 600 MB, 21.1 MiB, 5 s; a figure
 # comment may sit between the number and its unit (0.93<!-- figure: ... -->x). Not 32x32 (a size) nor
@@ -258,6 +262,21 @@ def _fields(value: object) -> list[str]:
     return sorted(value) if isinstance(value, dict) else []
 
 
+# Images per example of a benchmark row's model, as the benchmark counts them (`images_per_example` of
+# tfmp's trainers): the GAN's step takes a batch of real images and generates as many.
+IMAGES_PER_EXAMPLE = {"gan": 2}
+
+
+def step_ms(row: dict) -> float:
+    """A benchmark row's step time in ms, from its fields: batch_size x images per example / images_per_sec."""
+    images = row["batch_size"] * IMAGES_PER_EXAMPLE.get(row["model"], 1)
+    return 1000.0 * images / row["images_per_sec"]
+
+
+# Figures the check derives from a record's fields (a key `NAME(KEY)`), so that no marker computes by hand.
+DERIVED = {"step_ms": step_ms}
+
+
 def lookup(record: dict, key: str) -> object:
     """The value at `key` in `record` (the grammar is in the module's docstring); `a / b` divides two values.
 
@@ -267,6 +286,11 @@ def lookup(record: dict, key: str) -> object:
     if " / " in key:
         numerator, denominator = (lookup(record, part.strip()) for part in key.split(" / ", 1))
         return float(numerator) / float(denominator)
+    derived = re.fullmatch(r"(?P<name>\w+)\((?P<key>.+)\)", key)
+    if derived is not None:
+        if derived["name"] not in DERIVED:
+            raise KeyError(f"key {key!r}: no derived figure {derived['name']!r} (known: {sorted(DERIVED)})")
+        return DERIVED[derived["name"]](lookup(record, derived["key"]))
     value: object = record
     for segment in key.split("."):
         value = _step(value, segment, key)
@@ -423,9 +447,48 @@ def covered_files(repo: str = REPO) -> list[str]:
     return [os.path.join(repo, "README.md"), *sorted(pages)]
 
 
+def _quotes(paths: Iterable[str]) -> list[tuple[str, int, str, str, dict]]:
+    """Each figure comment in `paths`: (path, line, the number quoted, record + key, options)."""
+    quotes = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for number, line in enumerate(text.splitlines(), 1):
+            end = 0
+            for match in FIGURE.finditer(line):
+                quoted = _quoted_number(line, end, match.start())
+                end = match.end()
+                options = dict((o.split("=", 1) + [""])[:2] for o in match["options"].split())  # noqa: RUF005
+                source = f"{match['record']} {match['key'].strip()}"
+                quotes.append((os.path.relpath(path, REPO), number, _plain(quoted or ""), source, options))
+    return quotes
+
+
+def quantity_problems(paths: Iterable[str]) -> list[Problem]:
+    """One quantity, one figure: a named quantity (`q=NAME`) comes from one record key wherever it is quoted,
+    with the same digits; and one record key is quoted with the same digits on every page."""
+    problems = []
+    named: dict[str, tuple] = {}
+    keyed: dict[tuple, tuple] = {}
+    for path, line, quoted, source, options in _quotes(paths):
+        name = options.pop("q", None)
+        what = (source, tuple(sorted(options.items())))
+        if name:
+            first = named.setdefault(name, (what, quoted, path, line))
+            if first[0] != what:
+                problems.append(Problem(path, line, f"quantity {name}: from {source}, but {first[2]}:{first[3]} quotes it from {first[0][0]}"))
+            elif first[1] != quoted:
+                problems.append(Problem(path, line, f"quantity {name}: {quoted} here, {first[1]} at {first[2]}:{first[3]}"))
+        first = keyed.setdefault(what, (quoted, path, line))
+        if first[0] != quoted and first[1] != path:
+            problems.append(Problem(path, line, f"{source}: {quoted} here, {first[0]} at {first[1]}:{first[2]}"))
+    return problems
+
+
 def check_files(paths: Iterable[str]) -> list[Problem]:
-    """`check_file` of each path."""
-    return [problem for path in paths for problem in check_file(path)]
+    """`check_file` of each path, and `quantity_problems` across them."""
+    paths = list(paths)
+    return [problem for path in paths for problem in check_file(path)] + quantity_problems(paths)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

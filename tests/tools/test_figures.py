@@ -189,3 +189,51 @@ def test_a_sample_output_with_a_throughput_must_name_its_record():
     assert (problem.line, problem.message) == (3, "a sample output with a throughput and no sample comment")
     assert figures.unmarked_figures("<!-- sample: run data.output -->\n" + block) == []
     assert figures.unmarked_figures("```bash\npython3 scripts/train.py --epochs=3\n```\n") == []
+
+
+def test_a_step_time_is_derived_from_a_rows_fields_counting_the_gan_s_two_images(records):
+    rows = {"rows": [{"model": "gan", "batch_size": 512, "images_per_sec": 125350.0}]}
+    record = {"data": rows}
+    assert round(figures.lookup(record, "step_ms(data.rows[model=gan])"), 1) == 8.2
+    with pytest.raises(KeyError, match="no derived figure 'step_s'"):
+        figures.lookup(record, "step_s(data.rows[model=gan])")
+
+
+def test_the_derived_step_time_equals_the_step_ms_the_benchmark_itself_recorded():
+    for name in ("amx-gan", "amx-mobilenet-v2", "avx512bf16-compare"):
+        for row in figures.load_record(name)["data"]["rows"]:
+            assert figures.step_ms(row) == pytest.approx(row["step_ms"], rel=1e-3), (name, row["model"])
+
+
+def _pages(tmp_path, **pages):
+    paths = []
+    for name, text in pages.items():
+        path = tmp_path / f"{name}.md"
+        path.write_text(text)
+        paths.append(str(path))
+    return paths
+
+
+def test_a_named_quantity_from_two_keys_on_two_pages_fails(records, tmp_path):
+    paths = _pages(
+        tmp_path,
+        a="XLA was 11x<!-- figure: bench data.rows[0].images_per_sec q=xla-slowdown -->\n",
+        b="XLA was 197.4x<!-- figure: bench data.rows[1].images_per_sec q=xla-slowdown -->\n",
+    )
+    [problem] = figures.quantity_problems(paths)
+    assert problem.message.startswith("quantity xla-slowdown: from bench data.rows[1].images_per_sec, but ")
+
+
+def test_one_key_quoted_with_other_digits_on_another_page_fails(records, tmp_path):
+    paths = _pages(
+        tmp_path,
+        a="211.5 img/s<!-- figure: bench data.rows[0].images_per_sec -->\n",
+        b="212 img/s<!-- figure: bench data.rows[0].images_per_sec -->\n",
+    )
+    [problem] = figures.quantity_problems(paths)
+    assert problem.message.startswith("bench data.rows[0].images_per_sec: 212 here, 211.5 at ")
+    assert figures.quantity_problems(paths[:1] * 2) == []
+
+
+def test_the_docs_quote_each_quantity_with_one_figure():
+    assert [str(p) for p in figures.quantity_problems(figures.covered_files())] == []
