@@ -237,3 +237,26 @@ def test_one_key_quoted_with_other_digits_on_another_page_fails(records, tmp_pat
 
 def test_the_docs_quote_each_quantity_with_one_figure():
     assert [str(p) for p in figures.quantity_problems(figures.covered_files())] == []
+
+
+def test_a_figures_block_checks_the_paragraph_above_it_and_marks_its_figures(records):
+    text = (
+        "float16 ran at 0.93x float32's speed,\n"
+        "197.4 img/s against 211.5.\n"
+        "<!-- figures:\n"
+        "0.93 bench data.rows[precision=mixed_float16].ratio_to_float32\n"
+        "197.4 bench data.rows[1].images_per_sec\n"
+        "211.5 bench data.rows[0].images_per_sec\n"
+        "-->\n"
+    )
+    assert figures.check_text(text, "page.md", guard=True) == []
+    wrong = text.replace("0.93 bench", "0.73 bench").replace("211.5 bench", "212.5 bench")
+    assert [p.message for p in figures.check_text(wrong, "page.md", guard=True)] == [
+        "'0.93x' quoted with no figure comment",
+        "0.73 is not in the paragraph above its block",
+        "0.73 quoted, the record bench data.rows[precision=mixed_float16].ratio_to_float32 gives 0.93",
+        "212.5 is not in the paragraph above its block",
+        "212.5 quoted, the record bench data.rows[0].images_per_sec gives 211.5",
+    ]
+    unmarked = text.replace("197.4 bench data.rows[1].images_per_sec\n", "")
+    assert [p.message for p in figures.unmarked_figures(unmarked)] == ["'197.4 img/s' quoted with no figure comment"]
