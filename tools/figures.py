@@ -560,9 +560,13 @@ def quantity_problems(paths: Iterable[str]) -> list[Problem]:
         if name:
             first = named.setdefault(name, (what, quoted, path, line))
             if first[0] != what:
-                problems.append(Problem(path, line, f"quantity {name}: from {source}, but {first[2]}:{first[3]} quotes it from {first[0][0]}"))
+                where = f"{first[2]}:{first[3]}"
+                problems.append(
+                    Problem(path, line, f"quantity {name}: from {source}, but {where} quotes it from {first[0][0]}")
+                )
             elif first[1] != quoted:
-                problems.append(Problem(path, line, f"quantity {name}: {quoted} here, {first[1]} at {first[2]}:{first[3]}"))
+                where = f"{first[2]}:{first[3]}"
+                problems.append(Problem(path, line, f"quantity {name}: {quoted} here, {first[1]} at {where}"))
         first = keyed.setdefault(what, (quoted, path, line))
         if first[0] != quoted and first[1] != path:
             problems.append(Problem(path, line, f"{source}: {quoted} here, {first[0]} at {first[1]}:{first[2]}"))
