@@ -21,7 +21,8 @@ def test_every_quoted_figure_equals_its_record():
 
 def test_the_reports_quote_figures_from_records():
     for page in ("README.md", "docs/PERFORMANCE.md", "docs/NUMERICS.md", "docs/getting-started.md"):
-        assert figures.FIGURE.search((_ROOT / page).read_text()), page
+        text = (_ROOT / page).read_text()
+        assert figures.FIGURE.search(text) or "\n<!-- figures:\n" in text, page
 
 
 def test_the_docs_build_runs_the_check():
