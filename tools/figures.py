@@ -92,9 +92,9 @@ REQUIRED_FIELDS = ("kind", "machine", "command", "tfmp_commit", "date", "source"
 KINDS = ("measured", "transcribed", "quoted", "history")
 # The share of records that must hold their command's raw output.
 MEASURED_SHARE = 0.6
-# Pages that may quote the `history` record: the reports and README, each in a place that says "measured
-# before" (checked by tests/docs/test_records.py), and the CHANGELOG.
-HISTORY_PAGES = ("README.md", "docs/PERFORMANCE.md", "docs/NUMERICS.md", "docs/history.md", "CHANGELOG.md")
+# Pages that may quote the `history` record: README and the reports, which say where a figure was measured
+# before, the contributors' page of what was measured before, and the CHANGELOG. Not the guides.
+HISTORY_PAGES = ("README.md", "docs/PERFORMANCE.md", "docs/NUMERICS.md", "docs/measured-before.md", "CHANGELOG.md")
 # A path outside the repository (absolute, a parent's, the shared folder) or one that no longer exists in it.
 _OUTSIDE = re.compile(r"(?<![\w.])(?:/(?:work|home|tmp|root|mnt)/\S*|\.\./\S*|shared/\S*|REFERENCE\.md)")
 _REPO_PATH = re.compile(r"(?<![\w./-])(?:docs|tools|scripts|tfmp|tests|models)/[\w./-]*\w")
@@ -143,7 +143,16 @@ _NOT_MEASURED = re.compile("|".join(NOT_MEASURED))
 # A measured throughput in a block of console output: such a block is a sample, and names its record.
 _SAMPLE_FIGURE = re.compile(r"\d[\d,.]*(?:e[+-]?\d+)? ?(?:img|ex|images|examples)/s\b|(?:images|examples)_per_sec \d")
 # Pages whose measured figures must all carry a comment (the others quote sources, e.g. background.md).
-GUARDED = ("README.md", "getting-started.md", "PERFORMANCE.md", "NUMERICS.md", "guides/")
+GUARDED = (
+    "README.md",
+    "index.md",
+    "getting-started.md",
+    "PERFORMANCE.md",
+    "NUMERICS.md",
+    "measured-before.md",
+    "glossary.md",
+    "guides/",
+)
 _HIDDEN = re.compile(r"`[^`]*`|<!--(?!\s*figure:).*?-->|\]\([^)]*\)")
 
 

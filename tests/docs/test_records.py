@@ -91,3 +91,12 @@ def test_an_unknown_kind_fails(records):
     assert figures.record_problems(str(records)) == [
         "a: kind 'guessed' is not one of ['measured', 'transcribed', 'quoted', 'history']"
     ]
+
+
+def test_only_readme_the_reports_and_the_contributors_page_quote_the_history_record():
+    quoting = sorted(
+        str(pathlib.Path(path).relative_to(_ROOT))
+        for path in figures.covered_files()
+        if "figure: history " in pathlib.Path(path).read_text() or "\nhistory " in pathlib.Path(path).read_text()
+    )
+    assert quoting and set(quoting) <= set(figures.HISTORY_PAGES), quoting
