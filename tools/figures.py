@@ -137,6 +137,7 @@ NOT_MEASURED = (
     r"(?:timeout|limit|budget)s?(?: of)? \d[\d,.]* ?(?:ms|s|seconds?|[KMGT]i?B)",  # a setting or limit so named
     r"\d+ s configured",  # --worker_timeout, as the preemption test sets it
     r"under \d+ minutes",  # the default test suite's limit
+    r"at least 60% of the records",  # MEASURED_SHARE
     r"within \d+ s naming",  # the preemption test's limit on a survivor's exit
 )
 _NOT_MEASURED = re.compile("|".join(NOT_MEASURED))
