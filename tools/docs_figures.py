@@ -83,6 +83,9 @@ BENCHMARK_RECORD = os.path.join(RECORDS, "avx512bf16-compare.json")
 PARITY_RECORD = os.path.join(RECORDS, "history.json")
 # The sweep's part of the history record (one part per former record, `parts` and `data` keyed alike).
 PARITY_PART = "avx512bf16-parity-sweep"
+# The arms the pages' table shows beside the chart (the sweep's fourth, float16 at a scale of 256, is in
+# NUMERICS.md's full table only).
+PARITY_ARMS = ("float32, Keras BatchNorm (the floor)", "mixed_float16", "mixed_bfloat16")
 _LABELS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 _COLORS = {"float32": "tab:blue", "mixed_bfloat16": "tab:green", "mixed_float16": "tab:orange"}
 _MODELS = {"gan": "GAN", "mobilenet_v2": "MobileNetV2", "resnet50": "ResNet-50"}
@@ -400,14 +403,25 @@ def record_sweep(path: str = PARITY_RECORD) -> list[ArmGap]:
     return [ArmGap(a["arm"], a["units"], a["accuracy_gap"], a["low"], a["high"]) for a in arms]
 
 
+def _arm_color(arm: str) -> str:
+    """An arm's colour: its precision's, as in the throughput and memory charts (float32 blue, bfloat16
+    green, float16 orange), whatever its interval."""
+    for precision in ("mixed_bfloat16", "mixed_float16"):
+        if arm.startswith(precision):
+            return _COLORS[precision]
+    return _COLORS["float32"]
+
+
 def plot_parity(gaps: Sequence[ArmGap], path: str, title: str | None = None) -> str:
     """Writes a PNG of each arm's accuracy gap to float32 with its 95% interval, against the +-1-point band.
 
     One row per arm (float32 is the reference at 0), top to bottom in the
     given order; a dot at the mean paired gap, a bar over its 95% interval,
-    the label `mean (low..high), n units`, and the band where parity is
-    claimed shaded. An interval wholly inside the band is drawn green, one
-    that crosses it orange.
+    the label `mean (low..high), n units` under it, and the band where parity
+    is claimed shaded. Each arm has its precision's colour, as in the other
+    charts; a filled dot marks an interval wholly inside the band, a hollow
+    one an interval that crosses it. Drawn narrow, with large type, so that
+    it reads at 420 px.
 
     Args:
         gaps: The arms, e.g. `record_sweep()` or `gaps_of_records(records)`.
@@ -426,46 +440,48 @@ def plot_parity(gaps: Sequence[ArmGap], path: str, title: str | None = None) -> 
 
     if not gaps:
         raise ValueError(f"plot_parity needs at least one arm. Received: gaps={gaps!r}")
-    figure = Figure(figsize=(8, 2.2 + 0.6 * len(gaps)), layout="constrained")
+    figure = Figure(figsize=(5, 1.9 + 1.0 * len(gaps)), layout="constrained")
     FigureCanvasAgg(figure)
     ax = figure.subplots()
-    ax.axvspan(-PARITY_BAND, PARITY_BAND, color="tab:green", alpha=0.12, label=f"±{PARITY_BAND:g} point")
+    ax.axvspan(-PARITY_BAND, PARITY_BAND, color="0.85", alpha=0.6, label=f"±{PARITY_BAND:g} point band")
     ax.axvline(0, color="black", linewidth=0.8)
     widest = PARITY_BAND
     for y, gap in enumerate(reversed(gaps)):
-        color = "tab:blue"
+        color = _arm_color(gap.arm)
+        inside = True
         if not math.isnan(gap.low):
             inside = -PARITY_BAND <= gap.low and gap.high <= PARITY_BAND
-            color = "tab:green" if inside else "tab:orange"
-            ax.errorbar([gap.mean], [y], xerr=[[gap.mean - gap.low], [gap.high - gap.mean]], color=color, capsize=6)
+            ax.errorbar(
+                [gap.mean], [y], xerr=[[gap.mean - gap.low], [gap.high - gap.mean]], color=color, capsize=7, lw=2.5
+            )
             widest = max(widest, abs(gap.low), abs(gap.high))
-            label = f"{gap.mean:+.2f} ({gap.low:+.2f}..{gap.high:+.2f}), {gap.units} units"
+            label = f"{gap.mean:+.2f} ({gap.low:+.2f} to {gap.high:+.2f}), {gap.units} units"
         else:
             label = f"{gap.mean:+.2f}, {gap.units} unit (no interval)"
         widest = max(widest, abs(gap.mean))
-        ax.plot([gap.mean], [y], "o", color=color)
-        ax.annotate(
-            label,
-            (gap.mean, y),
-            xytext=(0, 7),
-            textcoords="offset points",
-            ha="center",
-            fontsize=8,
-            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
-        )
-    ax.set_xlim(-1.25 * widest, 1.25 * widest)
-    ax.set_ylim(-0.6, len(gaps) - 0.3)
+        ax.plot([gap.mean], [y], "o", ms=11, color=color, mfc=color if inside else "white", mew=2.5)
+        ax.annotate(label, (0, y), xytext=(0, -24), textcoords="offset points", ha="center", fontsize=_FONT - 1)
+    ax.set_xlim(-1.15 * widest, 1.15 * widest)
+    ax.set_ylim(-0.8, len(gaps) - 0.4)
     ax.set_yticks(range(len(gaps)))
-    ax.set_yticklabels([g.arm for g in reversed(gaps)])
+    ax.set_yticklabels([_arm_label(g.arm) for g in reversed(gaps)], fontsize=_FONT)
+    ax.tick_params(axis="x", labelsize=_FONT - 1)
     ax.set_xlabel(
-        "validation accuracy gap to float32 (points)\n"
-        "dot: mean paired gap; bar: its 95% interval (green: inside the band, orange: crosses it)"
+        "accuracy gap to float32 (points): dot the mean,\nbar the 95% interval (hollow: crosses the band)",
+        fontsize=_FONT - 1,
     )
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper right", fontsize=_FONT - 2)
     units = max(g.units for g in gaps)
-    ax.set_title(title or f"Accuracy gap to float32 per arm (up to {units} paired units)", fontsize=10)
-    figure.savefig(path, format="png", dpi=120, bbox_inches="tight", pad_inches=0.1)
+    ax.set_title(title or f"Accuracy gap to float32 per arm (up to {units} paired units)", fontsize=_FONT - 1)
+    figure.savefig(path, format="png", dpi=110, bbox_inches="tight", pad_inches=0.1)
     return path
+
+
+def _arm_label(arm: str) -> str:
+    """A short label for the chart's axis: the floor's long name shortened, `mixed_` dropped."""
+    if arm.startswith("float32,"):
+        return "float32 floor"
+    return arm.replace("mixed_", "")
 
 
 def make_parity(out: str, records_path: str | None = None) -> str:
@@ -475,9 +491,11 @@ def make_parity(out: str, records_path: str | None = None) -> str:
         gaps = gaps_of_records(load_parity_records(records_path))
         return plot_parity(gaps, path, title=f"tfmp-parity --json_out={records_path}")
     record = load_record(PARITY_RECORD)
-    machine = record.get("parts", {}).get(PARITY_PART, record)["machine"]
-    title = f"The k-fold sweep (MobileNetV2 alpha 0.35, embedded digits, 12 epochs)\n{machine}; accuracy gap to float32"
-    return plot_parity(record_sweep(), path, title=title)
+    part = record.get("parts", {}).get(PARITY_PART, record)
+    machine = part["machine"].split(" (")[0]
+    title = f"k-fold sweep, MobileNetV2 on digits\n{machine}\nmeasured before (record: history)"
+    arms = [gap for gap in record_sweep() if gap.arm in PARITY_ARMS]
+    return plot_parity(arms, path, title=title)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """The docs-figures tool's plotting and URL functions, on small inputs (the tool itself runs on demand)."""
 
+import re
 import importlib.util
 import math
 import pathlib
@@ -142,3 +143,14 @@ def test_tensorboard_url_filters_exactly_the_tags():
     )
     with pytest.raises(ValueError, match="Received: tags=\\(\\)"):
         docs_figures.tensorboard_url(6006, ())
+
+
+def test_the_parity_chart_shows_the_arms_of_the_table_beside_it_in_their_precisions_colours():
+    import pathlib
+
+    numerics = (pathlib.Path(docs_figures.REPO) / "docs" / "NUMERICS.md").read_text()
+    table = numerics[numerics.index("## What to expect") : numerics.index("[![Accuracy gap")]
+    shown = set(re.findall(r'arms\[arm="([^"]+)"\]', table))
+    assert shown == set(docs_figures.PARITY_ARMS)
+    colors = [docs_figures._arm_color(arm) for arm in docs_figures.PARITY_ARMS]
+    assert colors == [docs_figures._COLORS[p] for p in ("float32", "mixed_float16", "mixed_bfloat16")]
