@@ -1,9 +1,9 @@
 """The docs-figures tool's plotting and URL functions, on small inputs (the tool itself runs on demand)."""
 
-import re
 import importlib.util
 import math
 import pathlib
+import re
 
 import pytest
 
@@ -146,8 +146,6 @@ def test_tensorboard_url_filters_exactly_the_tags():
 
 
 def test_the_parity_chart_shows_the_arms_of_the_table_beside_it_in_their_precisions_colours():
-    import pathlib
-
     numerics = (pathlib.Path(docs_figures.REPO) / "docs" / "NUMERICS.md").read_text()
     table = numerics[numerics.index("## What to expect") : numerics.index("[![Accuracy gap")]
     shown = set(re.findall(r'arms\[arm="([^"]+)"\]', table))
