@@ -272,7 +272,7 @@ def plot_throughput(record: dict, path: str, model: str = "gan") -> str:
     record's machine (its CPU class).
     """
     rows = _benchmark_rows(record, [model])
-    figure, ax = _figure(7, 1.9 + 0.55 * len(rows))
+    figure, ax = _figure(4.6, 1.9 + 0.55 * len(rows))
     _bars(
         ax,
         rows,
@@ -281,7 +281,7 @@ def plot_throughput(record: dict, path: str, model: str = "gan") -> str:
             f"{r['images_per_sec']:.0f}"
             + _ratio(r["ratio_to_float32"] if r["precision"] != "float32" else None, "fp32")
         ),
-        "img/s, tfmp trainer (median of the rounds)",
+        "img/s, tfmp trainer\n(median of the rounds)",
     )
     batch = rows[0]["batch_size"]
     name = _MODELS.get(model, model)
@@ -302,7 +302,7 @@ def plot_memory(record: dict, path: str) -> str:
     rows = [r for r in _benchmark_rows(record) if r.get("step_mb") is not None]
     if not rows:
         raise ValueError("The record's rows carry no allocator figures (step_mb).")
-    figure, ax = _figure(7, 1.9 + 0.5 * len(rows))
+    figure, ax = _figure(4.6, 1.9 + 0.6 * len(rows))
     _bars(
         ax,
         rows,
@@ -311,7 +311,7 @@ def plot_memory(record: dict, path: str) -> str:
             f"{r['step_mb']:.0f}"
             + _ratio(r.get("step_ratio_to_float32") if r["precision"] != "float32" else None, "fp32")
         ),
-        "MiB a training step allocates (TensorFlow allocator)",
+        "MiB a training step allocates\n(TensorFlow allocator)",
     )
     groups = dict.fromkeys((r["model"], r["batch_size"]) for r in rows)
     batches = ", ".join(f"{_MODELS.get(m, m)} {b}" for m, b in groups)
