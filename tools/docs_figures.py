@@ -63,6 +63,9 @@ __all__ = [
     "plot_throughput",
     "record_sweep",
     "tensorboard_url",
+    "crop_tensorboard",
+    "TENSORBOARD_CARDS",
+    "TENSORBOARD_RECORD",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,6 +76,12 @@ TENSORBOARD_TAGS = ("batch_loss", "batch_loss_scale", "batch_skipped_steps")
 # Parity is claimed when the whole 95% interval lies within this many points of float32.
 PARITY_BAND = 1.0
 
+# The record of the two runs the picture shows (what each printed), and where TensorBoard draws its three
+# cards in a 1400x1000 window (left, top, right, bottom), so that the picture keeps the curves only.
+TENSORBOARD_RECORD = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "records", "avx512bf16-tensorboard-runs.json"
+)
+TENSORBOARD_CARDS = ((301, 171, 705, 590), (723, 171, 1127, 590), (301, 608, 705, 1000))
 TENSORBOARD_RUNS = (
     ("float32", ["--precision=float32"]),
     ("mixed_float16", ["--precision=mixed_float16", "--loss_scale=dynamic"]),
@@ -205,7 +214,42 @@ def make_tensorboard(workdir: str, out: str) -> str:
             ],
         )
     with _tensorboard(logdir) as port:
-        return screenshot(tensorboard_url(port), os.path.join(out, "tensorboard.png"))
+        shot = screenshot(tensorboard_url(port), os.path.join(workdir, "tensorboard_window.png"))
+    record = load_record(TENSORBOARD_RECORD)
+    title = (
+        "TensorBoard: MobileNetV2 on digits, 2 epochs\n"
+        "float32 (cyan), mixed_float16 (purple)\n"
+        f"{record['machine'].split(' (')[0]}\nrecord {os.path.basename(TENSORBOARD_RECORD)[:-5]}"
+    )
+    return crop_tensorboard(shot, os.path.join(out, "tensorboard.png"), title)
+
+
+def crop_tensorboard(shot: str, path: str, title: str) -> str:
+    """Crops a 1400x1000 TensorBoard screenshot to its three cards, stacks them, titles them; returns `path`.
+
+    The run list and the settings pane are left out, and the cards, one above the other at their
+    own size, read at 420 px wide. `TENSORBOARD_CARDS` holds where TensorBoard 2.21 draws them.
+    """
+    reporting.require_matplotlib()
+    import matplotlib.image
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    image = matplotlib.image.imread(shot)
+    cards = [image[top:bottom, left:right] for left, top, right, bottom in TENSORBOARD_CARDS]
+    width = max(card.shape[1] for card in cards)
+    heights = [card.shape[0] for card in cards]
+    dpi = 100
+    figure = Figure(figsize=(width / dpi, (sum(heights) + 150) / dpi), dpi=dpi)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(len(cards), 1, gridspec_kw={"height_ratios": heights, "hspace": 0.02})
+    for ax, card in zip(axes, cards):
+        ax.imshow(card, interpolation="none")
+        ax.set_axis_off()
+    figure.subplots_adjust(left=0, right=1, bottom=0, top=1 - 150 / (sum(heights) + 150))
+    figure.suptitle(title, fontsize=12, y=0.995, va="top")
+    figure.savefig(path, format="png", dpi=dpi)
+    return path
 
 
 def load_record(path: str) -> dict:
