@@ -59,7 +59,7 @@ XLA_SETTINGS = ("auto", "true", "false")  # also True and False (tfmp.precision.
 LR_SCHEDULES = ("cosine", "constant")
 
 # What `log_every=0` means with a GPU: writing a step's TensorBoard scalars is host work (one `tf.summary.scalar`
-# each, a few ms on a 2-core CPU), about as long as the GAN's whole step on an H200, and the host launches the next.
+# each), and on a GPU the host is what launches the next step.
 GPU_LOG_EVERY = 100
 
 
