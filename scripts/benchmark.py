@@ -96,7 +96,9 @@ _MEMORY_BUDGET = flags.DEFINE_string(
 )
 _JSON_OUT = flags.DEFINE_string("json_out", None, "Write the records to this JSON file.")
 _PLOT_OUT = flags.DEFINE_string(
-    "plot_out", None, 'Write a PNG bar chart here (--mode=compare; needs pip install "tfmp[plot]").'
+    "plot_out",
+    None,
+    "Write a PNG bar chart here (--mode=compare; needs matplotlib: pip install -e '.[plot]' in the clone).",
 )
 
 

@@ -51,6 +51,7 @@ from tfmp.run import parity, reporting
 __all__ = [
     "BENCHMARK_RECORD",
     "FIGURES",
+    "PARITY_PART",
     "PARITY_RECORD",
     "TENSORBOARD_TAGS",
     "ArmGap",
@@ -62,6 +63,9 @@ __all__ = [
     "plot_throughput",
     "record_sweep",
     "tensorboard_url",
+    "crop_tensorboard",
+    "TENSORBOARD_CARDS",
+    "TENSORBOARD_RECORD",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,6 +76,12 @@ TENSORBOARD_TAGS = ("batch_loss", "batch_loss_scale", "batch_skipped_steps")
 # Parity is claimed when the whole 95% interval lies within this many points of float32.
 PARITY_BAND = 1.0
 
+# The record of the two runs the picture shows (what each printed), and where TensorBoard draws its three
+# cards in a 1400x1000 window (left, top, right, bottom), so that the picture keeps the curves only.
+TENSORBOARD_RECORD = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "records", "avx512bf16-tensorboard-runs.json"
+)
+TENSORBOARD_CARDS = ((301, 171, 705, 590), (723, 171, 1127, 590), (301, 608, 705, 1000))
 TENSORBOARD_RUNS = (
     ("float32", ["--precision=float32"]),
     ("mixed_float16", ["--precision=mixed_float16", "--loss_scale=dynamic"]),
@@ -79,7 +89,12 @@ TENSORBOARD_RUNS = (
 RECORDS = os.path.join(REPO, "docs", "records")
 # The benchmark run both charts are drawn from, and the parity sweep of the parity chart.
 BENCHMARK_RECORD = os.path.join(RECORDS, "avx512bf16-compare.json")
-PARITY_RECORD = os.path.join(RECORDS, "avx512bf16-parity-sweep.json")
+PARITY_RECORD = os.path.join(RECORDS, "history.json")
+# The sweep's part of the history record (one part per former record, `parts` and `data` keyed alike).
+PARITY_PART = "avx512bf16-parity-sweep"
+# The arms the pages' table shows beside the chart (the sweep's fourth, float16 at a scale of 256, is in
+# NUMERICS.md's full table only).
+PARITY_ARMS = ("float32, Keras BatchNorm (the floor)", "mixed_float16", "mixed_bfloat16")
 _LABELS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 _COLORS = {"float32": "tab:blue", "mixed_bfloat16": "tab:green", "mixed_float16": "tab:orange"}
 _MODELS = {"gan": "GAN", "mobilenet_v2": "MobileNetV2", "resnet50": "ResNet-50"}
@@ -199,7 +214,42 @@ def make_tensorboard(workdir: str, out: str) -> str:
             ],
         )
     with _tensorboard(logdir) as port:
-        return screenshot(tensorboard_url(port), os.path.join(out, "tensorboard.png"))
+        shot = screenshot(tensorboard_url(port), os.path.join(workdir, "tensorboard_window.png"))
+    record = load_record(TENSORBOARD_RECORD)
+    title = (
+        "TensorBoard: MobileNetV2 on digits, 2 epochs\n"
+        "float32 (cyan), mixed_float16 (purple)\n"
+        f"{record['machine'].split(' (')[0]}\nrecord {os.path.basename(TENSORBOARD_RECORD)[:-5]}"
+    )
+    return crop_tensorboard(shot, os.path.join(out, "tensorboard.png"), title)
+
+
+def crop_tensorboard(shot: str, path: str, title: str) -> str:
+    """Crops a 1400x1000 TensorBoard screenshot to its three cards, stacks them, titles them; returns `path`.
+
+    The run list and the settings pane are left out, and the cards, one above the other at their
+    own size, read at 420 px wide. `TENSORBOARD_CARDS` holds where TensorBoard 2.21 draws them.
+    """
+    reporting.require_matplotlib()
+    import matplotlib.image
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    image = matplotlib.image.imread(shot)
+    cards = [image[top:bottom, left:right] for left, top, right, bottom in TENSORBOARD_CARDS]
+    width = max(card.shape[1] for card in cards)
+    heights = [card.shape[0] for card in cards]
+    dpi = 100
+    figure = Figure(figsize=(width / dpi, (sum(heights) + 150) / dpi), dpi=dpi)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(len(cards), 1, gridspec_kw={"height_ratios": heights, "hspace": 0.02})
+    for ax, card in zip(axes, cards):
+        ax.imshow(card, interpolation="none")
+        ax.set_axis_off()
+    figure.subplots_adjust(left=0, right=1, bottom=0, top=1 - 150 / (sum(heights) + 150))
+    figure.suptitle(title, fontsize=12, y=0.995, va="top")
+    figure.savefig(path, format="png", dpi=dpi)
+    return path
 
 
 def load_record(path: str) -> dict:
@@ -266,7 +316,7 @@ def plot_throughput(record: dict, path: str, model: str = "gan") -> str:
     record's machine (its CPU class).
     """
     rows = _benchmark_rows(record, [model])
-    figure, ax = _figure(7, 1.9 + 0.55 * len(rows))
+    figure, ax = _figure(4.6, 1.9 + 0.55 * len(rows))
     _bars(
         ax,
         rows,
@@ -275,7 +325,7 @@ def plot_throughput(record: dict, path: str, model: str = "gan") -> str:
             f"{r['images_per_sec']:.0f}"
             + _ratio(r["ratio_to_float32"] if r["precision"] != "float32" else None, "fp32")
         ),
-        "img/s, tfmp trainer (median of the rounds)",
+        "img/s, tfmp trainer\n(median of the rounds)",
     )
     batch = rows[0]["batch_size"]
     name = _MODELS.get(model, model)
@@ -296,7 +346,7 @@ def plot_memory(record: dict, path: str) -> str:
     rows = [r for r in _benchmark_rows(record) if r.get("step_mb") is not None]
     if not rows:
         raise ValueError("The record's rows carry no allocator figures (step_mb).")
-    figure, ax = _figure(7, 1.9 + 0.5 * len(rows))
+    figure, ax = _figure(4.6, 1.9 + 0.6 * len(rows))
     _bars(
         ax,
         rows,
@@ -305,7 +355,7 @@ def plot_memory(record: dict, path: str) -> str:
             f"{r['step_mb']:.0f}"
             + _ratio(r.get("step_ratio_to_float32") if r["precision"] != "float32" else None, "fp32")
         ),
-        "MiB a training step allocates (TensorFlow allocator)",
+        "MiB a training step allocates\n(TensorFlow allocator)",
     )
     groups = dict.fromkeys((r["model"], r["batch_size"]) for r in rows)
     batches = ", ".join(f"{_MODELS.get(m, m)} {b}" for m, b in groups)
@@ -390,10 +440,20 @@ def record_sweep(path: str = PARITY_RECORD) -> list[ArmGap]:
     Raises:
         ValueError: when the record has no arms.
     """
-    arms = load_record(path)["data"].get("arms")
+    data = load_record(path)["data"]
+    arms = data.get(PARITY_PART, data).get("arms")
     if not arms:
         raise ValueError(f"{path}: the record has no arms (data.arms).")
     return [ArmGap(a["arm"], a["units"], a["accuracy_gap"], a["low"], a["high"]) for a in arms]
+
+
+def _arm_color(arm: str) -> str:
+    """An arm's colour: its precision's, as in the throughput and memory charts (float32 blue, bfloat16
+    green, float16 orange), whatever its interval."""
+    for precision in ("mixed_bfloat16", "mixed_float16"):
+        if arm.startswith(precision):
+            return _COLORS[precision]
+    return _COLORS["float32"]
 
 
 def plot_parity(gaps: Sequence[ArmGap], path: str, title: str | None = None) -> str:
@@ -401,9 +461,11 @@ def plot_parity(gaps: Sequence[ArmGap], path: str, title: str | None = None) -> 
 
     One row per arm (float32 is the reference at 0), top to bottom in the
     given order; a dot at the mean paired gap, a bar over its 95% interval,
-    the label `mean (low..high), n units`, and the band where parity is
-    claimed shaded. An interval wholly inside the band is drawn green, one
-    that crosses it orange.
+    the label `mean (low..high), n units` under it, and the band where parity
+    is claimed shaded. Each arm has its precision's colour, as in the other
+    charts; a filled dot marks an interval wholly inside the band, a hollow
+    one an interval that crosses it. Drawn narrow, with large type, so that
+    it reads at 420 px.
 
     Args:
         gaps: The arms, e.g. `record_sweep()` or `gaps_of_records(records)`.
@@ -422,46 +484,48 @@ def plot_parity(gaps: Sequence[ArmGap], path: str, title: str | None = None) -> 
 
     if not gaps:
         raise ValueError(f"plot_parity needs at least one arm. Received: gaps={gaps!r}")
-    figure = Figure(figsize=(8, 2.2 + 0.6 * len(gaps)), layout="constrained")
+    figure = Figure(figsize=(5, 1.9 + 1.0 * len(gaps)), layout="constrained")
     FigureCanvasAgg(figure)
     ax = figure.subplots()
-    ax.axvspan(-PARITY_BAND, PARITY_BAND, color="tab:green", alpha=0.12, label=f"±{PARITY_BAND:g} point")
+    ax.axvspan(-PARITY_BAND, PARITY_BAND, color="0.85", alpha=0.6, label=f"±{PARITY_BAND:g} point band")
     ax.axvline(0, color="black", linewidth=0.8)
     widest = PARITY_BAND
     for y, gap in enumerate(reversed(gaps)):
-        color = "tab:blue"
+        color = _arm_color(gap.arm)
+        inside = True
         if not math.isnan(gap.low):
             inside = -PARITY_BAND <= gap.low and gap.high <= PARITY_BAND
-            color = "tab:green" if inside else "tab:orange"
-            ax.errorbar([gap.mean], [y], xerr=[[gap.mean - gap.low], [gap.high - gap.mean]], color=color, capsize=6)
+            ax.errorbar(
+                [gap.mean], [y], xerr=[[gap.mean - gap.low], [gap.high - gap.mean]], color=color, capsize=7, lw=2.5
+            )
             widest = max(widest, abs(gap.low), abs(gap.high))
-            label = f"{gap.mean:+.2f} ({gap.low:+.2f}..{gap.high:+.2f}), {gap.units} units"
+            label = f"{gap.mean:+.2f} ({gap.low:+.2f} to {gap.high:+.2f}), {gap.units} units"
         else:
             label = f"{gap.mean:+.2f}, {gap.units} unit (no interval)"
         widest = max(widest, abs(gap.mean))
-        ax.plot([gap.mean], [y], "o", color=color)
-        ax.annotate(
-            label,
-            (gap.mean, y),
-            xytext=(0, 7),
-            textcoords="offset points",
-            ha="center",
-            fontsize=8,
-            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
-        )
-    ax.set_xlim(-1.25 * widest, 1.25 * widest)
-    ax.set_ylim(-0.6, len(gaps) - 0.3)
+        ax.plot([gap.mean], [y], "o", ms=11, color=color, mfc=color if inside else "white", mew=2.5)
+        ax.annotate(label, (0, y), xytext=(0, -24), textcoords="offset points", ha="center", fontsize=_FONT - 1)
+    ax.set_xlim(-1.15 * widest, 1.15 * widest)
+    ax.set_ylim(-0.8, len(gaps) - 0.4)
     ax.set_yticks(range(len(gaps)))
-    ax.set_yticklabels([g.arm for g in reversed(gaps)])
+    ax.set_yticklabels([_arm_label(g.arm) for g in reversed(gaps)], fontsize=_FONT)
+    ax.tick_params(axis="x", labelsize=_FONT - 1)
     ax.set_xlabel(
-        "validation accuracy gap to float32 (points)\n"
-        "dot: mean paired gap; bar: its 95% interval (green: inside the band, orange: crosses it)"
+        "accuracy gap to float32 (points): dot the mean,\nbar the 95% interval (hollow: crosses the band)",
+        fontsize=_FONT - 1,
     )
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper right", fontsize=_FONT - 2)
     units = max(g.units for g in gaps)
-    ax.set_title(title or f"Accuracy gap to float32 per arm (up to {units} paired units)", fontsize=10)
-    figure.savefig(path, format="png", dpi=120, bbox_inches="tight", pad_inches=0.1)
+    ax.set_title(title or f"Accuracy gap to float32 per arm (up to {units} paired units)", fontsize=_FONT - 1)
+    figure.savefig(path, format="png", dpi=110, bbox_inches="tight", pad_inches=0.1)
     return path
+
+
+def _arm_label(arm: str) -> str:
+    """A short label for the chart's axis: the floor's long name shortened, `mixed_` dropped."""
+    if arm.startswith("float32,"):
+        return "float32 floor"
+    return arm.replace("mixed_", "")
 
 
 def make_parity(out: str, records_path: str | None = None) -> str:
@@ -470,9 +534,12 @@ def make_parity(out: str, records_path: str | None = None) -> str:
     if records_path is not None:
         gaps = gaps_of_records(load_parity_records(records_path))
         return plot_parity(gaps, path, title=f"tfmp-parity --json_out={records_path}")
-    machine = load_record(PARITY_RECORD)["machine"]
-    title = f"The k-fold sweep (MobileNetV2 alpha 0.35, embedded digits, 12 epochs)\n{machine}; accuracy gap to float32"
-    return plot_parity(record_sweep(), path, title=title)
+    record = load_record(PARITY_RECORD)
+    part = record.get("parts", {}).get(PARITY_PART, record)
+    machine = part["machine"].split(" (")[0]
+    title = f"k-fold sweep, MobileNetV2 on digits\n{machine}\nmeasured before (record: history)"
+    arms = [gap for gap in record_sweep() if gap.arm in PARITY_ARMS]
+    return plot_parity(arms, path, title=title)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

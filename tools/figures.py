@@ -13,8 +13,18 @@ decimals as the quote has, and fails when the two differ. Options after the key:
 percentage of a ratio), `lower` (`1 - value`, for "34% lower" with `scale=100`). A key is a dotted
 path into the record (`data.ms.matmul.float32`); a segment `rows[model=gan,precision=float32]`
 picks the one list item whose fields have those values (a value with a comma quoted: `[arm="a, b"]`),
-`rows[0]` or `.0` an index; `a / b` quotes the
-ratio of two values.
+`rows[0]` or `.0` an index; `a / b` quotes the ratio of two values; `step_ms(KEY)` a figure derived
+from the fields of a benchmark row (`DERIVED`: its step time, counting the GAN's 2 images per example).
+
+Where the prose should read cleanly raw (README.md), the figures of a paragraph or table go in a block on
+the lines after it instead, one a line, each with the number as the text writes it:
+
+    bfloat16 is within 1 point of float32 (mean gap -0.23 points).
+    <!-- figures:
+    -0.23 history data.avx512bf16-parity-sweep.arms[arm="mixed_bfloat16"].accuracy_gap
+    -->
+
+The check finds each number in the paragraph above and compares it with its record.
 
 A sample output (a fenced block of console text) carries `<!-- sample: RECORD KEY -->` on the line
 before it: each line of the block, other than `...`, must be a line of the record's text, in order.
@@ -51,10 +61,19 @@ __all__ = [
     "Problem",
     "check_file",
     "check_files",
+    "quantity_problems",
     "check_text",
     "covered_files",
+    "KINDS",
+    "HISTORY_PAGES",
+    "MEASURED_SHARE",
+    "record_names",
+    "record_problems",
     "load_record",
     "lookup",
+    "DERIVED",
+    "IMAGES_PER_EXAMPLE",
+    "step_ms",
     "guarded",
     "main",
     "unmarked_figures",
@@ -64,9 +83,30 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = os.path.join(REPO, "docs", "records")
 # What every record says of itself: where it was measured, how, at which tfmp, when, and whether the
 # file holds the command's own output or figures transcribed from elsewhere.
-REQUIRED_FIELDS = ("machine", "command", "tfmp_commit", "date", "source", "data")
+REQUIRED_FIELDS = ("kind", "machine", "command", "tfmp_commit", "date", "source", "data")
+# What a record is. `measured`: it holds the raw output of its command (the keys its `raw` field names:
+# the --json_out file, what the command printed). `transcribed`: a measurement whose output was printed
+# and not kept, read from the notes written at the time (copied into the record). `quoted`: another
+# framework's figures. `history`: figures of earlier tfmp commits, or of machine classes the project can
+# no longer measure, raw output not kept; the current guides and getting started do not quote them.
+KINDS = ("measured", "transcribed", "quoted", "history")
+# The share of records that must hold their command's raw output.
+MEASURED_SHARE = 0.6
+# Pages that may quote the `history` record: README and the reports, which say where a figure was measured
+# before, the contributors' page of what was measured before, and the CHANGELOG. Not the guides.
+HISTORY_PAGES = ("README.md", "docs/PERFORMANCE.md", "docs/NUMERICS.md", "docs/measured-before.md", "CHANGELOG.md")
+# A path outside the repository (absolute, a parent's, the shared folder) or one that no longer exists in it.
+_OUTSIDE = re.compile(r"(?<![\w.])(?:/(?:work|home|tmp|root|mnt)/\S*|\.\./\S*|shared/\S*|REFERENCE\.md)")
+_REPO_PATH = re.compile(r"(?<![\w./-])(?:docs|tools|scripts|tfmp|tests|models)/[\w./-]*\w")
 
 FIGURE = re.compile(r"<!--\s*figure:\s*(?P<record>[\w.-]+)\s+(?P<key>.+?)(?P<options>(?:\s+\w+(?:=\S+)?)*)\s*-->")
+# The block form, for prose that should read cleanly raw: on the lines after a paragraph (or a table), each
+# figure of it with its record, one a line, `<!-- figures:` ... `-->`; each quoted number must be in it.
+BLOCK_OPEN = re.compile(r"^\s*<!--\s*figures:\s*$")
+ENTRY = re.compile(
+    r"^\s*(?P<quoted>[-+\u2212]?\d[\d,]*(?:\.\d+)?)\s+(?P<record>[\w.-]+)\s+(?P<key>.+?)"
+    r"(?P<options>(?:\s+\w+(?:=\S+)?)*)\s*$"
+)
 SAMPLE = re.compile(r"^\s*<!--\s*sample:\s*(?P<record>[\w.-]+)\s+(?P<key>\S+)\s*-->\s*$")
 # A number as the docs write it: 1,353 or 0.93 or -0.23 or +0.47 (the minus may be U+2212); a sign only
 # where no word, number or figure comment precedes it, so that a range's dash (9-22x) is not read as a minus.
@@ -74,14 +114,15 @@ NUMBER = re.compile(r"(?:(?<![\w.>])[-+\u2212])?\d[\d,]*(?:\.\d+)?")
 _SEGMENT = re.compile(r"^(?P<name>[^\[\]]*)(?:\[(?P<select>[^\]]*)\])?$")
 # field=value in a selector; a value with a comma in it is quoted: [arm="mixed_float16, initial scale 256"].
 _PAIR = re.compile(r'(\w+)\s*=\s*("[^"]*"|[^,\]]*)')
-_OPTIONS = ("scale", "lower")
+_OPTIONS = ("scale", "lower", "q")
 
 # A measured figure by its unit: 1.7x, 4%, 0.94-0.96x, 999 img/s, 118 ms, 600 MB, 21.1 MiB, 5 s; a figure
 # comment may sit between the number and its unit (0.93<!-- figure: ... -->x). Not 32x32 (a size) nor
 # 2 x 512 (a product); seconds only apart from their number (5 s, 5 seconds), so that 1990s is not one.
 MEASURED = re.compile(
     r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:\*\*)?(?P<figure><!--\s*figure:.*?-->)?(?:\*\*)?"
-    r"(?:x|%| ?img/s| ?ms| ?[KMGT]i?B|[ \u00a0](?:s|seconds?))(?![\w/])"
+    r"(?:x|[ \u00a0]?%|[ \u00a0]?[A-Za-z]+/s(?:ec)?|[ \u00a0](?:images|examples|steps|samples) (?:a|per) second"
+    r"|[ \u00a0]?(?:ms|[\u00b5\u03bc]s|us)|[ \u00a0]?[KMGT]i?B|[ \u00a0](?:s|seconds?|min|minutes?|h|hours?))(?![\w/])"
 )
 # Numbers with those units that are not measurements, each with what it is.
 NOT_MEASURED = (
@@ -95,11 +136,24 @@ NOT_MEASURED = (
     r"fits \d[\d,]* ?[KMGT]i?B",  # the budget --mode=max_batch fits a batch into
     r"(?:timeout|limit|budget)s?(?: of)? \d[\d,.]* ?(?:ms|s|seconds?|[KMGT]i?B)",  # a setting or limit so named
     r"\d+ s configured",  # --worker_timeout, as the preemption test sets it
+    r"under \d+ minutes",  # the default test suite's limit
+    r"at least 60% of the records",  # MEASURED_SHARE
     r"within \d+ s naming",  # the preemption test's limit on a survivor's exit
 )
 _NOT_MEASURED = re.compile("|".join(NOT_MEASURED))
+# A measured throughput in a block of console output: such a block is a sample, and names its record.
+_SAMPLE_FIGURE = re.compile(r"\d[\d,.]*(?:e[+-]?\d+)? ?(?:img|ex|images|examples)/s\b|(?:images|examples)_per_sec \d")
 # Pages whose measured figures must all carry a comment (the others quote sources, e.g. background.md).
-GUARDED = ("README.md", "getting-started.md", "PERFORMANCE.md", "NUMERICS.md", "guides/")
+GUARDED = (
+    "README.md",
+    "index.md",
+    "getting-started.md",
+    "PERFORMANCE.md",
+    "NUMERICS.md",
+    "measured-before.md",
+    "glossary.md",
+    "guides/",
+)
 _HIDDEN = re.compile(r"`[^`]*`|<!--(?!\s*figure:).*?-->|\]\([^)]*\)")
 
 
@@ -128,6 +182,63 @@ def _load(path: str) -> dict:
     if missing:
         raise ValueError(f"{path}: a record needs the fields {list(REQUIRED_FIELDS)}. Missing: {missing}")
     return record
+
+
+def record_names(records: str | None = None) -> list[str]:
+    """The names of the records in `records` (default: `RECORDS`), sorted."""
+    return sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(records or RECORDS, "*.json")))
+
+
+def _strings(value: object) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def record_problems(records: str | None = None, repo: str = REPO) -> list[str]:
+    """What keeps the records from standing alone: an unknown `kind`, a measured record without its raw
+    output, a path outside the repository (or one gone from it, unless named "at commit ..."), or fewer
+    than `MEASURED_SHARE` of the records holding their raw output."""
+    problems = []
+    names = record_names(records)
+    measured = 0
+    for name in names:
+        try:
+            record = load_record(name, records)
+        except ValueError as e:
+            problems.append(str(e))
+            continue
+        kind = record["kind"]
+        if kind not in KINDS:
+            problems.append(f"{name}: kind {kind!r} is not one of {list(KINDS)}")
+        if kind == "measured":
+            raw = record.get("raw") or []
+            if not raw:
+                problems.append(f"{name}: a measured record names the keys of its raw output in `raw`")
+            for key in raw:
+                try:
+                    held = lookup(record, key)
+                except (KeyError, IndexError, TypeError) as e:
+                    problems.append(f"{name}: raw output {key!r} is missing: {e}")
+                    continue
+                if not held:
+                    problems.append(f"{name}: raw output {key!r} is empty")
+            measured += bool(raw)
+        for text in _strings(record):
+            for match in _OUTSIDE.finditer(text):
+                problems.append(f"{name}: names a path outside the repository: {match.group()!r}")
+            for match in _REPO_PATH.finditer(text):
+                gone = not os.path.exists(os.path.join(repo, match.group()))
+                if gone and not re.search(r"commit [0-9a-f]{7}", text):
+                    problems.append(f"{name}: names {match.group()!r}, which is not in the repository")
+    if names and measured < MEASURED_SHARE * len(names):
+        problems.append(f"{measured} of {len(names)} records hold their raw output; at least {MEASURED_SHARE:.0%} must")
+    return problems
 
 
 def load_record(name: str, records: str | None = None) -> dict:
@@ -178,6 +289,21 @@ def _fields(value: object) -> list[str]:
     return sorted(value) if isinstance(value, dict) else []
 
 
+# Images per example of a benchmark row's model, as the benchmark counts them (`images_per_example` of
+# tfmp's trainers): the GAN's step takes a batch of real images and generates as many.
+IMAGES_PER_EXAMPLE = {"gan": 2}
+
+
+def step_ms(row: dict) -> float:
+    """A benchmark row's step time in ms, from its fields: batch_size x images per example / images_per_sec."""
+    images = row["batch_size"] * IMAGES_PER_EXAMPLE.get(row["model"], 1)
+    return 1000.0 * images / row["images_per_sec"]
+
+
+# Figures the check derives from a record's fields (a key `NAME(KEY)`), so that no marker computes by hand.
+DERIVED = {"step_ms": step_ms}
+
+
 def lookup(record: dict, key: str) -> object:
     """The value at `key` in `record` (the grammar is in the module's docstring); `a / b` divides two values.
 
@@ -187,6 +313,11 @@ def lookup(record: dict, key: str) -> object:
     if " / " in key:
         numerator, denominator = (lookup(record, part.strip()) for part in key.split(" / ", 1))
         return float(numerator) / float(denominator)
+    derived = re.fullmatch(r"(?P<name>\w+)\((?P<key>.+)\)", key)
+    if derived is not None:
+        if derived["name"] not in DERIVED:
+            raise KeyError(f"key {key!r}: no derived figure {derived['name']!r} (known: {sorted(DERIVED)})")
+        return DERIVED[derived["name"]](lookup(record, derived["key"]))
     value: object = record
     for segment in key.split("."):
         value = _step(value, segment, key)
@@ -271,14 +402,63 @@ def _fenced_block(lines: Sequence[str], start: int) -> list[str] | None:
     return None
 
 
+class _Block(NamedTuple):
+    first: int  # the paragraph's first and last line (0-based), the block's first and last line
+    last: int
+    opens: int
+    closes: int
+    entries: list  # (line index, ENTRY match or None)
+
+
+def _blocks(lines: Sequence[str]) -> list[_Block]:
+    """Every `<!-- figures:` block in `lines`, with the paragraph (or table) it follows."""
+    blocks = []
+    at = 0
+    while at < len(lines):
+        if not BLOCK_OPEN.match(lines[at]):
+            at += 1
+            continue
+        closes = at + 1
+        while closes < len(lines) and lines[closes].strip() != "-->":
+            closes += 1
+        last = at - 1
+        while last >= 0 and not lines[last].strip():
+            last -= 1
+        first = last
+        while first > 0 and lines[first - 1].strip() and not lines[first - 1].lstrip().startswith("#"):
+            first -= 1
+        entries = [(i, ENTRY.match(lines[i])) for i in range(at + 1, min(closes, len(lines))) if lines[i].strip()]
+        blocks.append(_Block(first, last, at, closes, entries))
+        at = closes + 1
+    return blocks
+
+
+def _unsigned(number: str) -> str:
+    return _plain(number).lstrip("-")
+
+
 def unmarked_figures(text: str, path: str = "<text>") -> list[Problem]:
     """Every ratio, percentage, img/s, time or size in the prose of `text` with no comment, not in `NOT_MEASURED`."""
     problems = []
     fence = None
-    for number, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    anchored: dict[int, set[str]] = {}  # line (0-based) -> the numbers a block below marks
+    inside: set[int] = set()  # the lines of the blocks themselves
+    for block in _blocks(lines):
+        numbers = {_unsigned(match["quoted"]) for _, match in block.entries if match}
+        for i in range(block.first, block.last + 1):
+            anchored.setdefault(i, set()).update(numbers)
+        inside.update(range(block.opens, block.closes + 1))
+    for number, line in enumerate(lines, 1):
+        if number - 1 in inside:
+            continue
         stripped = line.lstrip()
         if fence is None and stripped.startswith(("```", "~~~")):
             fence = stripped[:3]
+            block = _fenced_block(lines, number - 1) or []
+            marked = number > 1 and SAMPLE.match(lines[number - 2])
+            if not marked and any(_SAMPLE_FIGURE.search(shown) for shown in block):
+                problems.append(Problem(path, number, "a sample output with a throughput and no sample comment"))
             continue
         if fence is not None:
             fence = None if stripped.startswith(fence) else fence
@@ -286,6 +466,8 @@ def unmarked_figures(text: str, path: str = "<text>") -> list[Problem]:
         prose = _NOT_MEASURED.sub(" ", _HIDDEN.sub(" ", line))
         for match in MEASURED.finditer(prose):
             marked = match["figure"] or re.match(r"(?:\*\*)?<!--\s*figure:", prose[match.end() :])
+            lead = NUMBER.match(match.group().lstrip("*"))
+            marked = marked or (lead is not None and _unsigned(lead.group()) in anchored.get(number - 1, ()))
             if not marked:
                 problems.append(Problem(path, number, f"{match.group()!r} quoted with no figure comment"))
     return problems
@@ -304,6 +486,21 @@ def check_text(text: str, path: str = "<text>", guard: bool = False) -> list[Pro
     """
     problems = unmarked_figures(text, path) if guard else []
     lines = text.splitlines()
+    for block in _blocks(lines):
+        if block.closes >= len(lines):
+            problems.append(Problem(path, block.opens + 1, "a figures block with no closing `-->` line"))
+            continue
+        paragraph = " ".join(_HIDDEN.sub(" ", FIGURE.sub(" ", lines[i])) for i in range(block.first, block.last + 1))
+        written = {_unsigned(m.group()) for m in NUMBER.finditer(paragraph)}
+        for i, match in block.entries:
+            if match is None:
+                problems.append(Problem(path, i + 1, f"cannot read this figures entry: {lines[i].strip()!r}"))
+                continue
+            if _unsigned(match["quoted"]) not in written:
+                problems.append(Problem(path, i + 1, f"{match['quoted']} is not in the paragraph above its block"))
+            problem = _check_figure(match, match["quoted"], path, i + 1)
+            if problem is not None:
+                problems.append(problem)
     for number, line in enumerate(lines, 1):
         sample = SAMPLE.match(line)
         if sample is not None:
@@ -338,9 +535,58 @@ def covered_files(repo: str = REPO) -> list[str]:
     return [os.path.join(repo, "README.md"), *sorted(pages)]
 
 
+def _quotes(paths: Iterable[str]) -> list[tuple[str, int, str, str, dict]]:
+    """Each figure comment in `paths`: (path, line, the number quoted, record + key, options)."""
+    quotes = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for block in _blocks(text.splitlines()):
+            for i, match in block.entries:
+                if match is not None:
+                    options = dict((o.split("=", 1) + [""])[:2] for o in match["options"].split())  # noqa: RUF005
+                    source = f"{match['record']} {match['key'].strip()}"
+                    quotes.append((os.path.relpath(path, REPO), i + 1, _plain(match["quoted"]), source, options))
+        for number, line in enumerate(text.splitlines(), 1):
+            end = 0
+            for match in FIGURE.finditer(line):
+                quoted = _quoted_number(line, end, match.start())
+                end = match.end()
+                options = dict((o.split("=", 1) + [""])[:2] for o in match["options"].split())  # noqa: RUF005
+                source = f"{match['record']} {match['key'].strip()}"
+                quotes.append((os.path.relpath(path, REPO), number, _plain(quoted or ""), source, options))
+    return quotes
+
+
+def quantity_problems(paths: Iterable[str]) -> list[Problem]:
+    """One quantity, one figure: a named quantity (`q=NAME`) comes from one record key wherever it is quoted,
+    with the same digits; and one record key is quoted with the same digits on every page."""
+    problems = []
+    named: dict[str, tuple] = {}
+    keyed: dict[tuple, tuple] = {}
+    for path, line, quoted, source, options in _quotes(paths):
+        name = options.pop("q", None)
+        what = (source, tuple(sorted(options.items())))
+        if name:
+            first = named.setdefault(name, (what, quoted, path, line))
+            if first[0] != what:
+                where = f"{first[2]}:{first[3]}"
+                problems.append(
+                    Problem(path, line, f"quantity {name}: from {source}, but {where} quotes it from {first[0][0]}")
+                )
+            elif first[1] != quoted:
+                where = f"{first[2]}:{first[3]}"
+                problems.append(Problem(path, line, f"quantity {name}: {quoted} here, {first[1]} at {where}"))
+        first = keyed.setdefault(what, (quoted, path, line))
+        if first[0] != quoted and first[1] != path:
+            problems.append(Problem(path, line, f"{source}: {quoted} here, {first[0]} at {first[1]}:{first[2]}"))
+    return problems
+
+
 def check_files(paths: Iterable[str]) -> list[Problem]:
-    """`check_file` of each path."""
-    return [problem for path in paths for problem in check_file(path)]
+    """`check_file` of each path, and `quantity_problems` across them."""
+    paths = list(paths)
+    return [problem for path in paths for problem in check_file(path)] + quantity_problems(paths)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -352,7 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = check_files(paths)
     for problem in problems:
         print(problem)
-    quoted = sum(len(FIGURE.findall(open(p, encoding="utf-8").read())) for p in paths)
+    quoted = len(_quotes(paths))
     print(f"{quoted} quoted figures in {len(paths)} files; {len(problems)} differ from their records")
     return 1 if problems else 0
 

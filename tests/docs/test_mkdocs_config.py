@@ -22,3 +22,13 @@ def test_every_hook_module_is_listed():
         if re.search(r"^def on_\w+\(", p.read_text(), re.M)
     )
     assert hooks and all(f"  - {hook}\n" in listed for hook in hooks)
+
+
+def test_no_site_url_ties_the_site_to_an_address():
+    # An invented address made the 404 page link to /tfmp/...; without one the pages link relatively.
+    assert not re.search(r"^site_url:", (_ROOT / "mkdocs.yml").read_text(), re.M)
+
+
+def test_the_docs_extra_pins_the_theme_below_its_end_of_life_notice():
+    setup = (_ROOT / "setup.cfg").read_text()
+    assert "    mkdocs-material>=9.5,<9.7\n" in setup

@@ -143,7 +143,8 @@ def test_plot_writes_a_png(tmp_path):
 
 def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
-    with pytest.raises(ImportError, match=r'pip install "tfmp\[plot\]"'):
+    hint = r'pip install matplotlib \(in a clone of tfmp: pip install -e "\.\[plot\]"\)'
+    with pytest.raises(ImportError, match=hint):
         reporting.plot([_record("gan", "float32", 970.0)], str(tmp_path / "bench.png"))
 
 

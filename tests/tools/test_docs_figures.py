@@ -3,6 +3,7 @@
 import importlib.util
 import math
 import pathlib
+import re
 
 import pytest
 
@@ -142,3 +143,29 @@ def test_tensorboard_url_filters_exactly_the_tags():
     )
     with pytest.raises(ValueError, match="Received: tags=\\(\\)"):
         docs_figures.tensorboard_url(6006, ())
+
+
+def test_the_parity_chart_shows_the_arms_of_the_table_beside_it_in_their_precisions_colours():
+    numerics = (pathlib.Path(docs_figures.REPO) / "docs" / "NUMERICS.md").read_text()
+    table = numerics[numerics.index("## What to expect") : numerics.index("[![Accuracy gap")]
+    shown = set(re.findall(r'arms\[arm="([^"]+)"\]', table))
+    assert shown == set(docs_figures.PARITY_ARMS)
+    colors = [docs_figures._arm_color(arm) for arm in docs_figures.PARITY_ARMS]
+    assert colors == [docs_figures._COLORS[p] for p in ("float32", "mixed_float16", "mixed_bfloat16")]
+
+
+def test_every_picture_is_drawn_narrow_enough_to_read_at_420_px():
+    # A page shows a picture at its column's width: one drawn at 1,000 px or more shrinks its type
+    # below reading size on a phone. The charts are drawn about 400-600 px wide, type included.
+    from PIL import Image
+
+    images = sorted((pathlib.Path(docs_figures.REPO) / "docs" / "images").glob("*.png"))
+    assert images
+    assert {p.name: Image.open(p).size[0] for p in images if Image.open(p).size[0] > 700} == {}
+
+
+def test_the_tensorboard_picture_names_a_record_with_the_runs_raw_output():
+    record = docs_figures.load_record(docs_figures.TENSORBOARD_RECORD)
+    assert record["kind"] == "measured"
+    assert record["data"]["mixed_float16"][-1].startswith("  logs:")
+    assert any("skipped steps: 5" in line for line in record["data"]["mixed_float16"])

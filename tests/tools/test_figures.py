@@ -15,6 +15,7 @@ _SPEC.loader.exec_module(figures)
 @pytest.fixture
 def records(tmp_path, monkeypatch):
     record = {
+        "kind": "measured",
         "machine": "2-core test CPU",
         "command": "python3 scripts/benchmark.py --models=gan",
         "tfmp_commit": "0" * 40,
@@ -71,7 +72,7 @@ def test_missing_records_keys_and_fields_are_problems(records):
     assert _messages("1.5x<!-- figure: nowhere data.x -->")[0].startswith("figure nowhere data.x: ")
     assert "no 'ratio'" in _messages("1.5x<!-- figure: bench data.ratio -->")[0]
     assert "matches 2 items" in _messages("1<!-- figure: bench data.rows[model=gan].images_per_sec -->")[0]
-    assert "Missing: ['command'" in _messages("1<!-- figure: partial data -->")[0]
+    assert "Missing: ['kind', 'command'" in _messages("1<!-- figure: partial data -->")[0]
     assert "not a number" in _messages("1<!-- figure: bench data.output -->")[0]
     assert "no number" in _messages("about<!-- figure: bench data.rows[0].images_per_sec -->")[0]
     assert "unknown options ['round']" in _messages("1<!-- figure: bench data.rows[0].images_per_sec round -->")[0]
@@ -160,3 +161,102 @@ def test_a_marked_time_or_size_and_a_setting_pass(records, tmp_path, monkeypatch
     )
     page = _guarded_page(tmp_path, monkeypatch, text)
     assert figures.check_file(str(page)) == []
+
+
+def test_the_guard_catches_a_space_before_percent_microseconds_minutes_and_any_throughput_unit():
+    text = (
+        "about 1 to 3 % of a step; a launch of about 10 µs (or 10 us); up to 13 minutes, or 2 min;\n"
+        "16232.2 ex/s, 900 tokens/s, 12 steps/sec and 500 images per second\n"
+    )
+    found = [p.message for p in figures.unmarked_figures(text, "p.md")]
+    assert found == [
+        "'3 %' quoted with no figure comment",
+        "'10 µs' quoted with no figure comment",
+        "'10 us' quoted with no figure comment",
+        "'13 minutes' quoted with no figure comment",
+        "'2 min' quoted with no figure comment",
+        "'16232.2 ex/s' quoted with no figure comment",
+        "'900 tokens/s' quoted with no figure comment",
+        "'12 steps/sec' quoted with no figure comment",
+        "'500 images per second' quoted with no figure comment",
+    ]
+    assert figures.unmarked_figures("the default set runs in under 10 minutes\n") == []
+
+
+def test_a_sample_output_with_a_throughput_must_name_its_record():
+    block = "```text\nsummary: 150 steps; mean throughput 16232.2 ex/s over 147 steps\n```\n"
+    [problem] = figures.unmarked_figures("It prints:\n\n" + block, "p.md")
+    assert (problem.line, problem.message) == (3, "a sample output with a throughput and no sample comment")
+    assert figures.unmarked_figures("<!-- sample: run data.output -->\n" + block) == []
+    assert figures.unmarked_figures("```bash\npython3 scripts/train.py --epochs=3\n```\n") == []
+
+
+def test_a_step_time_is_derived_from_a_rows_fields_counting_the_gan_s_two_images(records):
+    rows = {"rows": [{"model": "gan", "batch_size": 512, "images_per_sec": 125350.0}]}
+    record = {"data": rows}
+    assert round(figures.lookup(record, "step_ms(data.rows[model=gan])"), 1) == 8.2
+    with pytest.raises(KeyError, match="no derived figure 'step_s'"):
+        figures.lookup(record, "step_s(data.rows[model=gan])")
+
+
+def test_the_derived_step_time_equals_the_step_ms_the_benchmark_itself_recorded():
+    for name in ("amx-gan", "amx-mobilenet-v2", "avx512bf16-compare"):
+        for row in figures.load_record(name)["data"]["rows"]:
+            assert figures.step_ms(row) == pytest.approx(row["step_ms"], rel=1e-3), (name, row["model"])
+
+
+def _pages(tmp_path, **pages):
+    paths = []
+    for name, text in pages.items():
+        path = tmp_path / f"{name}.md"
+        path.write_text(text)
+        paths.append(str(path))
+    return paths
+
+
+def test_a_named_quantity_from_two_keys_on_two_pages_fails(records, tmp_path):
+    paths = _pages(
+        tmp_path,
+        a="XLA was 11x<!-- figure: bench data.rows[0].images_per_sec q=xla-slowdown -->\n",
+        b="XLA was 197.4x<!-- figure: bench data.rows[1].images_per_sec q=xla-slowdown -->\n",
+    )
+    [problem] = figures.quantity_problems(paths)
+    assert problem.message.startswith("quantity xla-slowdown: from bench data.rows[1].images_per_sec, but ")
+
+
+def test_one_key_quoted_with_other_digits_on_another_page_fails(records, tmp_path):
+    paths = _pages(
+        tmp_path,
+        a="211.5 img/s<!-- figure: bench data.rows[0].images_per_sec -->\n",
+        b="212 img/s<!-- figure: bench data.rows[0].images_per_sec -->\n",
+    )
+    [problem] = figures.quantity_problems(paths)
+    assert problem.message.startswith("bench data.rows[0].images_per_sec: 212 here, 211.5 at ")
+    assert figures.quantity_problems(paths[:1] * 2) == []
+
+
+def test_the_docs_quote_each_quantity_with_one_figure():
+    assert [str(p) for p in figures.quantity_problems(figures.covered_files())] == []
+
+
+def test_a_figures_block_checks_the_paragraph_above_it_and_marks_its_figures(records):
+    text = (
+        "float16 ran at 0.93x float32's speed,\n"
+        "197.4 img/s against 211.5.\n"
+        "<!-- figures:\n"
+        "0.93 bench data.rows[precision=mixed_float16].ratio_to_float32\n"
+        "197.4 bench data.rows[1].images_per_sec\n"
+        "211.5 bench data.rows[0].images_per_sec\n"
+        "-->\n"
+    )
+    assert figures.check_text(text, "page.md", guard=True) == []
+    wrong = text.replace("0.93 bench", "0.73 bench").replace("211.5 bench", "212.5 bench")
+    assert [p.message for p in figures.check_text(wrong, "page.md", guard=True)] == [
+        "'0.93x' quoted with no figure comment",
+        "0.73 is not in the paragraph above its block",
+        "0.73 quoted, the record bench data.rows[precision=mixed_float16].ratio_to_float32 gives 0.93",
+        "212.5 is not in the paragraph above its block",
+        "212.5 quoted, the record bench data.rows[0].images_per_sec gives 211.5",
+    ]
+    unmarked = text.replace("197.4 bench data.rows[1].images_per_sec\n", "")
+    assert [p.message for p in figures.unmarked_figures(unmarked)] == ["'197.4 img/s' quoted with no figure comment"]

@@ -59,7 +59,7 @@ XLA_SETTINGS = ("auto", "true", "false")  # also True and False (tfmp.precision.
 LR_SCHEDULES = ("cosine", "constant")
 
 # What `log_every=0` means with a GPU: writing a step's TensorBoard scalars is host work (one `tf.summary.scalar`
-# each, a few ms on a 2-core CPU), about as long as the GAN's whole step on an H200, and the host launches the next.
+# each), and on a GPU the host is what launches the next step.
 GPU_LOG_EVERY = 100
 
 
@@ -148,7 +148,8 @@ class TrainConfig:
     precision: str = option(
         "auto",
         "Compute precision. auto: the fastest for this model on this device, measured once and cached "
-        "(GPU 8.0+: float32, bfloat16, float16; 7.x: float32, float16; CPU with bfloat16: float32, bfloat16); "
+        "(GPU 8.0+: float32, bfloat16, float16; 7.x: float32, float16; CPU: float32 and each 16-bit type it runs "
+        "natively, bfloat16 with AVX512-BF16, AMX or Arm BF16, float16 with AVX512-FP16, AMX-FP16 or Arm FP16); "
         "under multi_worker, where the workers must agree, as hardware. hardware: from the hardware alone, by "
         "GPU compute capability (8.0+: bfloat16; 7.x: float16; else float32).",
         "precision",

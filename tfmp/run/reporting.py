@@ -6,7 +6,7 @@ from Student's t, `t_quantile`), as `tfmp.run.parity` reports them.
 `markdown_table` and `write_json` take any records with a `to_json()` dict
 (`tfmp.run.benchmark.Record`, `PipelineRecord`, `CeilingRecord` and
 `ResidentRecord`; `write_json` also `tfmp.run.parity.ParityRecord`); `plot` draws `tfmp.run.benchmark.compare` records
-and needs the optional matplotlib (`pip install "tfmp[plot]"`).
+and needs the optional matplotlib (`pip install matplotlib`, or `pip install -e ".[plot]"` in a clone).
 
 This module presents records and imports none of the tools that make them:
 what it reads of a record is the `JsonRecord` and `ThroughputRecord`
@@ -49,7 +49,8 @@ __all__ = [
     "write_json",
 ]
 
-PLOT_INSTALL_HINT = 'pip install "tfmp[plot]"'
+# tfmp is installed from a clone, not an index: the hint names the package, or the clone's extra.
+PLOT_INSTALL_HINT = 'pip install matplotlib (in a clone of tfmp: pip install -e ".[plot]")'
 # One colour per precision, in the order the bars of a group are drawn.
 _PRECISION_COLORS = {"float32": "#4c72b0", "mixed_bfloat16": "#55a868", "mixed_float16": "#c44e52"}
 
@@ -305,7 +306,7 @@ def plot(
         `path`.
 
     Raises:
-        ImportError: without matplotlib, naming `pip install "tfmp[plot]"`.
+        ImportError: without matplotlib, naming `PLOT_INSTALL_HINT`.
         ValueError: for no records, or records that are not compare's (that lack
             an attribute of `ThroughputRecord`).
     """
