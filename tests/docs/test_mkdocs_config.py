@@ -32,3 +32,23 @@ def test_no_site_url_ties_the_site_to_an_address():
 def test_the_docs_extra_pins_the_theme_below_its_end_of_life_notice():
     setup = (_ROOT / "setup.cfg").read_text()
     assert "    mkdocs-material>=9.5,<9.7\n" in setup
+
+
+def test_the_404_page_links_relatively_and_finds_the_site_s_folder_when_it_loads():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("not_found_page", _ROOT / "docs" / "_ext" / "not_found_page.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    built = (
+        '<html><head><link href="/assets/main.css"><link href="https://fonts.gstatic.com"></head>'
+        '<body><a href="/.">Home</a><a href="/guides/x/">X</a>'
+        '<script id="__config" type="application/json">{"base": "/", "search": "/assets/w.js"}</script>'
+        '<script src="/assets/bundle.js"></script></body></html>'
+    )
+    page = hook.on_post_template(built, "404.html", config=None)
+    assert 'href="/' not in page.replace('href="https://', "") and 'src="/' not in page
+    assert 'href="assets/main.css"' in page and 'href="."' in page and 'href="guides/x/"' in page
+    assert page.index("__tfmpRoot") < page.index('href="assets/main.css"')  # the <base> comes first
+    assert '"base": "."' in page and "j.base=window.__tfmpRoot" in page
+    assert hook.on_post_template(built, "sitemap.xml", config=None) == built
