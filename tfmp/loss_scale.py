@@ -9,7 +9,6 @@ replicas agree on. The arithmetic (`next_loss_scale`, `all_finite`) is
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,35 +27,98 @@ __all__ = ["LossScaleOptimizer", "LossScaleState", "next_loss_scale"]
 _OWN_SETTINGS = ("dynamic", "growth_factor", "backoff_factor", "hysteresis", "min_scale", "max_scale")
 
 
-@dataclasses.dataclass
-class _Guarded:
-    """What the next update of an optimizer must do besides its own writes (see `LossScaleOptimizer.guard`).
+class _Recording(keras.StatelessScope):
+    """A `keras.StatelessScope` that also remembers which variables were assigned in it."""
 
-    Attributes:
-        restore: `(variable, value)` pairs assigned back when the step is skipped.
-        if_applied: Callables run only when the step is applied.
-        written: The variables those callables write.
-        taken: Whether an update has taken these into its one conditional (or selection).
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: dict[int, keras.Variable] = {}
+
+    def add_update(self, update: tuple[keras.Variable, Any]) -> None:
+        super().add_update(update)
+        self.written[id(update[0])] = update[0]
+
+
+class Step:
+    """What one training step writes besides the optimizer's update, for the step's one rule to decide.
+
+    The rule (`LossScaleOptimizer`'s update): a step whose gradients are all
+    finite, on every replica, is applied whole; any other step writes
+    nothing and is counted as skipped. A `Step` carries the writes the
+    update cannot see itself, each as a *choice* `(variable, value if
+    applied, value if skipped)`, None meaning "as it is then":
+
+    * `keep(variables)` reads them now, to put back if the step is skipped
+      (the forward pass's writes: BatchNorm's moving statistics);
+    * `unless_skipped(update)` runs `update` (metric updates) without writing
+      anything, and records what it would write, to write only if the step
+      is applied. No list of the variables `update` writes is needed.
+
+    The trainers hold one per `optimize` call and hand it to
+    `apply_gradients(..., step=step)`; a custom loop opens one with
+    `tfmp.undo_if_skipped`. After its update a step's choices are spent
+    (`done`): `unless_skipped` then writes only if that update was applied.
+
+    Args:
+        optimizer: The `LossScaleOptimizer` whose update decides.
+        done: Whether the step's update already ran.
     """
 
-    restore: list[tuple[keras.Variable, tf.Tensor]] = dataclasses.field(default_factory=list)
-    if_applied: list[Callable[[], Any]] = dataclasses.field(default_factory=list)
-    written: list[keras.Variable] = dataclasses.field(default_factory=list)
-    taken: bool = False
+    def __init__(self, optimizer: LossScaleOptimizer, done: bool = False):
+        self.optimizer = optimizer
+        self.choices: list[tuple[keras.Variable, tf.Tensor | None, tf.Tensor | None]] = []
+        self.done = done
+
+    def keep(self, variables: Iterable[keras.Variable]) -> None:
+        """Reads `variables` now; a skipped step puts these values back."""
+        self.choices += [(variable, None, tf.convert_to_tensor(variable)) for variable in variables]
+
+    def unless_skipped(self, update: Callable[[], Any]) -> None:
+        """Runs `update`; what it writes is written only if the step is applied."""
+        with _Recording() as scope:
+            update()
+        recorded = [(variable, scope.get_current_value(variable), None) for variable in scope.written.values()]
+        if self.done:
+            _select(tf.logical_not(self.optimizer.last_step_skipped), recorded)
+        else:
+            self.choices += recorded
+
+    def close(self) -> None:
+        """Settles a step that no update took: its choices follow the optimizer's last step."""
+        if not self.done:
+            self.done = True
+            _select(tf.logical_not(self.optimizer.last_step_skipped), self.choices)
 
 
-# The guards open in this thread (a tf.distribute replica traces in a thread of its own), by optimizer.
-_OPEN_GUARDS = threading.local()
+def _select(finite: tf.Tensor, choices: Iterable[tuple[keras.Variable, Any, Any]]) -> None:
+    """Assigns each choice's value if applied when `finite`, else its value if skipped, without a branch."""
+    for variable, applied, skipped in choices:
+        now = tf.convert_to_tensor(variable)
+        variable.assign(tf.where(finite, now if applied is None else applied, now if skipped is None else skipped))
 
 
-def _on_gpu() -> bool:
-    return bool(tf.config.list_physical_devices("GPU"))
+# The one per-thread record of the loss-scaling modules: the `Step` of each `tfmp.undo_if_skipped` block open in
+# this thread, by optimizer. A custom loop's `apply()` cannot be handed the block's step; a tf.distribute replica
+# traces in a thread of its own. The trainers pass their steps instead.
+_OPEN_STEPS = threading.local()
 
 
-def _keep_new_if(condition: tf.Tensor, pairs: Iterable[tuple[keras.Variable, tf.Tensor]]) -> None:
-    """Each `(variable, old value)`: the variable keeps what it holds now when `condition`, else `old` again."""
-    for variable, old in pairs:
-        variable.assign(tf.where(condition, tf.convert_to_tensor(variable), old))
+@contextlib.contextmanager
+def open_step(optimizer: LossScaleOptimizer) -> Iterator[Step]:
+    """A `Step` that `optimizer`'s next update in this block takes when it is given none; blocks nest into one."""
+    steps = _OPEN_STEPS.__dict__.setdefault("by_optimizer", {})
+    outer = steps.get(id(optimizer))
+    steps[id(optimizer)] = step = outer or Step(optimizer)
+    try:
+        yield step
+    finally:
+        if outer is None:
+            del steps[id(optimizer)]
+
+
+def current_step(optimizer: LossScaleOptimizer) -> Step | None:
+    """The `Step` of the `open_step` block of `optimizer` open in this thread, or None."""
+    return _OPEN_STEPS.__dict__.get("by_optimizer", {}).get(id(optimizer))
 
 
 def _check_jit_compile(jit_compile: Any) -> bool | str:
@@ -152,6 +214,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         for setting in _OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
         self.jit_compile = _check_jit_compile(jit_compile)
+        self.undoes_forward_writes = False  # set by `tfmp.undo_if_skipped`, for `tfmp.LogLossScale`'s warning
         self._api_style = _api_style.ApiStyle()
         self._create_state_variables()
 
@@ -259,22 +322,24 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         `RuntimeWarning`. Gradients returned by `get_unscaled_gradients` are not
         divided again, nor are those of variables with `overwrite_with_gradient`
         (Keras's float8 scaling factors): they carry the variable's new value.
+        Inside a `tfmp.undo_if_skipped` block, the block's `Step` joins the update.
         """
         self._apply(grads, trainable_variables, _api_style.APPLY)
 
-    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> keras.Variable:
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]], step: Step | None = None) -> keras.Variable:
         """Applies `(gradient, variable)` pairs, unless a gradient is non-finite; updates the scale.
 
         After `scale_loss` the gradients are divided by the loss scale, as in Keras 3; after
         `get_unscaled_gradients`, or with no scaling call in the step, applied as given, as in tf.keras 2.
+        `step`, a `Step`, carries the step's other writes (default: a `tfmp.undo_if_skipped` block's, if any).
         """
         # Not through apply(), as Keras's is: the two differ for a step with no scaling call, and an
         # argument needs no state kept per tf.function trace or replica thread.
         grads, trainable_variables = zip(*grads_and_vars)
-        self._apply(grads, trainable_variables, _api_style.APPLY_GRADIENTS)
+        self._apply(grads, trainable_variables, _api_style.APPLY_GRADIENTS, step)
         return self._iterations  # what Keras's apply_gradients() returns
 
-    def _apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None, entry: str) -> None:
+    def _apply(self, grads, trainable_variables, entry: str, step: Step | None = None) -> None:
         grads = list(grads)
         if trainable_variables is not None:
             trainable_variables = list(trainable_variables)
@@ -283,179 +348,132 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 self.build(trainable_variables)
             self.built = True
         variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
-        overwrite = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
-        step = self._api_style.end_step(grads, self.name, entry)
-        if any(overwrite) and step.calls.unscaled:
-            grads = step.calls.handed_back(grads, overwrite)
-        self._apply_if_finite(grads, trainable_variables, unscale=step.unscale, keep=overwrite)
+        keep = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
+        calls = self._api_style.end_step(grads, self.name, entry)
+        if any(keep) and calls.calls.unscaled:
+            grads = calls.calls.handed_back(grads, keep)
+        step = step or current_step(self) or Step(self)
+        choices, step.done = list(step.choices), True
+        if tf.distribute.in_cross_replica_context():
+            raise ValueError("apply() must be called in a replica context.")
+        context = tf.distribute.get_replica_context()
+        inner = (grads, trainable_variables, calls.unscale, keep)
+        if not _compat.strategy_supports_no_merge_call():
+            # The inner update goes through merge_call, and branches there: the rest is selected.
+            finite = self._agreed_finite(grads, context)
+            self._decide(finite, lambda: context.merge_call(self._apply_if, args=(finite, *inner)), choices, True)
+        elif context.num_replicas_in_sync > 1 or not (_compat.tracing_for_xla() or self._compiles()):
+            self._decide(self._agreed_finite(grads, context), lambda: self._apply_inner(*inner), choices, False)
+        elif _compat.tracing_for_xla():
+            self._select_update(*inner, choices)
+        else:
+            values = [value for _, *pair in choices for value in pair if value is not None]
+            self._compiled_update(*inner[1:], choices)(grads, values)
 
-    @contextlib.contextmanager
-    def guard(self) -> Iterator[_Guarded]:
-        """The block of one training step: what it registers, the step's update does with its own writes.
+    def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, select: bool) -> None:
+        """The one rule of a step, on every path: applied whole when `finite`, else nothing written, the skip counted.
 
-        `tfmp.undo_if_skipped` registers the forward pass's writes to put
-        back, and the trainers their metric updates to run only when the
-        step is applied. The update inside the block (`apply` /
-        `apply_gradients`) takes them into its one conditional, or, where
-        the update selects (`jit_compile`, or a step compiled by XLA), into
-        its selection of new or old values. Blocks nest: an inner block
-        adds to the outer one. When no update took them (none ran in the
-        block, or a strategy that updates through `merge_call`), `taken`
-        stays False and the caller does the work itself.
+        `apply` runs the inner optimizer's update (the weights, its slots and
+        `iterations`); `choices` are the step's other writes (`Step`: the
+        forward pass's, the metrics'). Branching (`select=False`): one
+        `tf.cond`, the update and each choice's applied value on one side,
+        each choice's skipped value on the other. Selecting (under XLA, in the
+        compiled update, and around a `merge_call` update, which branches on
+        its own): `apply` always runs, then every choice gets its applied or
+        its skipped value by `tf.where`, so XLA sees no conditional and the
+        step never waits on the host. Either way the skipped-step count, the
+        last-step flag and the scale (`next_loss_scale`) move without a branch.
         """
-        guards = _OPEN_GUARDS.__dict__.setdefault("by_optimizer", {})
-        outer = guards.get(id(self))
-        if outer is not None:
-            yield outer
-            return
-        guards[id(self)] = opened = _Guarded()
-        try:
-            yield opened
-        finally:
-            del guards[id(self)]
+        if select:
+            apply()
+            _select(finite, choices)
+        else:
 
-    def current_guard(self) -> _Guarded | None:
-        """The `guard()` block open in this thread whose update has not run yet, or None."""
-        guard = _OPEN_GUARDS.__dict__.get("by_optimizer", {}).get(id(self))
-        return None if guard is None or guard.taken else guard
+            def branch(applied: bool) -> Callable[[], tf.Tensor]:
+                def run() -> tf.Tensor:
+                    if applied:
+                        apply()
+                    for variable, *values in choices:
+                        if values[0 if applied else 1] is not None:
+                            variable.assign(values[0 if applied else 1])
+                    return tf.constant(applied)
 
-    def _take_guard(self) -> _Guarded:
-        guard = self.current_guard()
-        if guard is None:
-            return _Guarded()
-        guard.taken = True
-        return guard
+                return run
+
+            tf.cond(finite, branch(True), branch(False))
+        skipped = tf.cast(tf.logical_not(finite), tf.int64)
+        self.skipped_counter.assign_add(skipped)
+        self.last_skipped_flag.assign(skipped)
+        self._update_scale(finite)
 
     def _compiles(self) -> bool:
         """Whether `jit_compile` asks for the update compiled with XLA on its own, here."""
-        return self.jit_compile is True or (self.jit_compile == "auto" and _on_gpu())
+        return self.jit_compile is True or (self.jit_compile == "auto" and bool(tf.config.list_physical_devices("GPU")))
 
-    def _apply_if_finite(self, grads, trainable_variables=None, unscale=True, keep=()):
-        if tf.distribute.in_cross_replica_context():
-            raise ValueError("apply() must be called in a replica context.")
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        in_xla = _compat.tracing_for_xla()
-        # One replica, compiled (the whole step by XLA, or the update on its own): select, do not branch.
-        if _compat.strategy_supports_no_merge_call() and replicas == 1 and (in_xla or self._compiles()):
-            guard = self._take_guard()
-            if in_xla:
-                self._select_update(grads, trainable_variables, unscale, keep, guard.restore)
-            else:
-                self._compiled_update(trainable_variables, unscale, keep, guard)(
-                    grads, [value for _, value in guard.restore]
-                )
-            self._select_if_applied(guard)
-            return
-
+    @staticmethod
+    def _agreed_finite(grads: Sequence[Any], context: tf.distribute.ReplicaContext) -> tf.Tensor:
+        """Whether every gradient is finite on every replica (`all_finite`, all-reduced across replicas)."""
         finite = all_finite(grads)
-        replica_context = tf.distribute.get_replica_context()
-        if replicas > 1:
-            # Keras 3 decides from replica 0's flag alone, so a non-finite
-            # gradient on another replica is applied (weights become inf/nan
-            # everywhere). Every replica must see the same decision.
-            bad = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(finite), tf.float32))
-            finite = tf.equal(bad, 0.0)
+        if context.num_replicas_in_sync == 1:
+            return finite
+        # Keras 3 decides from replica 0's flag alone, so a non-finite gradient on another
+        # replica is applied (weights become inf/nan everywhere). Every replica must agree.
+        bad = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(finite), tf.float32))
+        return tf.equal(bad, 0.0)
 
-        if _compat.strategy_supports_no_merge_call():
-            guard = self._take_guard()
+    def _apply_if(self, distribution: tf.distribute.Strategy, finite: Any, *inner: Any) -> None:
+        """merge_call's cross-replica part: the inner update on every replica, when `finite` (the same on each).
 
-            def applied() -> tf.Tensor:
-                self._apply_inner(grads, trainable_variables, unscale, keep)
-                for update in guard.if_applied:
-                    update()
-                self.last_skipped_flag.assign(0)
-                return tf.constant(True)
+        The cond is built here: a replica-context cond whose branch calls merge_call (as the inner
+        optimizer's apply does) is not supported by tf.distribute.
+        """
 
-            def skipped() -> tf.Tensor:
-                for variable, value in guard.restore:
-                    variable.assign(value)
-                self.skipped_counter.assign_add(1)
-                self.last_skipped_flag.assign(1)
-                return tf.constant(False)
+        def applied() -> tf.Tensor:
+            distribution.extended.call_for_each_replica(self._apply_inner, args=inner)
+            return tf.constant(True)
 
-            # The one conditional of the step: the update, what the step
-            # registered to run when it is applied (metrics) or to put back
-            # when it is skipped (BatchNorm's statistics), and the counters.
-            tf.cond(finite, applied, skipped)
-            self._update_scale(finite)
-            return
+        tf.cond(distribution.experimental_local_results(finite)[0], applied, lambda: tf.constant(False))
 
-        def cross_replica(distribution, finite, grads, trainable_variables):
-            # Every replica holds the same value after the all-reduce above.
-            finite = distribution.experimental_local_results(finite)[0]
+    def _select_update(self, grads, trainable_variables, unscale, keep, choices) -> None:
+        """The step without a branch (`_decide` selecting), for a single replica: under XLA, or compiled alone.
 
-            def apply_fn():
-                distribution.extended.call_for_each_replica(
-                    self._apply_inner, args=(grads, trainable_variables, unscale, keep)
-                )
-                return tf.constant(True)
+        What the inner optimizer writes (the trainable variables, its slots
+        and `iterations`) is read before and joins the choices. Compiled by
+        XLA, the reads, the update and the selection fuse into a few kernels.
+        """
+        variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
+        written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
+        apply = lambda: self._apply_inner(grads, trainable_variables, unscale, keep)  # noqa: E731
+        self._decide(all_finite(grads), apply, [*choices, *written], True)
 
-            # The cond must be built in cross-replica context: a replica-context
-            # cond whose branch calls merge_call (as the inner optimizer's
-            # apply does) is not supported by tf.distribute.
-            tf.cond(finite, apply_fn, lambda: tf.constant(False))
-            self._update_state(finite)
-
-        # Through merge_call's arguments, each replica's gradients reach its own update.
-        replica_context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
-
-    def _compiled_update(
-        self, trainable_variables: Sequence[Any] | None, unscale: bool, keep: Sequence[bool], guard: _Guarded
-    ) -> Callable[[list[Any], list[tf.Tensor]], tf.Tensor]:
-        """`_select_update` as one XLA-compiled function of the gradients and the restore values, made once per use.
+    def _compiled_update(self, trainable_variables, unscale, keep, choices) -> Callable[[list, list], None]:
+        """`_select_update` as one XLA-compiled function of the gradients and the choices' values, made once per use.
 
         The variables are captured, not passed: a Keras variable given as an
         argument would become a tensor. One function per set of variables, so
         eager steps do not trace it anew each time.
         """
-        restored = [variable for variable, _ in guard.restore]
-        key = (
-            tuple(id(v) for v in trainable_variables or ()),
-            unscale,
-            tuple(keep),
-            tuple(id(v) for v in restored),
-        )
+        variables = [variable for variable, _, _ in choices]
+        given = [(applied is not None, skipped is not None) for _, applied, skipped in choices]
+        key = (tuple(map(id, trainable_variables or ())), unscale, tuple(keep), tuple(map(id, variables)), tuple(given))
         cache = self.__dict__.setdefault("_compiled_updates", {})
         if key not in cache:
 
-            def update(grads: list[Any], old: list[tf.Tensor]) -> tf.Tensor:
-                return self._select_update(grads, trainable_variables, unscale, keep, list(zip(restored, old)))
+            def update(grads: list[Any], values: list[tf.Tensor]) -> None:
+                values = iter(values)
+                rebuilt = [
+                    (v, next(values) if a else None, next(values) if s else None) for v, (a, s) in zip(variables, given)
+                ]
+                self._select_update(grads, trainable_variables, unscale, keep, rebuilt)
 
             cache[key] = tf.function(update, jit_compile=True, autograph=False)
         return cache[key]
 
-    def _select_update(self, grads, trainable_variables, unscale, keep, restore) -> tf.Tensor:
-        """The update without a branch: applied always, then each written variable keeps its new or its old value.
-
-        What the inner optimizer writes (the trainable variables, its slots
-        and `iterations`) is read before and selected after, as are the
-        variables in `restore` (against the values given). Compiled by XLA,
-        the reads, the update and the selection fuse into a few kernels.
-        """
-        finite = all_finite(grads)
-        variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
-        written = list(variables) + list(self.inner_optimizer.variables)
-        before = [tf.convert_to_tensor(variable) for variable in written]
-        self._apply_inner(grads, trainable_variables, unscale, keep)
-        _keep_new_if(finite, [*zip(written, before), *restore])
-        self._update_state(finite)
-        return finite
-
-    def _select_if_applied(self, guard: _Guarded) -> None:
-        """Runs the guard's `if_applied` updates and keeps their writes only if the step was applied."""
-        if not guard.if_applied:
-            return
-        before = [tf.convert_to_tensor(variable) for variable in guard.written]
-        for update in guard.if_applied:
-            update()
-        _keep_new_if(tf.logical_not(self.last_step_skipped), zip(guard.written, before))
-
-    def _apply_inner(self, grads, trainable_variables, unscale, keep):
+    def _apply_inner(self, grads, trainable_variables, unscale, keep) -> None:
         if unscale and self._scale_or_none is not None:
             # Divided, as Keras 3's apply unscales.
             grads = map_gradients(grads, lambda x: x / tf.cast(self.dynamic_scale, x.dtype), keep)
         self.inner_optimizer.apply(grads, trainable_variables=trainable_variables)
-        return tf.constant(True)
 
     def _update_scale(self, finite: tf.Tensor) -> None:
         """Moves a dynamic scale to its next state (`next_loss_scale`); a fixed scale never changes."""
@@ -466,12 +484,6 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         new = next_loss_scale(state, finite, growth_steps=self.dynamic_growth_steps, **self._own_settings())
         for variable, value in zip(variables, new):
             variable.assign(value)
-
-    def _update_state(self, finite: tf.Tensor) -> None:
-        self._update_scale(finite)
-        skipped = tf.cast(tf.logical_not(finite), tf.int64)
-        self.skipped_counter.assign_add(skipped)
-        self.last_skipped_flag.assign(skipped)
 
     def _own_settings(self) -> dict[str, Any]:
         return {setting: getattr(self, setting) for setting in _OWN_SETTINGS}

@@ -17,15 +17,13 @@ returns `nan` although every weight is fine. `undo_if_skipped` puts them back.
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Iterator, Sequence
 
 import keras
-import tensorflow as tf
 
 from tfmp import loss_scale as loss_scale_lib
 
-__all__ = ["all_layers", "is_guarded", "restore_if", "state_variables", "undo_if_skipped"]
+__all__ = ["all_layers", "is_guarded", "state_variables", "undo_if_skipped"]
 
 
 def all_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
@@ -68,30 +66,9 @@ def state_variables(models: keras.layers.Layer | Sequence[keras.layers.Layer]) -
     return state
 
 
-def restore_if(condition: tf.Tensor, variables: Sequence[keras.Variable], values: Sequence[tf.Tensor]) -> None:
-    """Assigns `values` back to `variables` when `condition` (a bool scalar tensor).
-
-    `values` are reads taken before the step's writes (TensorFlow's
-    copy-on-write keeps their contents). In a replica context each replica
-    puts back its own copy of a variable with Keras's default aggregation
-    (`"none"`, as BatchNorm's statistics have).
-    """
-
-    def restore() -> tf.Tensor:
-        for variable, value in zip(variables, values):
-            variable.assign(value)
-        return tf.constant(True)
-
-    tf.cond(condition, restore, lambda: tf.constant(False))
-
-
-# The optimizers whose steps ran inside `undo_if_skipped`, for `tfmp.LogLossScale`'s warning.
-_GUARDED: weakref.WeakSet[keras.optimizers.Optimizer] = weakref.WeakSet()
-
-
 def is_guarded(optimizer: keras.optimizers.Optimizer) -> bool:
     """Whether a step of `optimizer` ran inside `undo_if_skipped` (so a skip undoes the forward pass's writes)."""
-    return optimizer in _GUARDED
+    return bool(getattr(optimizer, "undoes_forward_writes", False))
 
 
 @contextlib.contextmanager
@@ -106,10 +83,10 @@ def undo_if_skipped(
     so a non-finite batch leaves BatchNormalization's statistics exactly as
     they were, as it leaves the weights. A step that is applied keeps its
     writes and pays only for holding the values read (TensorFlow's
-    copy-on-write keeps them). The restore joins the optimizer's own
-    conditional (`tfmp.LossScaleOptimizer.guard`), or its selection of new
-    or old values where the update is compiled, so the step still branches
-    at most once. It works eagerly, in a
+    copy-on-write keeps them). The block opens a `tfmp.loss_scale.Step`
+    that the optimizer's update in it takes into its one rule (its one
+    conditional, or its selection of new or old values where the update is
+    compiled), so the step still branches at most once. It works eagerly, in a
     `tf.function`, under XLA and in a `tf.distribute` replica context (each
     replica puts back its own copy).
 
@@ -135,13 +112,8 @@ def undo_if_skipped(
     if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
         yield
         return
-    _GUARDED.add(optimizer)
-    state = state_variables(models)
-    # Reads, not copies: TensorFlow's copy-on-write keeps their contents when the step writes the variables.
-    snapshot = [tf.convert_to_tensor(variable) for variable in state]
-    with optimizer.guard() as guard:
-        guard.restore.extend(zip(state, snapshot))
+    optimizer.undoes_forward_writes = True
+    with loss_scale_lib.open_step(optimizer) as step:
+        step.keep(state_variables(models))
         yield
-    if state and not guard.taken:
-        # No update of this block took the restore into its own conditional.
-        restore_if(optimizer.last_step_skipped, state, snapshot)
+        step.close()
