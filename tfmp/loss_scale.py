@@ -8,10 +8,8 @@ replicas agree on. The arithmetic (`next_loss_scale`, `all_finite`) is
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import keras
@@ -20,105 +18,12 @@ import tensorflow as tf
 from tfmp import _api_style, _arguments, _compat
 from tfmp._arguments import DEFAULT_MAX_SCALE
 from tfmp.scaling import LossScaleState, all_finite, map_gradients, next_loss_scale, scale_loss
+from tfmp.transaction import Step, choose, current_step
 
-__all__ = ["LossScaleOptimizer", "LossScaleState", "next_loss_scale"]
+__all__ = ["LossScaleOptimizer", "LossScaleState", "Step", "next_loss_scale"]
 
 # tfmp's settings beyond Keras 3's `initial_scale` and `dynamic_growth_steps`.
 _OWN_SETTINGS = ("dynamic", "growth_factor", "backoff_factor", "hysteresis", "min_scale", "max_scale")
-
-
-class _Recording(keras.StatelessScope):
-    """A `keras.StatelessScope` that also remembers which variables were assigned in it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written: dict[int, keras.Variable] = {}
-
-    def add_update(self, update: tuple[keras.Variable, Any]) -> None:
-        super().add_update(update)
-        self.written[id(update[0])] = update[0]
-
-
-class Step:
-    """What one training step writes besides the optimizer's update, for the step's one rule to decide.
-
-    The rule (`LossScaleOptimizer`'s update): a step whose gradients are all
-    finite, on every replica, is applied whole; any other step writes
-    nothing and is counted as skipped. A `Step` carries the writes the
-    update cannot see itself, each as a *choice* `(variable, value if
-    applied, value if skipped)`, None meaning "as it is then":
-
-    * `keep(variables)` reads them now, to put back if the step is skipped
-      (the forward pass's writes: BatchNorm's moving statistics);
-    * `unless_skipped(update)` runs `update` (metric updates) without writing
-      anything, and records what it would write, to write only if the step
-      is applied. No list of the variables `update` writes is needed.
-
-    The trainers hold one per `optimize` call and hand it to
-    `apply_gradients(..., step=step)`; a custom loop opens one with
-    `tfmp.undo_if_skipped`. After its update a step's choices are spent
-    (`done`): `unless_skipped` then writes only if that update was applied.
-
-    Args:
-        optimizer: The `LossScaleOptimizer` whose update decides.
-        done: Whether the step's update already ran.
-    """
-
-    def __init__(self, optimizer: LossScaleOptimizer, done: bool = False):
-        self.optimizer = optimizer
-        self.choices: list[tuple[keras.Variable, tf.Tensor | None, tf.Tensor | None]] = []
-        self.done = done
-
-    def keep(self, variables: Iterable[keras.Variable]) -> None:
-        """Reads `variables` now; a skipped step puts these values back."""
-        self.choices += [(variable, None, tf.convert_to_tensor(variable)) for variable in variables]
-
-    def unless_skipped(self, update: Callable[[], Any]) -> None:
-        """Runs `update`; what it writes is written only if the step is applied."""
-        with _Recording() as scope:
-            update()
-        recorded = [(variable, scope.get_current_value(variable), None) for variable in scope.written.values()]
-        if self.done:
-            _select(tf.logical_not(self.optimizer.last_step_skipped), recorded)
-        else:
-            self.choices += recorded
-
-    def close(self) -> None:
-        """Settles a step that no update took: its choices follow the optimizer's last step."""
-        if not self.done:
-            self.done = True
-            _select(tf.logical_not(self.optimizer.last_step_skipped), self.choices)
-
-
-def _select(finite: tf.Tensor, choices: Iterable[tuple[keras.Variable, Any, Any]]) -> None:
-    """Assigns each choice's value if applied when `finite`, else its value if skipped, without a branch."""
-    for variable, applied, skipped in choices:
-        now = tf.convert_to_tensor(variable)
-        variable.assign(tf.where(finite, now if applied is None else applied, now if skipped is None else skipped))
-
-
-# The one per-thread record of the loss-scaling modules: the `Step` of each `tfmp.undo_if_skipped` block open in
-# this thread, by optimizer. A custom loop's `apply()` cannot be handed the block's step; a tf.distribute replica
-# traces in a thread of its own. The trainers pass their steps instead.
-_OPEN_STEPS = threading.local()
-
-
-@contextlib.contextmanager
-def open_step(optimizer: LossScaleOptimizer) -> Iterator[Step]:
-    """A `Step` that `optimizer`'s next update in this block takes when it is given none; blocks nest into one."""
-    steps = _OPEN_STEPS.__dict__.setdefault("by_optimizer", {})
-    outer = steps.get(id(optimizer))
-    steps[id(optimizer)] = step = outer or Step(optimizer)
-    try:
-        yield step
-    finally:
-        if outer is None:
-            del steps[id(optimizer)]
-
-
-def current_step(optimizer: LossScaleOptimizer) -> Step | None:
-    """The `Step` of the `open_step` block of `optimizer` open in this thread, or None."""
-    return _OPEN_STEPS.__dict__.get("by_optimizer", {}).get(id(optimizer))
 
 
 def _check_jit_compile(jit_compile: Any) -> bool | str:
@@ -386,7 +291,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         """
         if select:
             apply()
-            _select(finite, choices)
+            choose(finite, choices)
         else:
 
             def branch(applied: bool) -> Callable[[], tf.Tensor]:

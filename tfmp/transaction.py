@@ -7,23 +7,37 @@ BatchNormalization's moving mean and variance, or any weight a custom layer
 updates in `call`. A NaN batch leaves those non-finite, and `evaluate()` then
 returns `nan` although every weight is fine. `undo_if_skipped` puts them back.
 
+* `Step`: what one step writes besides the optimizer's update (the forward
+  pass's writes, the metrics'), as choices between a value if the step is
+  applied and one if it is skipped; `LossScaleOptimizer`'s one rule decides
+  them with its update (`choose` is that rule without a branch).
 * `state_variables(models)`: the variables a training-mode forward pass of
   `models` may write.
-* `undo_if_skipped(models, optimizer)`: a context manager around one step
-  that restores them when `optimizer` skipped it. `tfmp.Trainer` and
-  `tfmp.GANTrainer` run every step in it; a custom loop adds one line.
+* `undo_if_skipped(models, optimizer)`: a context manager around one step of
+  a custom loop that restores them when `optimizer` skipped it. The trainers
+  hold a `Step` of their own and pass it to `apply_gradients`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import keras
+import tensorflow as tf
 
-from tfmp import loss_scale as loss_scale_lib
-
-__all__ = ["all_layers", "is_guarded", "state_variables", "undo_if_skipped"]
+__all__ = [
+    "Step",
+    "all_layers",
+    "choose",
+    "current_step",
+    "is_guarded",
+    "open_step",
+    "state_variables",
+    "undo_if_skipped",
+]
 
 
 def all_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
@@ -66,6 +80,100 @@ def state_variables(models: keras.layers.Layer | Sequence[keras.layers.Layer]) -
     return state
 
 
+class _Recording(keras.StatelessScope):
+    """A `keras.StatelessScope` that also remembers which variables were assigned in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: dict[int, keras.Variable] = {}
+
+    def add_update(self, update: tuple[keras.Variable, Any]) -> None:
+        super().add_update(update)
+        self.written[id(update[0])] = update[0]
+
+
+class Step:
+    """What one training step writes besides the optimizer's update, for the step's one rule to decide.
+
+    The rule (`LossScaleOptimizer`'s update): a step whose gradients are all
+    finite, on every replica, is applied whole; any other step writes
+    nothing and is counted as skipped. A `Step` carries the writes the
+    update cannot see itself, each as a *choice* `(variable, value if
+    applied, value if skipped)`, None meaning "as it is then":
+
+    * `keep(variables)` reads them now, to put back if the step is skipped
+      (the forward pass's writes: BatchNorm's moving statistics);
+    * `unless_skipped(update)` runs `update` (metric updates) without writing
+      anything, and records what it would write, to write only if the step
+      is applied. No list of the variables `update` writes is needed.
+
+    The trainers hold one per `optimize` call and hand it to
+    `apply_gradients(..., step=step)`; a custom loop opens one with
+    `tfmp.undo_if_skipped`. After its update a step's choices are spent
+    (`done`): `unless_skipped` then writes only if that update was applied.
+
+    Args:
+        optimizer: The `LossScaleOptimizer` whose update decides.
+        done: Whether the step's update already ran.
+    """
+
+    def __init__(self, optimizer: keras.optimizers.Optimizer, done: bool = False):
+        self.optimizer = optimizer
+        self.choices: list[tuple[keras.Variable, tf.Tensor | None, tf.Tensor | None]] = []
+        self.done = done
+
+    def keep(self, variables: Iterable[keras.Variable]) -> None:
+        """Reads `variables` now; a skipped step puts these values back."""
+        self.choices += [(variable, None, tf.convert_to_tensor(variable)) for variable in variables]
+
+    def unless_skipped(self, update: Callable[[], Any]) -> None:
+        """Runs `update`; what it writes is written only if the step is applied."""
+        with _Recording() as scope:
+            update()
+        recorded = [(variable, scope.get_current_value(variable), None) for variable in scope.written.values()]
+        if self.done:
+            choose(tf.logical_not(self.optimizer.last_step_skipped), recorded)
+        else:
+            self.choices += recorded
+
+    def close(self) -> None:
+        """Settles a step that no update took: its choices follow the optimizer's last step."""
+        if not self.done:
+            self.done = True
+            choose(tf.logical_not(self.optimizer.last_step_skipped), self.choices)
+
+
+def choose(finite: tf.Tensor, choices: Iterable[tuple[keras.Variable, Any, Any]]) -> None:
+    """Assigns each choice's value if applied when `finite`, else its value if skipped, without a branch."""
+    for variable, applied, skipped in choices:
+        now = tf.convert_to_tensor(variable)
+        variable.assign(tf.where(finite, now if applied is None else applied, now if skipped is None else skipped))
+
+
+# The one per-thread record of the loss-scaling modules: the `Step` of each `tfmp.undo_if_skipped` block open in
+# this thread, by optimizer. A custom loop's `apply()` cannot be handed the block's step; a tf.distribute replica
+# traces in a thread of its own. The trainers pass their steps instead.
+_OPEN_STEPS = threading.local()
+
+
+@contextlib.contextmanager
+def open_step(optimizer: keras.optimizers.Optimizer) -> Iterator[Step]:
+    """A `Step` that `optimizer`'s next update in this block takes when it is given none; blocks nest into one."""
+    steps = _OPEN_STEPS.__dict__.setdefault("by_optimizer", {})
+    outer = steps.get(id(optimizer))
+    steps[id(optimizer)] = step = outer or Step(optimizer)
+    try:
+        yield step
+    finally:
+        if outer is None:
+            del steps[id(optimizer)]
+
+
+def current_step(optimizer: keras.optimizers.Optimizer) -> Step | None:
+    """The `Step` of the `open_step` block of `optimizer` open in this thread, or None."""
+    return _OPEN_STEPS.__dict__.get("by_optimizer", {}).get(id(optimizer))
+
+
 def is_guarded(optimizer: keras.optimizers.Optimizer) -> bool:
     """Whether a step of `optimizer` ran inside `undo_if_skipped` (so a skip undoes the forward pass's writes)."""
     return bool(getattr(optimizer, "undoes_forward_writes", False))
@@ -83,7 +191,7 @@ def undo_if_skipped(
     so a non-finite batch leaves BatchNormalization's statistics exactly as
     they were, as it leaves the weights. A step that is applied keeps its
     writes and pays only for holding the values read (TensorFlow's
-    copy-on-write keeps them). The block opens a `tfmp.loss_scale.Step`
+    copy-on-write keeps them). The block opens a `Step`
     that the optimizer's update in it takes into its one rule (its one
     conditional, or its selection of new or old values where the update is
     compiled), so the step still branches at most once. It works eagerly, in a
@@ -109,11 +217,13 @@ def undo_if_skipped(
         models: The model(s) whose forward pass the step runs.
         optimizer: The optimizer whose `last_step_skipped` decides.
     """
-    if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
+    from tfmp.loss_scale import LossScaleOptimizer  # which imports this module
+
+    if not isinstance(optimizer, LossScaleOptimizer):
         yield
         return
     optimizer.undoes_forward_writes = True
-    with loss_scale_lib.open_step(optimizer) as step:
+    with open_step(optimizer) as step:
         step.keep(state_variables(models))
         yield
         step.close()

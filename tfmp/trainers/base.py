@@ -154,7 +154,7 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
                 "compile() the trainer so it uses tfmp.LossScaleOptimizer. "
                 f"Received: optimizer={optimizer!r}"
             )
-        step = loss_scale_lib.Step(optimizer) if scaled else None
+        step = transaction.Step(optimizer) if scaled else None
         if step is not None:
             step.keep(self.step_state_variables())
         outer, self.__dict__["_open_step"] = self.__dict__.get("_open_step"), step  # for unless_skipped
@@ -222,7 +222,7 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         `update` simply runs.
 
         Called inside `optimize`'s `forward`, `update` joins the step
-        (`tfmp.loss_scale.Step.unless_skipped`): it runs at once without
+        (`tfmp.transaction.Step.unless_skipped`): it runs at once without
         writing, and what it would write is written by the step's update,
         only if the step is applied, on every path (branching, compiled, under
         XLA, across replicas). Called after the step, its writes follow
@@ -238,7 +238,7 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
             return
         step = self.__dict__.get("_open_step")
         if step is None or step.optimizer is not optimizer:
-            step = loss_scale_lib.current_step(optimizer) or loss_scale_lib.Step(optimizer, done=True)
+            step = transaction.current_step(optimizer) or transaction.Step(optimizer, done=True)
         step.unless_skipped(update)
 
     @staticmethod
