@@ -103,18 +103,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         name: str | None = None,
         **kwargs: Any,
     ):
-        checked = _arguments.checked(
-            inner_optimizer,
-            args,
-            dynamic,
-            initial_scale,
-            dynamic_growth_steps,
-            growth_factor,
-            backoff_factor,
-            hysteresis,
-            min_scale,
-            max_scale,
-        )
+        own = (dynamic_growth_steps, growth_factor, backoff_factor, hysteresis, min_scale, max_scale)
+        checked = _arguments.checked(inner_optimizer, args, dynamic, initial_scale, *own)
         super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
         for setting in _OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
@@ -254,15 +244,15 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             self.built = True
         variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
         keep = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
-        calls = self._api_style.end_step(grads, self.name, entry)
-        if any(keep) and calls.calls.unscaled:
-            grads = calls.calls.handed_back(grads, keep)
+        decision = self._api_style.end_step(grads, self.name, entry)
+        if any(keep) and decision.calls.unscaled:
+            grads = decision.calls.handed_back(grads, keep)
         step = step or current_step(self) or Step(self)
         choices, step.done = list(step.choices), True
         if tf.distribute.in_cross_replica_context():
             raise ValueError("apply() must be called in a replica context.")
         context = tf.distribute.get_replica_context()
-        inner = (grads, trainable_variables, calls.unscale, keep)
+        inner = (grads, trainable_variables, decision.unscale, keep)
         if not _compat.strategy_supports_no_merge_call():
             # The inner update goes through merge_call, and branches there: the rest is selected.
             finite = self._agreed_finite(grads, context)
@@ -272,21 +262,19 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         elif _compat.tracing_for_xla():
             self._select_update(*inner, choices)
         else:
-            values = [value for _, *pair in choices for value in pair if value is not None]
+            # A choice's None (the variable's value then) is read here: the inner update does not write it.
+            values = [[tf.convert_to_tensor(v) if x is None else x for x in pair] for v, *pair in choices]
             self._compiled_update(*inner[1:], choices)(grads, values)
 
     def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, select: bool) -> None:
         """The one rule of a step, on every path: applied whole when `finite`, else nothing written, the skip counted.
 
-        `apply` runs the inner optimizer's update (the weights, its slots and
-        `iterations`); `choices` are the step's other writes (`Step`: the
-        forward pass's, the metrics'). Branching (`select=False`): one
-        `tf.cond`, the update and each choice's applied value on one side,
-        each choice's skipped value on the other. Selecting (under XLA, in the
-        compiled update, and around a `merge_call` update, which branches on
-        its own): `apply` always runs, then every choice gets its applied or
-        its skipped value by `tf.where`, so XLA sees no conditional and the
-        step never waits on the host. Either way the skipped-step count, the
+        `apply` runs the inner optimizer's update (the weights, its slots and `iterations`); `choices` are the
+        step's other writes (`tfmp.transaction.Step`: the forward pass's, the metrics'). Branching: one `tf.cond`,
+        the update and each choice's applied value on one side, each choice's skipped value on the other.
+        Selecting (under XLA, in the compiled update, and around a `merge_call` update, which branches on its
+        own): `apply` always runs, then every choice gets its applied or its skipped value by `tf.where`, so XLA
+        sees no conditional and the step never waits on the host. Either way the skipped-step count, the
         last-step flag and the scale (`next_loss_scale`) move without a branch.
         """
         if select:
@@ -340,11 +328,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         tf.cond(distribution.experimental_local_results(finite)[0], applied, lambda: tf.constant(False))
 
     def _select_update(self, grads, trainable_variables, unscale, keep, choices) -> None:
-        """The step without a branch (`_decide` selecting), for a single replica: under XLA, or compiled alone.
+        """The step without a branch, for one replica (under XLA, or compiled alone): `_decide` selecting.
 
-        What the inner optimizer writes (the trainable variables, its slots
-        and `iterations`) is read before and joins the choices. Compiled by
-        XLA, the reads, the update and the selection fuse into a few kernels.
+        What the inner optimizer writes (the weights, its slots and `iterations`) is read before and joins the
+        choices. Compiled by XLA, the reads, the update and the selection fuse into a few kernels.
         """
         variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
         written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
@@ -354,21 +341,16 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def _compiled_update(self, trainable_variables, unscale, keep, choices) -> Callable[[list, list], None]:
         """`_select_update` as one XLA-compiled function of the gradients and the choices' values, made once per use.
 
-        The variables are captured, not passed: a Keras variable given as an
-        argument would become a tensor. One function per set of variables, so
-        eager steps do not trace it anew each time.
+        The variables are captured, not passed: a Keras variable given as an argument would become a tensor.
+        One function per set of variables, so eager steps do not trace it anew each time.
         """
         variables = [variable for variable, _, _ in choices]
-        given = [(applied is not None, skipped is not None) for _, applied, skipped in choices]
-        key = (tuple(map(id, trainable_variables or ())), unscale, tuple(keep), tuple(map(id, variables)), tuple(given))
+        key = (tuple(map(id, trainable_variables or ())), unscale, tuple(keep), tuple(map(id, variables)))
         cache = self.__dict__.setdefault("_compiled_updates", {})
         if key not in cache:
 
-            def update(grads: list[Any], values: list[tf.Tensor]) -> None:
-                values = iter(values)
-                rebuilt = [
-                    (v, next(values) if a else None, next(values) if s else None) for v, (a, s) in zip(variables, given)
-                ]
+            def update(grads: list[Any], values: list[list[tf.Tensor]]) -> None:
+                rebuilt = [(variable, *pair) for variable, pair in zip(variables, values)]
                 self._select_update(grads, trainable_variables, unscale, keep, rebuilt)
 
             cache[key] = tf.function(update, jit_compile=True, autograph=False)

@@ -28,16 +28,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = [
-    "Step",
-    "all_layers",
-    "choose",
-    "current_step",
-    "is_guarded",
-    "open_step",
-    "state_variables",
-    "undo_if_skipped",
-]
+__all__ = ["Step", "all_layers", "is_guarded", "state_variables", "undo_if_skipped"]
 
 
 def all_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
