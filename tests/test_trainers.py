@@ -759,44 +759,6 @@ def test_the_tutorial_gans_old_names_still_work_with_a_deprecation_warning():
 # --- a trainer of the user's own, written from the docstrings ------------------------------
 
 
-class _OwnTrainer(trainers.MixedPrecisionTrainer):
-    """As a user writes it from `optimize` and `unless_skipped`: no list of what the metric updates write."""
-
-    def __init__(self, network):
-        super().__init__(name="own_trainer")
-        self.network = network
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.mae = keras.metrics.MeanAbsoluteError(name="mae")
-
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.mae]
-
-    @property
-    def networks(self):
-        return {"network": self.network}
-
-    def call(self, x, training=False):
-        return self.network(x, training=training)
-
-    def train_step(self, data):
-        x, y = data
-
-        def forward():
-            prediction = tf.cast(self.network(x, training=True), tf.float32)
-            loss = tf.reduce_mean(tf.square(prediction - y))
-
-            def update():
-                self.loss_tracker.update_state(loss)
-                self.mae.update_state(y, prediction)
-
-            self.unless_skipped(self.optimizer, update)
-            return loss, prediction
-
-        self.optimize(self.optimizer, self.network.trainable_variables, forward)
-        return {metric.name: metric.result() for metric in self.metrics}
-
-
 def _own_trainer_fit(path, bad, rows, strategy=None):
     """The user's trainer fit on `rows` of three batches of 4; `bad`: NaN or a value beyond float16's range in row 5."""
     rng = np.random.default_rng(0)
@@ -808,7 +770,9 @@ def _own_trainer_fit(path, bad, rows, strategy=None):
         network = keras.Sequential(
             [keras.Input((4,)), keras.layers.Dense(8), keras.layers.BatchNormalization(), keras.layers.Dense(1)]
         )
-        trainer = _OwnTrainer(network)
+        trainer = families.OwnTrainer(
+            network, keras.losses.MeanSquaredError(), keras.metrics.MeanAbsoluteError(name="mae")
+        )
         optimizer = tfmp.LossScaleOptimizer(
             keras.optimizers.SGD(0.1), initial_scale=256.0, jit_compile=path == "compiled update"
         )
