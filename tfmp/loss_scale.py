@@ -17,19 +17,13 @@ import tensorflow as tf
 
 from tfmp import _api_style, _arguments, _compat
 from tfmp._arguments import DEFAULT_MAX_SCALE
-from tfmp.scaling import LossScaleState, all_finite, map_gradients, next_loss_scale, scale_loss
-from tfmp.transaction import Step, choose, current_step
+from tfmp.scaling import LossScaleState, agreed_finite, all_finite, map_gradients, next_loss_scale, scale_loss
+from tfmp.transaction import Step, choose, current_step, recorded
 
 __all__ = ["LossScaleOptimizer", "LossScaleState", "Step", "next_loss_scale"]
 
 # tfmp's settings beyond Keras 3's `initial_scale` and `dynamic_growth_steps`.
 _OWN_SETTINGS = ("dynamic", "growth_factor", "backoff_factor", "hysteresis", "min_scale", "max_scale")
-
-
-def _check_jit_compile(jit_compile: Any) -> bool | str:
-    if jit_compile is True or jit_compile is False or jit_compile == "auto":
-        return jit_compile
-    raise ValueError(f'jit_compile must be True, False or "auto". Received: jit_compile={jit_compile!r}')
 
 
 @keras.saving.register_keras_serializable(package="tfmp")
@@ -108,7 +102,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
         for setting in _OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
-        self.jit_compile = _check_jit_compile(jit_compile)
+        self.jit_compile = _arguments.check_jit_compile(jit_compile)
         self.undoes_forward_writes = False  # set by `tfmp.undo_if_skipped`, for `tfmp.LogLossScale`'s warning
         self._api_style = _api_style.ApiStyle()
         self._create_state_variables()
@@ -248,71 +242,68 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         if any(keep) and decision.calls.unscaled:
             grads = decision.calls.handed_back(grads, keep)
         step = step or current_step(self) or Step(self)
-        choices, step.done = list(step.choices), True
+        choices, updates, step.done = list(step.choices), list(step.updates), True
         if tf.distribute.in_cross_replica_context():
             raise ValueError("apply() must be called in a replica context.")
         context = tf.distribute.get_replica_context()
         inner = (grads, trainable_variables, decision.unscale, keep)
         if not _compat.strategy_supports_no_merge_call():
             # The inner update goes through merge_call, and branches there: the rest is selected.
-            finite = self._agreed_finite(grads, context)
-            self._decide(finite, lambda: context.merge_call(self._apply_if, args=(finite, *inner)), choices, True)
+            finite = agreed_finite(grads, context)
+            apply = lambda: context.merge_call(self._apply_if, args=(finite, *inner))  # noqa: E731
+            self._decide(finite, apply, choices, updates, True)
         elif context.num_replicas_in_sync > 1 or not (_compat.tracing_for_xla() or self._compiles()):
-            self._decide(self._agreed_finite(grads, context), lambda: self._apply_inner(*inner), choices, False)
+            self._decide(agreed_finite(grads, context), lambda: self._apply_inner(*inner), choices, updates, False)
         elif _compat.tracing_for_xla():
-            self._select_update(*inner, choices)
+            self._select_update(*inner, [*choices, *recorded(updates)])
         else:
             # A choice's None (the variable's value then) is read here: the inner update does not write it.
+            choices += recorded(updates)
             values = [[tf.convert_to_tensor(v) if x is None else x for x in pair] for v, *pair in choices]
             self._compiled_update(*inner[1:], choices)(grads, values)
 
-    def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, select: bool) -> None:
+    def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, updates: list, select: bool) -> None:
         """The one rule of a step, on every path: applied whole when `finite`, else nothing written, the skip counted.
 
-        `apply` runs the inner optimizer's update (the weights, its slots and `iterations`); `choices` are the
-        step's other writes (`tfmp.transaction.Step`: the forward pass's, the metrics'). Branching: one `tf.cond`,
-        the update and each choice's applied value on one side, each choice's skipped value on the other.
-        Selecting (under XLA, in the compiled update, and around a `merge_call` update, which branches on its
-        own): `apply` always runs, then every choice gets its applied or its skipped value by `tf.where`, so XLA
-        sees no conditional and the step never waits on the host. Either way the skipped-step count, the
-        last-step flag and the scale (`next_loss_scale`) move without a branch.
+        `apply` runs the inner optimizer's update (the weights, its slots and `iterations`); `choices` and
+        `updates` are the step's other writes (`tfmp.transaction.Step`: the forward pass's, the metrics').
+        Branching: one `tf.cond`, the update, the `updates` and each choice's applied value on one side, each
+        choice's skipped value on the other. Selecting (under XLA, in the compiled update, and around a
+        `merge_call` update, which branches on its own): `apply` always runs, the `updates` run without writing
+        (`recorded`), then every choice gets its applied or its skipped value by `tf.where`, so XLA sees no
+        conditional and the step never waits on the host. The skipped-step count and the last-step flag are
+        written with the rest (`_count`); the scale moves without a branch (`next_loss_scale`).
         """
         if select:
             apply()
-            choose(finite, choices)
+            choose(finite, [*choices, *recorded(updates)])
+            self._count(tf.cast(tf.logical_not(finite), tf.int64))
         else:
 
             def branch(applied: bool) -> Callable[[], tf.Tensor]:
                 def run() -> tf.Tensor:
-                    if applied:
-                        apply()
+                    for run_it in [apply, *updates] if applied else ():
+                        run_it()
                     for variable, *values in choices:
                         if values[0 if applied else 1] is not None:
                             variable.assign(values[0 if applied else 1])
+                    self._count(0 if applied else 1)
                     return tf.constant(applied)
 
                 return run
 
             tf.cond(finite, branch(True), branch(False))
-        skipped = tf.cast(tf.logical_not(finite), tf.int64)
-        self.skipped_counter.assign_add(skipped)
-        self.last_skipped_flag.assign(skipped)
         self._update_scale(finite)
+
+    def _count(self, skipped: int | tf.Tensor) -> None:
+        """Counts the step: `skipped` is 0 or 1 (an int64 tensor where the step selects)."""
+        if not isinstance(skipped, int) or skipped:
+            self.skipped_counter.assign_add(skipped)
+        self.last_skipped_flag.assign(skipped)
 
     def _compiles(self) -> bool:
         """Whether `jit_compile` asks for the update compiled with XLA on its own, here."""
         return self.jit_compile is True or (self.jit_compile == "auto" and bool(tf.config.list_physical_devices("GPU")))
-
-    @staticmethod
-    def _agreed_finite(grads: Sequence[Any], context: tf.distribute.ReplicaContext) -> tf.Tensor:
-        """Whether every gradient is finite on every replica (`all_finite`, all-reduced across replicas)."""
-        finite = all_finite(grads)
-        if context.num_replicas_in_sync == 1:
-            return finite
-        # Keras 3 decides from replica 0's flag alone, so a non-finite gradient on another
-        # replica is applied (weights become inf/nan everywhere). Every replica must agree.
-        bad = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(finite), tf.float32))
-        return tf.equal(bad, 0.0)
 
     def _apply_if(self, distribution: tf.distribute.Strategy, finite: Any, *inner: Any) -> None:
         """merge_call's cross-replica part: the inner update on every replica, when `finite` (the same on each).
@@ -336,7 +327,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
         written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
         apply = lambda: self._apply_inner(grads, trainable_variables, unscale, keep)  # noqa: E731
-        self._decide(all_finite(grads), apply, [*choices, *written], True)
+        self._decide(all_finite(grads), apply, [*choices, *written], [], True)
 
     def _compiled_update(self, trainable_variables, unscale, keep, choices) -> Callable[[list, list], None]:
         """`_select_update` as one XLA-compiled function of the gradients and the choices' values, made once per use.

@@ -89,14 +89,16 @@ class Step:
     The rule (`LossScaleOptimizer`'s update): a step whose gradients are all
     finite, on every replica, is applied whole; any other step writes
     nothing and is counted as skipped. A `Step` carries the writes the
-    update cannot see itself, each as a *choice* `(variable, value if
-    applied, value if skipped)`, None meaning "as it is then":
+    update cannot see itself:
 
     * `keep(variables)` reads them now, to put back if the step is skipped
-      (the forward pass's writes: BatchNorm's moving statistics);
-    * `unless_skipped(update)` runs `update` (metric updates) without writing
-      anything, and records what it would write, to write only if the step
-      is applied. No list of the variables `update` writes is needed.
+      (the forward pass's writes: BatchNorm's moving statistics), each as a
+      *choice* `(variable, value if applied, value if skipped)`, None
+      meaning "as it is then";
+    * `unless_skipped(update)` holds `update` (metric updates), to run only
+      if the step is applied: in the update's applied branch, or, where the
+      update selects, run without writing (`recorded`) and its writes
+      selected. No list of the variables `update` writes is needed.
 
     The trainers hold one per `optimize` call and hand it to
     `apply_gradients(..., step=step)`; a custom loop opens one with
@@ -111,6 +113,7 @@ class Step:
     def __init__(self, optimizer: keras.optimizers.Optimizer, done: bool = False):
         self.optimizer = optimizer
         self.choices: list[tuple[keras.Variable, tf.Tensor | None, tf.Tensor | None]] = []
+        self.updates: list[Callable[[], Any]] = []
         self.done = done
 
     def keep(self, variables: Iterable[keras.Variable]) -> None:
@@ -118,20 +121,25 @@ class Step:
         self.choices += [(variable, None, tf.convert_to_tensor(variable)) for variable in variables]
 
     def unless_skipped(self, update: Callable[[], Any]) -> None:
-        """Runs `update`; what it writes is written only if the step is applied."""
-        with _Recording() as scope:
-            update()
-        recorded = [(variable, scope.get_current_value(variable), None) for variable in scope.written.values()]
+        """Runs `update` only if the step is applied (after its update: if that update was applied)."""
         if self.done:
-            choose(tf.logical_not(self.optimizer.last_step_skipped), recorded)
+            choose(tf.logical_not(self.optimizer.last_step_skipped), recorded([update]))
         else:
-            self.choices += recorded
+            self.updates.append(update)
 
     def close(self) -> None:
-        """Settles a step that no update took: its choices follow the optimizer's last step."""
+        """Settles a step that no update took: its writes follow the optimizer's last step."""
         if not self.done:
             self.done = True
-            choose(tf.logical_not(self.optimizer.last_step_skipped), self.choices)
+            choose(tf.logical_not(self.optimizer.last_step_skipped), [*self.choices, *recorded(self.updates)])
+
+
+def recorded(updates: Iterable[Callable[[], Any]]) -> list[tuple[keras.Variable, tf.Tensor, None]]:
+    """Runs `updates` without writing a variable; returns what they would write as choices `(variable, value, None)`."""
+    with _Recording() as scope:
+        for update in updates:
+            update()
+    return [(variable, scope.get_current_value(variable), None) for variable in scope.written.values()]
 
 
 def choose(finite: tf.Tensor, choices: Iterable[tuple[keras.Variable, Any, Any]]) -> None:

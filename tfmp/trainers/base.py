@@ -125,19 +125,19 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         `apply_gradients` (which skips the update if any gradient is
         non-finite and adjusts the scale). Otherwise the plain gradient step.
 
-        The update is a transaction (`tfmp.undo_if_skipped`): when the
-        optimizer skips it (a NaN batch, a float16 overflow), what `forward`
-        wrote into the networks is undone too, so BatchNorm's moving
-        statistics get their values from before `forward` back. Seed-generator
-        states (noise, Dropout masks) keep advancing, so the next step draws
-        fresh numbers and a resumed run repeats the same stream. A forward
-        pass that belongs to this update (the GAN's fakes for its
-        discriminator step) goes inside `forward`, and so do the metric
-        updates of the step (`unless_skipped`): the update, the restore and
-        the metrics then share the optimizer's one conditional
-        (`tfmp.LossScaleOptimizer.guard`), or its selection of new or old
-        values where the update is compiled. The step waits for the finite
-        check at most once per optimizer, and never under XLA.
+        The update is a transaction: a `tfmp.transaction.Step` made here,
+        handed to `apply_gradients`, carries the step's other writes into
+        the optimizer's one rule. When the optimizer skips the step (a NaN
+        batch, a float16 overflow), what `forward` wrote into the networks is
+        undone too, so BatchNorm's moving statistics get their values from
+        before `forward` back. Seed-generator states (noise, Dropout masks)
+        keep advancing, so the next step draws fresh numbers and a resumed
+        run repeats the same stream. A forward pass that belongs to this
+        update (the GAN's fakes for its discriminator step) goes inside
+        `forward`, and so do the metric updates of the step
+        (`unless_skipped`). The step waits for the finite check at most once
+        per optimizer (one `tf.cond`), and never under XLA or where the
+        update is compiled (a selection of new or old values instead).
 
         Args:
             optimizer: The optimizer of `variables`.
