@@ -157,7 +157,9 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         step = transaction.Step(optimizer) if scaled else None
         if step is not None:
             step.keep(self.step_state_variables())
-        outer, self.__dict__["_open_step"] = self.__dict__.get("_open_step"), step  # for unless_skipped
+        # Held while `forward` runs, past Keras's attribute tracking: its `unless_skipped` calls join `step`.
+        # A strategy's replica threads take turns at merge_call, which `forward` makes none of.
+        outer, self.__dict__["_open_step"] = self.__dict__.get("_open_step"), step
         try:
             with tf.GradientTape() as tape:
                 loss, aux = forward()
