@@ -12,13 +12,15 @@ digits (no download):
 Each has a `tfmp.run.tasks.SupervisedTask` built from module-level functions
 (so it pickles, and `--task=families:NAME` finds it), with the data in a
 different form each: arrays, a function returning batches, a dataset of
-examples.
+examples. `OwnTrainer` is a trainer a user writes on
+`tfmp.trainers.MixedPrecisionTrainer`.
 """
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from tfmp import trainers
 from tfmp.run import config, data, tasks
 
 NUM_CLASSES = 10
@@ -150,3 +152,44 @@ def optimizer_at_import(
     imports = f"\nimport {event_log}" if event_log else ""
     first = f'\n{event_log}.EVENTS.append("module")' if event_log else ""
     return OPTIMIZER_AT_IMPORT.format(imports=imports, first=first, settings=settings)
+
+
+class OwnTrainer(trainers.MixedPrecisionTrainer):
+    """A trainer as a user writes it from the docstrings of `optimize` and `unless_skipped`.
+
+    A `Mean` loss tracker and one metric, both updated inside `forward`
+    through `unless_skipped`, with no list of the variables they write.
+    """
+
+    def __init__(self, network, loss_fn, metric):
+        super().__init__(name="own_trainer")
+        self.network, self.loss_fn, self.metric = network, loss_fn, metric
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.metric]
+
+    @property
+    def networks(self):
+        return {"network": self.network}
+
+    def call(self, x, training=False):
+        return self.network(x, training=training)
+
+    def train_step(self, data):
+        x, y = data
+
+        def forward():
+            prediction = tf.cast(self.network(x, training=True), tf.float32)
+            loss = self.loss_fn(y, prediction)
+
+            def update():
+                self.loss_tracker.update_state(loss)
+                self.metric.update_state(y, prediction)
+
+            self.unless_skipped(self.optimizer, update)
+            return loss, prediction
+
+        self.optimize(self.optimizer, self.network.trainable_variables, forward)
+        return {metric.name: metric.result() for metric in self.metrics}

@@ -1,5 +1,7 @@
 """Tests for tfmp/trainers/: the loss-scaled step inside fit()."""
 
+import contextlib
+
 import families
 import keras
 import numpy as np
@@ -752,3 +754,58 @@ def test_the_tutorial_gans_old_names_still_work_with_a_deprecation_warning():
     assert SeedGANTraining is trainers.TutorialGANTraining
     with pytest.raises(AttributeError, match="'tfmp.trainers' has no attribute 'NO_SUCH_NAME'"):
         _ = trainers.NO_SUCH_NAME
+
+
+# --- a trainer of the user's own, written from the docstrings ------------------------------
+
+
+def _own_trainer_fit(path, bad, rows, strategy=None):
+    """The user's trainer fit on `rows` of three batches of 4; `bad`: NaN or a value beyond float16's range in row 5."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(12, 4)).astype(np.float32), rng.normal(size=(12, 1)).astype(np.float32)
+    x[5, 1] = np.nan if bad == "nan" else 1e6
+    precision = "float32" if bad == "nan" else "mixed_float16"
+    with tfmp.precision_scope(precision), strategy.scope() if strategy else contextlib.nullcontext():
+        keras.utils.set_random_seed(0)
+        network = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8), keras.layers.BatchNormalization(), keras.layers.Dense(1)]
+        )
+        trainer = families.OwnTrainer(
+            network, keras.losses.MeanSquaredError(), keras.metrics.MeanAbsoluteError(name="mae")
+        )
+        optimizer = tfmp.LossScaleOptimizer(
+            keras.optimizers.SGD(0.1), initial_scale=256.0, jit_compile=path == "compiled update"
+        )
+        trainer.compile(optimizer, jit_compile=path == "xla step")
+    history = trainer.fit(x[rows], y[rows], batch_size=4, epochs=1, verbose=0, shuffle=False).history
+    return history, [v.numpy() for v in network.variables], int(optimizer.skipped_steps)
+
+
+@pytest.mark.parametrize("bad", ["nan", "float16 overflow"])
+@pytest.mark.parametrize("path", ["branching update", "compiled update", "xla step"])
+def test_a_users_own_trainer_leaves_a_skipped_step_out_of_its_loss_metrics_and_weights(path, bad):
+    """Its metric updates list no variables; a skipped batch changes nothing, as if it had not been there."""
+    history, weights, skipped = _own_trainer_fit(path, bad, rows=slice(None))
+    without, expected, _ = _own_trainer_fit(path, bad, rows=[0, 1, 2, 3, 8, 9, 10, 11])
+    assert skipped == 1
+    for name in ("loss", "mae"):
+        assert np.isfinite(history[name][0]), (name, history)
+        np.testing.assert_allclose(history[name], without[name], rtol=1e-3, err_msg=name)
+    for got, want in zip(weights, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", ["nan", "float16 overflow"])
+def test_a_users_own_trainer_on_two_replicas_leaves_a_skipped_step_out_too(bad):
+    """MirroredStrategy over two logical CPUs (the merge_call update): row 5 is in replica 1's half of batch 2."""
+    from tfmp.run import distribute
+
+    strategy = distribute.make_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+    history, weights, skipped = _own_trainer_fit("branching update", bad, slice(None), strategy)
+    without, expected, _ = _own_trainer_fit("branching update", bad, [0, 1, 2, 3, 8, 9, 10, 11], strategy)
+    assert skipped == 1
+    for name in ("loss", "mae"):
+        assert np.isfinite(history[name][0]), (name, history)
+        np.testing.assert_allclose(history[name], without[name], rtol=1e-3, err_msg=name)
+    for got, want in zip(weights, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)

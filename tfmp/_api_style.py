@@ -72,7 +72,7 @@ class StepCalls:
         return [originals.get(id(g), g) if kept and g is not None else g for g, kept in zip(grads, keep)]
 
 
-class Step(NamedTuple):
+class Decision(NamedTuple):
     """What `ApiStyle.end_step` decided about one update."""
 
     flow: str  # a key of FLOWS
@@ -95,11 +95,18 @@ def flow_of(calls: StepCalls, grads: Sequence[Any]) -> str:
     return "tf_keras2_scaled_only" if GET_SCALED_LOSS in seen else "none"
 
 
-def _outermost_graph() -> Any:
-    """None when eager; else the outermost graph being traced (nested tf.functions and
+class _Eager:
+    """The context of eager calls, as a key beside the traced graphs (a weak reference to it is kept)."""
+
+
+_EAGER = _Eager()
+
+
+def _context() -> Any:
+    """`_EAGER` when eager; else the outermost graph being traced (nested tf.functions and
     control-flow branches trace into graphs of their own, but belong to the same step)."""
     if tf.executing_eagerly():
-        return None
+        return _EAGER
     graph = tf.compat.v1.get_default_graph()
     while getattr(getattr(graph, "outer_graph", None), "building_function", False):
         graph = graph.outer_graph
@@ -187,8 +194,8 @@ class ApiStyle:
         calls.scaled.extend(scaled)
         calls.unscaled.extend(unscaled)
 
-    def end_step(self, grads: Sequence[Any], optimizer_name: str, entry: str = APPLY_GRADIENTS) -> Step:
-        """Takes the calls noted since the last update in this context and returns the `Step`.
+    def end_step(self, grads: Sequence[Any], optimizer_name: str, entry: str = APPLY_GRADIENTS) -> Decision:
+        """Takes the calls noted since the last update in this context and returns the `Decision`.
 
         `entry` is the method the update came through (`APPLY` or `APPLY_GRADIENTS`). Warns as
         tf.keras 2 did, or with a `RuntimeWarning` where the flow is unclear, mixed, or treats
@@ -199,24 +206,16 @@ class ApiStyle:
         # Keras 3's apply() takes scaled gradients: only get_unscaled_gradients()' output is known not to be.
         unscale = FLOWS[flow].unscale or (entry == APPLY and GET_UNSCALED_GRADIENTS not in calls.seen)
         self._report(flow, unscale, entry, optimizer_name)
-        return Step(flow, unscale, calls)
+        return Decision(flow, unscale, calls)
 
     def _calls(self, pop: bool = False) -> StepCalls:
         """This thread's calls in the current context; `pop` takes them away."""
-        local = self._local
-        if not hasattr(local, "graphs"):
-            # Weak keys: a trace that scales a loss but never applies does not
-            # keep its graph alive (unless it holds its gradients).
-            local.eager, local.graphs = StepCalls(), weakref.WeakKeyDictionary()
-        graph = _outermost_graph()
-        if graph is None:
-            calls = local.eager
-            if pop:
-                local.eager = StepCalls()
-            return calls
+        # Weak keys: a trace that scales a loss but never applies does not
+        # keep its graph alive (unless it holds its gradients).
+        contexts = self._local.__dict__.setdefault("contexts", weakref.WeakKeyDictionary())
         if pop:
-            return local.graphs.pop(graph, None) or StepCalls()
-        return local.graphs.setdefault(graph, StepCalls())
+            return contexts.pop(_context(), None) or StepCalls()
+        return contexts.setdefault(_context(), StepCalls())
 
     def _report(self, flow: str, unscale: bool, entry: str, name: str) -> None:
         if flow.startswith("tf_keras2") and not unscale:

@@ -8,11 +8,8 @@ replicas agree on. The arithmetic (`next_loss_scale`, `all_finite`) is
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import keras
@@ -20,49 +17,13 @@ import tensorflow as tf
 
 from tfmp import _api_style, _arguments, _compat
 from tfmp._arguments import DEFAULT_MAX_SCALE
-from tfmp.scaling import LossScaleState, all_finite, map_gradients, next_loss_scale, scale_loss
+from tfmp.scaling import LossScaleState, agreed_finite, all_finite, map_gradients, next_loss_scale, scale_loss
+from tfmp.transaction import Step, choose, current_step, recorded
 
-__all__ = ["LossScaleOptimizer", "LossScaleState", "next_loss_scale"]
+__all__ = ["LossScaleOptimizer", "LossScaleState", "Step", "next_loss_scale"]
 
 # tfmp's settings beyond Keras 3's `initial_scale` and `dynamic_growth_steps`.
 _OWN_SETTINGS = ("dynamic", "growth_factor", "backoff_factor", "hysteresis", "min_scale", "max_scale")
-
-
-@dataclasses.dataclass
-class _Guarded:
-    """What the next update of an optimizer must do besides its own writes (see `LossScaleOptimizer.guard`).
-
-    Attributes:
-        restore: `(variable, value)` pairs assigned back when the step is skipped.
-        if_applied: Callables run only when the step is applied.
-        written: The variables those callables write.
-        taken: Whether an update has taken these into its one conditional (or selection).
-    """
-
-    restore: list[tuple[keras.Variable, tf.Tensor]] = dataclasses.field(default_factory=list)
-    if_applied: list[Callable[[], Any]] = dataclasses.field(default_factory=list)
-    written: list[keras.Variable] = dataclasses.field(default_factory=list)
-    taken: bool = False
-
-
-# The guards open in this thread (a tf.distribute replica traces in a thread of its own), by optimizer.
-_OPEN_GUARDS = threading.local()
-
-
-def _on_gpu() -> bool:
-    return bool(tf.config.list_physical_devices("GPU"))
-
-
-def _keep_new_if(condition: tf.Tensor, pairs: Iterable[tuple[keras.Variable, tf.Tensor]]) -> None:
-    """Each `(variable, old value)`: the variable keeps what it holds now when `condition`, else `old` again."""
-    for variable, old in pairs:
-        variable.assign(tf.where(condition, tf.convert_to_tensor(variable), old))
-
-
-def _check_jit_compile(jit_compile: Any) -> bool | str:
-    if jit_compile is True or jit_compile is False or jit_compile == "auto":
-        return jit_compile
-    raise ValueError(f'jit_compile must be True, False or "auto". Received: jit_compile={jit_compile!r}')
 
 
 @keras.saving.register_keras_serializable(package="tfmp")
@@ -136,22 +97,13 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         name: str | None = None,
         **kwargs: Any,
     ):
-        checked = _arguments.checked(
-            inner_optimizer,
-            args,
-            dynamic,
-            initial_scale,
-            dynamic_growth_steps,
-            growth_factor,
-            backoff_factor,
-            hysteresis,
-            min_scale,
-            max_scale,
-        )
+        own = (dynamic_growth_steps, growth_factor, backoff_factor, hysteresis, min_scale, max_scale)
+        checked = _arguments.checked(inner_optimizer, args, dynamic, initial_scale, *own)
         super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
         for setting in _OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
-        self.jit_compile = _check_jit_compile(jit_compile)
+        self.jit_compile = _arguments.check_jit_compile(jit_compile)
+        self.undoes_forward_writes = False  # set by `tfmp.undo_if_skipped`, for `tfmp.LogLossScale`'s warning
         self._api_style = _api_style.ApiStyle()
         self._create_state_variables()
 
@@ -259,22 +211,24 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         `RuntimeWarning`. Gradients returned by `get_unscaled_gradients` are not
         divided again, nor are those of variables with `overwrite_with_gradient`
         (Keras's float8 scaling factors): they carry the variable's new value.
+        Inside a `tfmp.undo_if_skipped` block, the block's `Step` joins the update.
         """
         self._apply(grads, trainable_variables, _api_style.APPLY)
 
-    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]]) -> keras.Variable:
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]], step: Step | None = None) -> keras.Variable:
         """Applies `(gradient, variable)` pairs, unless a gradient is non-finite; updates the scale.
 
         After `scale_loss` the gradients are divided by the loss scale, as in Keras 3; after
         `get_unscaled_gradients`, or with no scaling call in the step, applied as given, as in tf.keras 2.
+        `step`, a `Step`, carries the step's other writes (default: a `tfmp.undo_if_skipped` block's, if any).
         """
         # Not through apply(), as Keras's is: the two differ for a step with no scaling call, and an
         # argument needs no state kept per tf.function trace or replica thread.
         grads, trainable_variables = zip(*grads_and_vars)
-        self._apply(grads, trainable_variables, _api_style.APPLY_GRADIENTS)
+        self._apply(grads, trainable_variables, _api_style.APPLY_GRADIENTS, step)
         return self._iterations  # what Keras's apply_gradients() returns
 
-    def _apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None, entry: str) -> None:
+    def _apply(self, grads, trainable_variables, entry: str, step: Step | None = None) -> None:
         grads = list(grads)
         if trainable_variables is not None:
             trainable_variables = list(trainable_variables)
@@ -283,179 +237,121 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 self.build(trainable_variables)
             self.built = True
         variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
-        overwrite = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
-        step = self._api_style.end_step(grads, self.name, entry)
-        if any(overwrite) and step.calls.unscaled:
-            grads = step.calls.handed_back(grads, overwrite)
-        self._apply_if_finite(grads, trainable_variables, unscale=step.unscale, keep=overwrite)
+        keep = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
+        decision = self._api_style.end_step(grads, self.name, entry)
+        if any(keep) and decision.calls.unscaled:
+            grads = decision.calls.handed_back(grads, keep)
+        step = step or current_step(self) or Step(self)
+        choices, updates, step.done = list(step.choices), list(step.updates), True
+        if tf.distribute.in_cross_replica_context():
+            raise ValueError("apply() must be called in a replica context.")
+        context = tf.distribute.get_replica_context()
+        inner = (grads, trainable_variables, decision.unscale, keep)
+        if not _compat.strategy_supports_no_merge_call():
+            # The inner update goes through merge_call, and branches there: the rest is selected.
+            finite = agreed_finite(grads, context)
+            apply = lambda: context.merge_call(self._apply_if, args=(finite, *inner))  # noqa: E731
+            self._decide(finite, apply, choices, updates, True)
+        elif context.num_replicas_in_sync > 1 or not (_compat.tracing_for_xla() or self._compiles()):
+            self._decide(agreed_finite(grads, context), lambda: self._apply_inner(*inner), choices, updates, False)
+        elif _compat.tracing_for_xla():
+            self._select_update(*inner, [*choices, *recorded(updates)])
+        else:
+            # A choice's None (the variable's value then) is read here: the inner update does not write it.
+            choices += recorded(updates)
+            values = [[tf.convert_to_tensor(v) if x is None else x for x in pair] for v, *pair in choices]
+            self._compiled_update(*inner[1:], choices)(grads, values)
 
-    @contextlib.contextmanager
-    def guard(self) -> Iterator[_Guarded]:
-        """The block of one training step: what it registers, the step's update does with its own writes.
+    def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, updates: list, select: bool) -> None:
+        """The one rule of a step, on every path: applied whole when `finite`, else nothing written, the skip counted.
 
-        `tfmp.undo_if_skipped` registers the forward pass's writes to put
-        back, and the trainers their metric updates to run only when the
-        step is applied. The update inside the block (`apply` /
-        `apply_gradients`) takes them into its one conditional, or, where
-        the update selects (`jit_compile`, or a step compiled by XLA), into
-        its selection of new or old values. Blocks nest: an inner block
-        adds to the outer one. When no update took them (none ran in the
-        block, or a strategy that updates through `merge_call`), `taken`
-        stays False and the caller does the work itself.
+        `apply` runs the inner optimizer's update (the weights, its slots and `iterations`); `choices` and
+        `updates` are the step's other writes (`tfmp.transaction.Step`: the forward pass's, the metrics').
+        Branching: one `tf.cond`, the update, the `updates` and each choice's applied value on one side, each
+        choice's skipped value on the other. Selecting (under XLA, in the compiled update, and around a
+        `merge_call` update, which branches on its own): `apply` always runs, the `updates` run without writing
+        (`recorded`), then every choice gets its applied or its skipped value by `tf.where`, so XLA sees no
+        conditional and the step never waits on the host. The skipped-step count and the last-step flag are
+        written with the rest (`_count`); the scale moves without a branch (`next_loss_scale`).
         """
-        guards = _OPEN_GUARDS.__dict__.setdefault("by_optimizer", {})
-        outer = guards.get(id(self))
-        if outer is not None:
-            yield outer
-            return
-        guards[id(self)] = opened = _Guarded()
-        try:
-            yield opened
-        finally:
-            del guards[id(self)]
+        if select:
+            apply()
+            choose(finite, [*choices, *recorded(updates)])
+            self._count(tf.cast(tf.logical_not(finite), tf.int64))
+        else:
 
-    def current_guard(self) -> _Guarded | None:
-        """The `guard()` block open in this thread whose update has not run yet, or None."""
-        guard = _OPEN_GUARDS.__dict__.get("by_optimizer", {}).get(id(self))
-        return None if guard is None or guard.taken else guard
+            def branch(applied: bool) -> Callable[[], tf.Tensor]:
+                def run() -> tf.Tensor:
+                    for run_it in [apply, *updates] if applied else ():
+                        run_it()
+                    for variable, *values in choices:
+                        if values[0 if applied else 1] is not None:
+                            variable.assign(values[0 if applied else 1])
+                    self._count(0 if applied else 1)
+                    return tf.constant(applied)
 
-    def _take_guard(self) -> _Guarded:
-        guard = self.current_guard()
-        if guard is None:
-            return _Guarded()
-        guard.taken = True
-        return guard
+                return run
+
+            tf.cond(finite, branch(True), branch(False))
+        self._update_scale(finite)
+
+    def _count(self, skipped: int | tf.Tensor) -> None:
+        """Counts the step: `skipped` is 0 or 1 (an int64 tensor where the step selects)."""
+        if not isinstance(skipped, int) or skipped:
+            self.skipped_counter.assign_add(skipped)
+        self.last_skipped_flag.assign(skipped)
 
     def _compiles(self) -> bool:
         """Whether `jit_compile` asks for the update compiled with XLA on its own, here."""
-        return self.jit_compile is True or (self.jit_compile == "auto" and _on_gpu())
+        return self.jit_compile is True or (self.jit_compile == "auto" and bool(tf.config.list_physical_devices("GPU")))
 
-    def _apply_if_finite(self, grads, trainable_variables=None, unscale=True, keep=()):
-        if tf.distribute.in_cross_replica_context():
-            raise ValueError("apply() must be called in a replica context.")
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        in_xla = _compat.tracing_for_xla()
-        # One replica, compiled (the whole step by XLA, or the update on its own): select, do not branch.
-        if _compat.strategy_supports_no_merge_call() and replicas == 1 and (in_xla or self._compiles()):
-            guard = self._take_guard()
-            if in_xla:
-                self._select_update(grads, trainable_variables, unscale, keep, guard.restore)
-            else:
-                self._compiled_update(trainable_variables, unscale, keep, guard)(
-                    grads, [value for _, value in guard.restore]
-                )
-            self._select_if_applied(guard)
-            return
+    def _apply_if(self, distribution: tf.distribute.Strategy, finite: Any, *inner: Any) -> None:
+        """merge_call's cross-replica part: the inner update on every replica, when `finite` (the same on each).
 
-        finite = all_finite(grads)
-        replica_context = tf.distribute.get_replica_context()
-        if replicas > 1:
-            # Keras 3 decides from replica 0's flag alone, so a non-finite
-            # gradient on another replica is applied (weights become inf/nan
-            # everywhere). Every replica must see the same decision.
-            bad = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(finite), tf.float32))
-            finite = tf.equal(bad, 0.0)
-
-        if _compat.strategy_supports_no_merge_call():
-            guard = self._take_guard()
-
-            def applied() -> tf.Tensor:
-                self._apply_inner(grads, trainable_variables, unscale, keep)
-                for update in guard.if_applied:
-                    update()
-                self.last_skipped_flag.assign(0)
-                return tf.constant(True)
-
-            def skipped() -> tf.Tensor:
-                for variable, value in guard.restore:
-                    variable.assign(value)
-                self.skipped_counter.assign_add(1)
-                self.last_skipped_flag.assign(1)
-                return tf.constant(False)
-
-            # The one conditional of the step: the update, what the step
-            # registered to run when it is applied (metrics) or to put back
-            # when it is skipped (BatchNorm's statistics), and the counters.
-            tf.cond(finite, applied, skipped)
-            self._update_scale(finite)
-            return
-
-        def cross_replica(distribution, finite, grads, trainable_variables):
-            # Every replica holds the same value after the all-reduce above.
-            finite = distribution.experimental_local_results(finite)[0]
-
-            def apply_fn():
-                distribution.extended.call_for_each_replica(
-                    self._apply_inner, args=(grads, trainable_variables, unscale, keep)
-                )
-                return tf.constant(True)
-
-            # The cond must be built in cross-replica context: a replica-context
-            # cond whose branch calls merge_call (as the inner optimizer's
-            # apply does) is not supported by tf.distribute.
-            tf.cond(finite, apply_fn, lambda: tf.constant(False))
-            self._update_state(finite)
-
-        # Through merge_call's arguments, each replica's gradients reach its own update.
-        replica_context.merge_call(cross_replica, args=(finite, grads, trainable_variables))
-
-    def _compiled_update(
-        self, trainable_variables: Sequence[Any] | None, unscale: bool, keep: Sequence[bool], guard: _Guarded
-    ) -> Callable[[list[Any], list[tf.Tensor]], tf.Tensor]:
-        """`_select_update` as one XLA-compiled function of the gradients and the restore values, made once per use.
-
-        The variables are captured, not passed: a Keras variable given as an
-        argument would become a tensor. One function per set of variables, so
-        eager steps do not trace it anew each time.
+        The cond is built here: a replica-context cond whose branch calls merge_call (as the inner
+        optimizer's apply does) is not supported by tf.distribute.
         """
-        restored = [variable for variable, _ in guard.restore]
-        key = (
-            tuple(id(v) for v in trainable_variables or ()),
-            unscale,
-            tuple(keep),
-            tuple(id(v) for v in restored),
-        )
+
+        def applied() -> tf.Tensor:
+            distribution.extended.call_for_each_replica(self._apply_inner, args=inner)
+            return tf.constant(True)
+
+        tf.cond(distribution.experimental_local_results(finite)[0], applied, lambda: tf.constant(False))
+
+    def _select_update(self, grads, trainable_variables, unscale, keep, choices) -> None:
+        """The step without a branch, for one replica (under XLA, or compiled alone): `_decide` selecting.
+
+        What the inner optimizer writes (the weights, its slots and `iterations`) is read before and joins the
+        choices. Compiled by XLA, the reads, the update and the selection fuse into a few kernels.
+        """
+        variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
+        written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
+        apply = lambda: self._apply_inner(grads, trainable_variables, unscale, keep)  # noqa: E731
+        self._decide(all_finite(grads), apply, [*choices, *written], [], True)
+
+    def _compiled_update(self, trainable_variables, unscale, keep, choices) -> Callable[[list, list], None]:
+        """`_select_update` as one XLA-compiled function of the gradients and the choices' values, made once per use.
+
+        The variables are captured, not passed: a Keras variable given as an argument would become a tensor.
+        One function per set of variables, so eager steps do not trace it anew each time.
+        """
+        variables = [variable for variable, _, _ in choices]
+        key = (tuple(map(id, trainable_variables or ())), unscale, tuple(keep), tuple(map(id, variables)))
         cache = self.__dict__.setdefault("_compiled_updates", {})
         if key not in cache:
 
-            def update(grads: list[Any], old: list[tf.Tensor]) -> tf.Tensor:
-                return self._select_update(grads, trainable_variables, unscale, keep, list(zip(restored, old)))
+            def update(grads: list[Any], values: list[list[tf.Tensor]]) -> None:
+                rebuilt = [(variable, *pair) for variable, pair in zip(variables, values)]
+                self._select_update(grads, trainable_variables, unscale, keep, rebuilt)
 
             cache[key] = tf.function(update, jit_compile=True, autograph=False)
         return cache[key]
 
-    def _select_update(self, grads, trainable_variables, unscale, keep, restore) -> tf.Tensor:
-        """The update without a branch: applied always, then each written variable keeps its new or its old value.
-
-        What the inner optimizer writes (the trainable variables, its slots
-        and `iterations`) is read before and selected after, as are the
-        variables in `restore` (against the values given). Compiled by XLA,
-        the reads, the update and the selection fuse into a few kernels.
-        """
-        finite = all_finite(grads)
-        variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
-        written = list(variables) + list(self.inner_optimizer.variables)
-        before = [tf.convert_to_tensor(variable) for variable in written]
-        self._apply_inner(grads, trainable_variables, unscale, keep)
-        _keep_new_if(finite, [*zip(written, before), *restore])
-        self._update_state(finite)
-        return finite
-
-    def _select_if_applied(self, guard: _Guarded) -> None:
-        """Runs the guard's `if_applied` updates and keeps their writes only if the step was applied."""
-        if not guard.if_applied:
-            return
-        before = [tf.convert_to_tensor(variable) for variable in guard.written]
-        for update in guard.if_applied:
-            update()
-        _keep_new_if(tf.logical_not(self.last_step_skipped), zip(guard.written, before))
-
-    def _apply_inner(self, grads, trainable_variables, unscale, keep):
+    def _apply_inner(self, grads, trainable_variables, unscale, keep) -> None:
         if unscale and self._scale_or_none is not None:
             # Divided, as Keras 3's apply unscales.
             grads = map_gradients(grads, lambda x: x / tf.cast(self.dynamic_scale, x.dtype), keep)
         self.inner_optimizer.apply(grads, trainable_variables=trainable_variables)
-        return tf.constant(True)
 
     def _update_scale(self, finite: tf.Tensor) -> None:
         """Moves a dynamic scale to its next state (`next_loss_scale`); a fixed scale never changes."""
@@ -466,12 +362,6 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         new = next_loss_scale(state, finite, growth_steps=self.dynamic_growth_steps, **self._own_settings())
         for variable, value in zip(variables, new):
             variable.assign(value)
-
-    def _update_state(self, finite: tf.Tensor) -> None:
-        self._update_scale(finite)
-        skipped = tf.cast(tf.logical_not(finite), tf.int64)
-        self.skipped_counter.assign_add(skipped)
-        self.last_skipped_flag.assign(skipped)
 
     def _own_settings(self) -> dict[str, Any]:
         return {setting: getattr(self, setting) for setting in _OWN_SETTINGS}

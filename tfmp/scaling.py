@@ -2,7 +2,8 @@
 
 Pure tensor functions, with no optimizer: `next_loss_scale` is the per-step
 state transition of a dynamic scale (tf.keras 2's, with hysteresis and
-bounds), `all_finite` the one finite check of a step's gradients, and
+bounds), `all_finite` the one finite check of a step's gradients
+(`agreed_finite`: the same check agreed by every replica), and
 `scale_loss` and `map_gradients` scale a loss and unscale gradients in
 float32 whatever their dtype. `tfmp.LossScaleOptimizer` is built on them.
 """
@@ -14,7 +15,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-__all__ = ["LossScaleState", "all_finite", "map_gradients", "next_loss_scale", "scale_loss"]
+__all__ = ["LossScaleState", "agreed_finite", "all_finite", "map_gradients", "next_loss_scale", "scale_loss"]
 
 
 class LossScaleState(NamedTuple):
@@ -110,6 +111,17 @@ def all_finite(grads: Iterable[Any]) -> tf.Tensor:
     if not checks:
         return tf.constant(True)
     return checks[0] if len(checks) == 1 else tf.reduce_all(tf.stack(checks))
+
+
+def agreed_finite(grads: Sequence[Any], context: tf.distribute.ReplicaContext) -> tf.Tensor:
+    """Whether every gradient is finite on every replica (`all_finite`, all-reduced across replicas)."""
+    finite = all_finite(grads)
+    if context.num_replicas_in_sync == 1:
+        return finite
+    # Keras 3 decides from replica 0's flag alone, so a non-finite gradient on another
+    # replica is applied (weights become inf/nan everywhere). Every replica must agree.
+    bad = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(finite), tf.float32))
+    return tf.equal(bad, 0.0)
 
 
 def map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], keep: Sequence[bool] = ()) -> list[Any]:

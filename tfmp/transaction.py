@@ -7,25 +7,28 @@ BatchNormalization's moving mean and variance, or any weight a custom layer
 updates in `call`. A NaN batch leaves those non-finite, and `evaluate()` then
 returns `nan` although every weight is fine. `undo_if_skipped` puts them back.
 
+* `Step`: what one step writes besides the optimizer's update (the forward
+  pass's writes, the metrics'), as choices between a value if the step is
+  applied and one if it is skipped; `LossScaleOptimizer`'s one rule decides
+  them with its update (`choose` is that rule without a branch).
 * `state_variables(models)`: the variables a training-mode forward pass of
   `models` may write.
-* `undo_if_skipped(models, optimizer)`: a context manager around one step
-  that restores them when `optimizer` skipped it. `tfmp.Trainer` and
-  `tfmp.GANTrainer` run every step in it; a custom loop adds one line.
+* `undo_if_skipped(models, optimizer)`: a context manager around one step of
+  a custom loop that restores them when `optimizer` skipped it. The trainers
+  hold a `Step` of their own and pass it to `apply_gradients`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import weakref
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
 
-from tfmp import loss_scale as loss_scale_lib
-
-__all__ = ["all_layers", "is_guarded", "restore_if", "state_variables", "undo_if_skipped"]
+__all__ = ["Step", "all_layers", "is_guarded", "state_variables", "undo_if_skipped"]
 
 
 def all_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
@@ -68,30 +71,111 @@ def state_variables(models: keras.layers.Layer | Sequence[keras.layers.Layer]) -
     return state
 
 
-def restore_if(condition: tf.Tensor, variables: Sequence[keras.Variable], values: Sequence[tf.Tensor]) -> None:
-    """Assigns `values` back to `variables` when `condition` (a bool scalar tensor).
+class _Recording(keras.StatelessScope):
+    """A `keras.StatelessScope` that also remembers which variables were assigned in it."""
 
-    `values` are reads taken before the step's writes (TensorFlow's
-    copy-on-write keeps their contents). In a replica context each replica
-    puts back its own copy of a variable with Keras's default aggregation
-    (`"none"`, as BatchNorm's statistics have).
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: dict[int, keras.Variable] = {}
+
+    def add_update(self, update: tuple[keras.Variable, Any]) -> None:
+        super().add_update(update)
+        self.written[id(update[0])] = update[0]
+
+
+class Step:
+    """What one training step writes besides the optimizer's update, for the step's one rule to decide.
+
+    The rule (`LossScaleOptimizer`'s update): a step whose gradients are all
+    finite, on every replica, is applied whole; any other step writes
+    nothing and is counted as skipped. A `Step` carries the writes the
+    update cannot see itself:
+
+    * `keep(variables)` reads them now, to put back if the step is skipped
+      (the forward pass's writes: BatchNorm's moving statistics), each as a
+      *choice* `(variable, value if applied, value if skipped)`, None
+      meaning "as it is then";
+    * `unless_skipped(update)` holds `update` (metric updates), to run only
+      if the step is applied: in the update's applied branch, or, where the
+      update selects, run without writing (`recorded`) and its writes
+      selected. No list of the variables `update` writes is needed.
+
+    The trainers hold one per `optimize` call and hand it to
+    `apply_gradients(..., step=step)`; a custom loop opens one with
+    `tfmp.undo_if_skipped`. After its update a step's choices are spent
+    (`done`): `unless_skipped` then writes only if that update was applied.
+
+    Args:
+        optimizer: The `LossScaleOptimizer` whose update decides.
+        done: Whether the step's update already ran.
     """
 
-    def restore() -> tf.Tensor:
-        for variable, value in zip(variables, values):
-            variable.assign(value)
-        return tf.constant(True)
+    def __init__(self, optimizer: keras.optimizers.Optimizer, done: bool = False):
+        self.optimizer = optimizer
+        self.choices: list[tuple[keras.Variable, tf.Tensor | None, tf.Tensor | None]] = []
+        self.updates: list[Callable[[], Any]] = []
+        self.done = done
 
-    tf.cond(condition, restore, lambda: tf.constant(False))
+    def keep(self, variables: Iterable[keras.Variable]) -> None:
+        """Reads `variables` now; a skipped step puts these values back."""
+        self.choices += [(variable, None, tf.convert_to_tensor(variable)) for variable in variables]
+
+    def unless_skipped(self, update: Callable[[], Any]) -> None:
+        """Runs `update` only if the step is applied (after its update: if that update was applied)."""
+        if self.done:
+            choose(tf.logical_not(self.optimizer.last_step_skipped), recorded([update]))
+        else:
+            self.updates.append(update)
+
+    def close(self) -> None:
+        """Settles a step that no update took: its writes follow the optimizer's last step."""
+        if not self.done:
+            self.done = True
+            choose(tf.logical_not(self.optimizer.last_step_skipped), [*self.choices, *recorded(self.updates)])
 
 
-# The optimizers whose steps ran inside `undo_if_skipped`, for `tfmp.LogLossScale`'s warning.
-_GUARDED: weakref.WeakSet[keras.optimizers.Optimizer] = weakref.WeakSet()
+def recorded(updates: Iterable[Callable[[], Any]]) -> list[tuple[keras.Variable, tf.Tensor, None]]:
+    """Runs `updates` without writing a variable; returns what they would write as choices `(variable, value, None)`."""
+    with _Recording() as scope:
+        for update in updates:
+            update()
+    return [(variable, scope.get_current_value(variable), None) for variable in scope.written.values()]
+
+
+def choose(finite: tf.Tensor, choices: Iterable[tuple[keras.Variable, Any, Any]]) -> None:
+    """Assigns each choice's value if applied when `finite`, else its value if skipped, without a branch."""
+    for variable, applied, skipped in choices:
+        now = tf.convert_to_tensor(variable)
+        variable.assign(tf.where(finite, now if applied is None else applied, now if skipped is None else skipped))
+
+
+# The one per-thread record of the loss-scaling modules: the `Step` of each `tfmp.undo_if_skipped` block open in
+# this thread, by optimizer. A custom loop's `apply()` cannot be handed the block's step; a tf.distribute replica
+# traces in a thread of its own. The trainers pass their steps instead.
+_OPEN_STEPS = threading.local()
+
+
+@contextlib.contextmanager
+def open_step(optimizer: keras.optimizers.Optimizer) -> Iterator[Step]:
+    """A `Step` that `optimizer`'s next update in this block takes when it is given none; blocks nest into one."""
+    steps = _OPEN_STEPS.__dict__.setdefault("by_optimizer", {})
+    outer = steps.get(id(optimizer))
+    steps[id(optimizer)] = step = outer or Step(optimizer)
+    try:
+        yield step
+    finally:
+        if outer is None:
+            del steps[id(optimizer)]
+
+
+def current_step(optimizer: keras.optimizers.Optimizer) -> Step | None:
+    """The `Step` of the `open_step` block of `optimizer` open in this thread, or None."""
+    return _OPEN_STEPS.__dict__.get("by_optimizer", {}).get(id(optimizer))
 
 
 def is_guarded(optimizer: keras.optimizers.Optimizer) -> bool:
     """Whether a step of `optimizer` ran inside `undo_if_skipped` (so a skip undoes the forward pass's writes)."""
-    return optimizer in _GUARDED
+    return bool(getattr(optimizer, "undoes_forward_writes", False))
 
 
 @contextlib.contextmanager
@@ -106,10 +190,10 @@ def undo_if_skipped(
     so a non-finite batch leaves BatchNormalization's statistics exactly as
     they were, as it leaves the weights. A step that is applied keeps its
     writes and pays only for holding the values read (TensorFlow's
-    copy-on-write keeps them). The restore joins the optimizer's own
-    conditional (`tfmp.LossScaleOptimizer.guard`), or its selection of new
-    or old values where the update is compiled, so the step still branches
-    at most once. It works eagerly, in a
+    copy-on-write keeps them). The block opens a `Step`
+    that the optimizer's update in it takes into its one rule (its one
+    conditional, or its selection of new or old values where the update is
+    compiled), so the step still branches at most once. It works eagerly, in a
     `tf.function`, under XLA and in a `tf.distribute` replica context (each
     replica puts back its own copy).
 
@@ -132,16 +216,13 @@ def undo_if_skipped(
         models: The model(s) whose forward pass the step runs.
         optimizer: The optimizer whose `last_step_skipped` decides.
     """
-    if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
+    from tfmp.loss_scale import LossScaleOptimizer  # which imports this module
+
+    if not isinstance(optimizer, LossScaleOptimizer):
         yield
         return
-    _GUARDED.add(optimizer)
-    state = state_variables(models)
-    # Reads, not copies: TensorFlow's copy-on-write keeps their contents when the step writes the variables.
-    snapshot = [tf.convert_to_tensor(variable) for variable in state]
-    with optimizer.guard() as guard:
-        guard.restore.extend(zip(state, snapshot))
+    optimizer.undoes_forward_writes = True
+    with open_step(optimizer) as step:
+        step.keep(state_variables(models))
         yield
-    if state and not guard.taken:
-        # No update of this block took the restore into its own conditional.
-        restore_if(optimizer.last_step_skipped, state, snapshot)
+        step.close()

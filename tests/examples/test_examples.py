@@ -19,6 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
         ("custom_loop_tf_keras2.py", ()),
         ("fit_bfloat16.py", ("logs/fit_bfloat16/train", "logs/fit_bfloat16/validation")),
         ("gan_train_step.py", ()),
+        ("own_trainer.py", ()),
         # A run of the run framework: its directory is named by the time it started.
         ("text_classifier.py", ("logs/*/train", "logs/*/validation")),
     ],

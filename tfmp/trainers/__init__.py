@@ -11,13 +11,14 @@ tf.keras 2 tutorials, so `fit()`, callbacks, the progress bar and
 precision-specific lives once, in `MixedPrecisionTrainer.optimize`:
 
 ```python
-with tfmp.undo_if_skipped(networks, optimizer):
-    with tf.GradientTape() as tape:
-        loss = forward()
-        scaled_loss = optimizer.get_scaled_loss(loss)    # float16 only
-    grads = tape.gradient(scaled_loss, variables)
-    grads = optimizer.get_unscaled_gradients(grads)      # float16 only
-    optimizer.apply_gradients(zip(grads, variables))
+step = tfmp.transaction.Step(optimizer)                  # a LossScaleOptimizer only
+step.keep(forward_pass_state)                            # BatchNorm statistics
+with tf.GradientTape() as tape:
+    loss = forward()                                     # metrics: unless_skipped
+    scaled_loss = optimizer.get_scaled_loss(loss)        # float16 only
+grads = tape.gradient(scaled_loss, variables)
+grads = optimizer.get_unscaled_gradients(grads)          # float16 only
+optimizer.apply_gradients(zip(grads, variables), step=step)
 ```
 
 With float32, bfloat16 or `loss_scale="none"` the optimizer is a plain Keras

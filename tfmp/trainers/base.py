@@ -125,19 +125,19 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         `apply_gradients` (which skips the update if any gradient is
         non-finite and adjusts the scale). Otherwise the plain gradient step.
 
-        The update is a transaction (`tfmp.undo_if_skipped`): when the
-        optimizer skips it (a NaN batch, a float16 overflow), what `forward`
-        wrote into the networks is undone too, so BatchNorm's moving
-        statistics get their values from before `forward` back. Seed-generator
-        states (noise, Dropout masks) keep advancing, so the next step draws
-        fresh numbers and a resumed run repeats the same stream. A forward
-        pass that belongs to this update (the GAN's fakes for its
-        discriminator step) goes inside `forward`, and so do the metric
-        updates of the step (`unless_skipped`): the update, the restore and
-        the metrics then share the optimizer's one conditional
-        (`tfmp.LossScaleOptimizer.guard`), or its selection of new or old
-        values where the update is compiled. The step waits for the finite
-        check at most once per optimizer, and never under XLA.
+        The update is a transaction: a `tfmp.transaction.Step` made here,
+        handed to `apply_gradients`, carries the step's other writes into
+        the optimizer's one rule. When the optimizer skips the step (a NaN
+        batch, a float16 overflow), what `forward` wrote into the networks is
+        undone too, so BatchNorm's moving statistics get their values from
+        before `forward` back. Seed-generator states (noise, Dropout masks)
+        keep advancing, so the next step draws fresh numbers and a resumed
+        run repeats the same stream. A forward pass that belongs to this
+        update (the GAN's fakes for its discriminator step) goes inside
+        `forward`, and so do the metric updates of the step
+        (`unless_skipped`). The step waits for the finite check at most once
+        per optimizer (one `tf.cond`), and never under XLA or where the
+        update is compiled (a selection of new or old values instead).
 
         Args:
             optimizer: The optimizer of `variables`.
@@ -154,21 +154,25 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
                 "compile() the trainer so it uses tfmp.LossScaleOptimizer. "
                 f"Received: optimizer={optimizer!r}"
             )
-        step = optimizer.guard() if scaled else contextlib.nullcontext()
-        with step as guard, transaction.undo_if_skipped(list(self.networks.values()), optimizer):
+        step = transaction.Step(optimizer) if scaled else None
+        if step is not None:
+            step.keep(self.step_state_variables())
+        # Held while `forward` runs, past Keras's attribute tracking: its `unless_skipped` calls join `step`.
+        # A strategy's replica threads take turns at merge_call, which `forward` makes none of.
+        outer, self.__dict__["_open_step"] = self.__dict__.get("_open_step"), step
+        try:
             with tf.GradientTape() as tape:
                 loss, aux = forward()
                 # Scaled inside the tape, so the gradient flows through the scale.
                 target = optimizer.get_scaled_loss(loss) if scaled else loss
-            with self.gradient_scope():
-                grads = tape.gradient(target, variables)
-            if scaled:
-                grads = optimizer.get_unscaled_gradients(grads)
+        finally:
+            self.__dict__["_open_step"] = outer
+        with self.gradient_scope():
+            grads = tape.gradient(target, variables)
+        if scaled:
+            optimizer.apply_gradients(zip(optimizer.get_unscaled_gradients(grads), variables), step=step)
+        else:
             optimizer.apply_gradients(zip(grads, variables))
-        if guard is not None and not guard.taken:
-            # The update went through merge_call: the metric updates get a conditional of their own.
-            for update in guard.if_applied:
-                self.unless_skipped(optimizer, update)
         return loss, aux
 
     @property
@@ -208,11 +212,10 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         if config:
             self.compile(**keras.saving.deserialize_keras_object(config))
 
-    @staticmethod
     def unless_skipped(
-        optimizer: keras.optimizers.Optimizer, update: Callable[[], None], written: Sequence[keras.Variable] = ()
+        self, optimizer: keras.optimizers.Optimizer, update: Callable[[], None], written: Sequence[keras.Variable] = ()
     ) -> None:
-        """Runs `update` (metric updates, say) unless `optimizer` skips the step.
+        """Runs `update` (metric updates, say); what it writes is kept only if `optimizer` applies the step.
 
         A skipped step's loss and predictions are non-finite; averaged into
         the epoch's loss and metrics they would turn the whole epoch's curve
@@ -220,31 +223,25 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         many steps were left out. With an optimizer that never skips,
         `update` simply runs.
 
-        Called inside `optimize`'s `forward` (before the update), `update`
-        joins the update's own conditional, or its selection of new or old
-        values, which then keeps `written` (the variables `update` writes) as
-        they were when the step is skipped. Called after the step, it
-        branches on `optimizer.last_step_skipped` itself.
+        Called inside `optimize`'s `forward`, `update` joins the step
+        (`tfmp.transaction.Step.unless_skipped`): it runs at once without
+        writing, and what it would write is written by the step's update,
+        only if the step is applied, on every path (branching, compiled, under
+        XLA, across replicas). Called after the step, its writes follow
+        `optimizer.last_step_skipped`.
 
         Args:
             optimizer: The optimizer whose step decides.
             update: Writes the metrics.
-            written: The variables `update` writes.
+            written: Ignored; what `update` writes is found by running it.
         """
         if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
             update()
             return
-        guard = optimizer.current_guard()
-        if guard is not None:
-            guard.if_applied.append(update)
-            guard.written.extend(written)
-            return
-
-        def run() -> tf.Tensor:
-            update()
-            return tf.constant(True)
-
-        tf.cond(optimizer.last_step_skipped, lambda: tf.constant(False), run)
+        step = self.__dict__.get("_open_step")
+        if step is None or step.optimizer is not optimizer:
+            step = transaction.current_step(optimizer) or transaction.Step(optimizer, done=True)
+        step.unless_skipped(update)
 
     @staticmethod
     def undefined_until_counted(

@@ -350,9 +350,7 @@ class GANTrainer(MixedPrecisionTrainer):
         self, optimizer: keras.optimizers.Optimizer, tracker: keras.metrics.Mean, loss: tf.Tensor
     ) -> tuple[tf.Tensor, None]:
         """`(loss, None)` for `optimize`, with `loss` averaged into `tracker` unless the step is skipped."""
-        self.unless_skipped(
-            optimizer, lambda: tracker.update_state(self._unscale_for_distribution(loss)), tracker.variables
-        )
+        self.unless_skipped(optimizer, lambda: tracker.update_state(self._unscale_for_distribution(loss)))
         return loss, None
 
     def _discriminator_step_loss(self, real: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:

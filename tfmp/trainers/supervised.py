@@ -148,8 +148,7 @@ class Trainer(MixedPrecisionTrainer):
                 loss_tracker.update_state(self._unscale_for_distribution(loss), sample_weight=batch_size)
                 self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
-            written = [variable for metric in self.metrics for variable in metric.variables]
-            self.unless_skipped(self.optimizer, update_metrics, written)
+            self.unless_skipped(self.optimizer, update_metrics)
             return loss, y_pred
 
         self.optimize(self.optimizer, self.trainable_variables, forward)

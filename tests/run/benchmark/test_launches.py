@@ -6,6 +6,7 @@ held to them: one conditional per optimizer (none under XLA), no more than
 host reads per step.
 """
 
+import families
 import keras
 import numpy as np
 import pytest
@@ -106,19 +107,28 @@ def _batch(n=16):
 
 
 def _compiled(kind, jit_compile=False):
+    """Plain Keras (`"keras"`), `tfmp.Trainer` (`"tfmp"`) or a user's own trainer (`"own"`) on the BatchNorm CNN."""
     keras.utils.set_random_seed(0)
-    model = _bn_cnn() if kind == "keras" else tfmp.Trainer(_bn_cnn())
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    if kind == "own":
+        network = _bn_cnn()
+        model = families.OwnTrainer(network, loss, keras.metrics.SparseCategoricalAccuracy(name="accuracy"))
+        # As tfmp.Trainer's compile() picks it: loss-scaled for float16, skipping non-finite steps in every precision.
+        optimizer = trainers.prepare_optimizer(keras.optimizers.Adam(1e-3), network, skip_nonfinite=True)
+        model.compile(optimizer, jit_compile=jit_compile)
+        return model
+    model = _bn_cnn() if kind == "keras" else tfmp.Trainer(_bn_cnn())
     model.compile(keras.optimizers.Adam(1e-3), loss=loss, metrics=["accuracy"], jit_compile=jit_compile)
     return model
 
 
+@pytest.mark.parametrize("kind", ["tfmp", "own"])
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_the_trainers_step_branches_once_and_never_under_xla(precision):
+def test_the_trainers_step_branches_once_and_never_under_xla(precision, kind):
     x, y = _batch()
     data = (tf.constant(x), tf.constant(y))
     with tfmp.precision_scope(precision):
-        trainer = _compiled("tfmp")
+        trainer = _compiled(kind)
     assert isinstance(trainer.optimizer, tfmp.LossScaleOptimizer)  # the exact skip is on
     assert launches.conditionals(trainer.train_step, data) == 1
     assert launches.xla_conditionals(trainer.train_step, data) == 0
@@ -144,11 +154,12 @@ def _fit_counts(model, data, steps=6):
     return launches.executed_ops(run, steps), launches.host_reads(run, steps)
 
 
+@pytest.mark.parametrize("kind", ["tfmp", "own"])
 @pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
-def test_a_trainer_step_executes_at_most_5_percent_more_ops_than_keras_fit_and_reads_no_more(precision):
+def test_a_trainer_step_executes_at_most_5_percent_more_ops_than_keras_fit_and_reads_no_more(precision, kind):
     data = tf.data.Dataset.from_tensors(_batch()).repeat()
     with tfmp.precision_scope(precision):
-        keras_model, trainer = _compiled("keras"), _compiled("tfmp")
+        keras_model, trainer = _compiled("keras"), _compiled(kind)
     keras_ops, keras_reads = _fit_counts(keras_model, data)
     trainer_ops, trainer_reads = _fit_counts(trainer, data)
     assert trainer_ops <= 1.05 * keras_ops, (trainer_ops, keras_ops)
