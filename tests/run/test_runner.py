@@ -20,7 +20,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tiny import TINY_GAN, quiet, tiny
 
 from tfmp import trainers
-from tfmp.run import directories, memory_meters, runner, tasks
+from tfmp.run import directories, memory_meters, runner, shipped
 
 
 def _record_fits(monkeypatch):
@@ -58,7 +58,7 @@ def test_a_run_claims_a_new_directory_beside_one_taken_in_the_same_second(tmp_pa
     assert os.listdir(taken) == ["other-run.txt"]
 
 
-class _FailingTask(tasks.GANTask):
+class _FailingTask(shipped.GANTask):
     """The tiny GAN, with `error` raised while its model is built (`at="build"`) or after its first step."""
 
     def __init__(self, config, error, at):
@@ -180,7 +180,7 @@ def test_the_tasks_name_leads_the_first_line_and_names_the_run_directory_and_hpa
     # Not the trainer's Keras name (gan_trainer): the task's, made safe for a directory name.
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), steps_per_epoch=1)
     lines = []
-    result = runner.Runner(tasks.GANTask(config, name="digits gan/v2"), print_fn=lines.append).run()
+    result = runner.Runner(shipped.GANTask(config, name="digits gan/v2"), print_fn=lines.append).run()
     assert lines[0].startswith("training digits gan/v2: precision=float32 loss_scale=none ")
     assert re.fullmatch(r"\d{8}-\d{6}_digits_gan_v2_float32_ls-none", os.path.basename(result.logdir))
     assert _recorded_hparams(result.logdir)["task"] == "digits gan/v2"
@@ -245,11 +245,11 @@ def test_a_resumed_run_finishes_a_partial_epoch_in_its_own_fit(
     steps_per_epoch, epochs, expected_fits, tmp_path, monkeypatch
 ):
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", steps_per_epoch=3)
-    runner.Runner(tasks.GANTask(config), print_fn=quiet).run()  # stops at step 3
+    runner.Runner(shipped.GANTask(config), print_fn=quiet).run()  # stops at step 3
     fits = _record_fits(monkeypatch)
     lines = []
     resumed = dataclasses.replace(config, resume=True, steps_per_epoch=steps_per_epoch, epochs=epochs)
-    result = runner.Runner(tasks.GANTask(resumed), print_fn=lines.append).run()
+    result = runner.Runner(shipped.GANTask(resumed), print_fn=lines.append).run()
     assert f"resumed from {tmp_path / 'run' / 'checkpoints' / 'ckpt-3'} at step 3" in lines
     assert [{k: v for k, v in fit.items() if k != "callbacks"} for fit in fits] == expected_fits
     assert result.steps == steps_per_epoch * epochs - 3  # this run's steps, not the checkpoint's

@@ -569,11 +569,11 @@ _BLOCKED_START = """
 import runpy, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {scripts!r})
-from tfmp.run import tasks
+from tfmp.run import shipped
 def blocked_build(*args, **kwargs):
     print("building the model", flush=True)
     time.sleep(600)
-tasks.GANTask.build = blocked_build
+shipped.GANTask.build = blocked_build
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """

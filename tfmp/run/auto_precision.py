@@ -55,8 +55,6 @@ from tfmp import precision as precision_lib
 from tfmp._cache import CACHE_ENV
 from tfmp.cpu_kernels import cpu_has_bfloat16, cpu_has_float16, machine_id
 from tfmp.run import callbacks as callbacks_lib
-from tfmp.run import diagnostics
-from tfmp.run.callbacks.display import example_unit
 from tfmp.run.tasks import Built, Task
 
 __all__ = [
@@ -327,7 +325,7 @@ def fastest(
     """The fastest candidate precision for the task's model on `hardware`, measured once per device and model.
 
     Each candidate trains a fresh copy of the task's model for a few steps
-    on its probe batch (`tfmp.run.diagnostics.probe`, taken only when
+    on its probe batch (`Task.probe`, taken only when
     something is measured), timed by `timer`
     (default `time_steps`); one candidate's model is in memory at a time.
     The caller sets TF32 around the call (`tfmp.tf32_scope`), as the run
@@ -356,7 +354,7 @@ def fastest(
 
     def measure(precision: str) -> float:
         if not probes:
-            probes.append(diagnostics.probe(task, data))
+            probes.append(task.probe(data))
         measured = timer(build(precision).trainer, probes[0])
         del built[precision]  # one candidate's model and optimizer state in memory at a time
         return measured
@@ -370,7 +368,7 @@ def fastest(
             "batch_size": config.batch_size,
             "xla": jit_compile,
             # What decides the float32 layers under bfloat16: the setting and the model's advice.
-            "float32_layers": [config.float32_layers, task.cpu_bfloat16_float32_layers],
+            "float32_layers": [config.float32_layers, task.auto_float32_layers],
         }
         # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
         if "mixed_float16" in measured:
@@ -381,7 +379,7 @@ def fastest(
     capability = hardware.compute_capability
     tf32 = config.tf32 and capability is not None and capability >= (8, 0)
     labels = {"float32": "float32 with TF32"} if tf32 else None
-    unit = f"{example_unit(task)}/s"
+    unit = f"{task.example_unit}/s"
     choice = choose(signature, measure, hardware, labels=labels, unit=unit)
     log.info(str(choice))
     return choice.precision

@@ -51,14 +51,7 @@ from tfmp import precision as precision_lib
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
 from tfmp.run import determinism, diagnostics, directories, distribute, memory_meters, output, preemption
-from tfmp.run import epochs as epochs_lib
-from tfmp.run.callbacks.display import (
-    announce_float32_layers,
-    console_fields,
-    describe_data,
-    example_unit,
-    summary_route,
-)
+from tfmp.run.callbacks.display import announce_float32_layers
 from tfmp.run.config import ConfigError
 from tfmp.run.directories import Directories, make_writable_dir
 from tfmp.run.setting import Setting, settle
@@ -289,7 +282,7 @@ class Runner:
         """The step timer: the throughput after the warm-up steps, in the task's unit."""
         config = self.setting.config
         return callbacks_lib.StepTimer(
-            config.batch_size * self.trainer.images_per_example, config.warmup_steps, example_unit(self.task)
+            config.batch_size * self.trainer.images_per_example, config.warmup_steps, self.task.example_unit
         )
 
     def build_console(self) -> callbacks_lib.ConsoleLogger:
@@ -297,7 +290,7 @@ class Runner:
         setting = self.setting
         return callbacks_lib.ConsoleLogger(
             self.timer,
-            console_fields(self.task),
+            self.task.console_fields(),
             self.trainer.loss_scale_prefixes,
             setting.log_every,
             setting.run_dir,
@@ -316,18 +309,20 @@ class Runner:
         config, data, logdir = setting.config, setting.data, self.directories.tensorboard_dir
         # At the global step, so that a resumed run continues its per-step curves.
         summaries = callbacks_lib.Summaries(
-            logdir, summary_route(task), self._hparams(), setting.log_every, position, self.timer
+            logdir, task.summary_route, self._hparams(), setting.log_every, position, self.timer
         )
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
         callbacks = [self.timer, self.console, summaries, distribute.AverageReplicaStatistics()]
         callbacks += [*task.callbacks(self.trainer, logdir), *self.extra_callbacks]
         if config.diagnose_every:
-            probe = diagnostics.probe(task, data)
+            probe = task.probe(data)
             callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, logdir))
         if config.profile_steps:
             callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, logdir))
         if config.on_nonfinite == "stop":
-            callbacks.append(callbacks_lib.NonFiniteStop(lambda step: epochs_lib.batch_at(task, data, step), position))
+            callbacks.append(
+                callbacks_lib.NonFiniteStop(lambda step: next(iter(task.stream(data, step).take(1))), position)
+            )
         allocator = memory_meters.AllocatorMemory.of_this_process()
         if allocator is not None:  # a GPU, or a CPU with TF_CPU_ALLOCATOR_USE_BFC=true
             callbacks.append(callbacks_lib.PeakMemory(logdir, allocator))
@@ -394,7 +389,7 @@ class Runner:
         """The run's start line, and the model's mixed-precision warnings."""
         setting = self.setting
         config = setting.config
-        described_data = f"{described} " if (described := describe_data(self.task)) else ""
+        described_data = f"{described} " if (described := self.task.describe_data()) else ""
         log.info(
             f"training {self.task.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
             f"xla={setting.jit_compile} tf32={config.tf32} {described_data}batch_size={config.batch_size} "
@@ -466,7 +461,7 @@ class Runner:
             segments.append((epoch, epochs, steps, 0))
         for i, (first_epoch, end_epoch, segment_steps, offset) in enumerate(segments):
             self.trainer.fit(
-                epochs_lib.stream(self.task, data, position),
+                self.task.stream(data, position),
                 validation_data=validation,
                 initial_epoch=first_epoch,
                 epochs=end_epoch,

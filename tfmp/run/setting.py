@@ -24,7 +24,6 @@ import tensorflow as tf
 from tfmp import precision as precision_lib
 from tfmp.run import auto_precision, directories
 from tfmp.run import config as config_lib
-from tfmp.run import epochs as epochs_lib
 from tfmp.run.config import GPU_LOG_EVERY, ConfigError, TrainConfig
 from tfmp.run.tasks import Task
 
@@ -92,7 +91,7 @@ def settle(task: Task, check_steps: bool = True) -> Setting:
     config = task.config
     log_every = resolve_log_every(config.log_every)
     data = task.load_data()
-    steps = epochs_lib.steps_per_epoch(task, data) if check_steps else None
+    steps = task.steps_per_epoch(data) if check_steps else None
     # Parsed once, when the config was validated (loss scale, precision, XLA). requested: None when not set.
     requested, asked = config.parsed("loss_scale"), config.parsed("precision")
     scales = config_lib.loss_scales(requested)  # each precision's, by the one rule (`loss_scale_for`)

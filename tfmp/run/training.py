@@ -106,7 +106,7 @@ def train(
 
             ```python
             strategy = distribute.make_strategy("multi_worker")
-            task = task_loader.load("my_tasks.py:TASK").replace(strategy="multi_worker")
+            task = task_loader.load("my_tasks.py:TASK").with_config(strategy="multi_worker")
             training.train(task, strategy=strategy)
             ```
 
@@ -199,14 +199,12 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
         with precision_lib.precision_scope(setting.precision):
             built = task.build(setting.precision, setting.loss_scale, False, 1, setting.data)
             display.announce_float32_layers(task, built, setting.precision)
-            described_data = f" {described}" if (described := display.describe_data(task)) else ""
+            described_data = f" {described}" if (described := task.describe_data()) else ""
             log.info(
                 f"diagnosing {task.name}: precision={setting.precision} "
                 f"loss_scale={setting.loss_scale} batch_size={config.batch_size}{described_data}\n"
             )
-            diagnosis = diagnostics.diagnose(
-                built.trainer, diagnostics.probe(task, setting.data), batch_size=config.batch_size
-            )
+            diagnosis = diagnostics.diagnose(built.trainer, task.probe(setting.data), batch_size=config.batch_size)
             log.info(str(diagnosis))
         if config.run_name:
             diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)

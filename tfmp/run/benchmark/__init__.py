@@ -40,10 +40,10 @@ from tfmp.run.benchmark.kernel_ceiling import CeilingRecord, ceiling
 from tfmp.run.benchmark.largest_batch import MaxBatchRecord, MaxBatchSettings, max_batch
 from tfmp.run.benchmark.launches import conditionals, executed_ops, fit_host_reads, host_reads, xla_conditionals
 from tfmp.run.benchmark.modes import compare, input_pipeline
-from tfmp.run.benchmark.pipeline import Pipeline, epoch_batch_sizes, training_pipeline
+from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record, ResidentRecord
 from tfmp.run.benchmark.resident_memory import resident
-from tfmp.run.benchmark.workload import Workload, benchmark_batch, build_workload
+from tfmp.run.benchmark.workload import Workload, build_workload
 
 # fmt: off
 __all__ = [  # by module: benchmark_config, records, launches, workload, pipeline, modes, kernel_ceiling,
@@ -52,8 +52,8 @@ __all__ = [  # by module: benchmark_config, records, launches, workload, pipelin
     "canonical_models", "canonical_precisions", "default_specs",
     "PipelineRecord", "Record", "ResidentRecord",
     "conditionals", "executed_ops", "fit_host_reads", "host_reads", "xla_conditionals",
-    "Workload", "benchmark_batch", "build_workload",
-    "Pipeline", "epoch_batch_sizes", "training_pipeline",
+    "Workload", "build_workload",
+    "Pipeline", "training_pipeline",
     "compare", "input_pipeline",
     "CeilingRecord", "ceiling",
     "resident",

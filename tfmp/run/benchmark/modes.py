@@ -38,7 +38,6 @@ from tfmp.run.benchmark.drivers import Driver, fit_driver, hand_written_driver, 
 from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record
 from tfmp.run.benchmark.workload import Workload, build_workload
-from tfmp.run.callbacks import display
 from tfmp.run.memory_meters import AllocatorMemory, GpuPeakMemory, HostPeakMemory, cpu_bfc_environment
 
 __all__ = ["compare", "input_pipeline"]
@@ -94,7 +93,7 @@ def _build(
 
 def _unit(spec: tasks.Task) -> str:
     """What the model's throughput counts, as printed: `img/s` or `ex/s`."""
-    return f"{display.example_unit(spec)}/s"
+    return f"{spec.example_unit}/s"
 
 
 def _kept(float32_layers: int) -> str:

@@ -7,9 +7,9 @@ import dataclasses
 import tensorflow as tf
 
 from tfmp.run import tasks
-from tfmp.run.config import ImageConfig
+from tfmp.run.shipped import ImageTask
 
-__all__ = ["Pipeline", "epoch_batch_sizes", "training_pipeline"]
+__all__ = ["Pipeline", "training_pipeline"]
 
 
 @dataclasses.dataclass
@@ -26,39 +26,16 @@ class Pipeline:
     epoch_batch_sizes: tuple[int, ...]
 
 
-def epoch_batch_sizes(num_examples: int, batch_size: int, drop_remainder: bool) -> tuple[int, ...]:
-    """The sizes of the batches one epoch of `num_examples` yields.
-
-    Args:
-        num_examples: Examples in the epoch.
-        batch_size: Examples per batch.
-        drop_remainder: Whether the last incomplete batch is dropped.
-
-    Returns:
-        e.g. `(128,) * 11 + (30,)` for 1,438 examples in batches of 128.
-
-    Raises:
-        ValueError: when no batch at all results, naming the values.
-    """
-    full, rest = divmod(num_examples, batch_size)
-    sizes = (batch_size,) * full + ((rest,) if rest and not drop_remainder else ())
-    if not sizes:
-        raise ValueError(
-            f"batch_size is larger than the {num_examples} training examples and incomplete batches "
-            f"are dropped. Received: batch_size={batch_size!r}"
-        )
-    return sizes
-
-
 def training_pipeline(task: tasks.Task) -> Pipeline:
     """The task's training pipeline on its data, exactly as a training run builds it, repeated.
 
-    For an image task the batch sizes follow from its training images; for
-    any other task one epoch of the pipeline is read once to count them.
+    An image task (`tfmp.run.shipped.ImageTask`) gives the batch sizes
+    (`epoch_batch_sizes`); for any other task one epoch of the pipeline is
+    read once to count them.
     """
     data = task.load_data()
-    if isinstance(task.config, ImageConfig):
-        sizes = epoch_batch_sizes(len(data.x_train), task.config.batch_size, task.drop_remainder)
+    if isinstance(task, ImageTask):
+        sizes = task.epoch_batch_sizes(data)
     else:
         sizes = tuple(int(tf.nest.flatten(batch)[0].shape[0]) for batch in task.train_data(data))
     return Pipeline(task.train_data(data).repeat(), sizes)

@@ -23,8 +23,7 @@
   (`tfmp.run.preemption`);
 * `nonfinite.py`: `NonFiniteStop` stops at the first skipped step and names
   the first non-finite layer (`NonFiniteStepError`);
-* `display.py`: how a task's logs are shown (`console_fields`,
-  `summary_route`, `example_unit`, `describe_data`), derived from the task;
+* `display.py`: which layers a built task keeps in float32, as the run says;
 * `segments.py`: `RunSegment` presents one `fit()` call of a run split over
   several (a resumed, partial epoch first) to a callback as part of one run.
 

@@ -23,8 +23,8 @@
 Each function accepts a `keras.Model` or a `tfmp.trainers` trainer, returns a
 report object whose `str()` is a readable table, and changes no global
 state. `diagnose` (`diagnosis.py`) runs all four; `startup_warnings` (there
-too) is the short block a run prints when it starts; `probe` (`probe.py`) is the
-training batch a run's diagnosis looks at. `_common.py` holds what
+too) is the short block a run prints when it starts; the training batch a
+run's diagnosis looks at is the task's `probe`. `_common.py` holds what
 the reports share.
 """
 
@@ -51,7 +51,6 @@ from tfmp.run.diagnostics.gradients import (
 )
 from tfmp.run.diagnostics.nonfinite import NonFiniteReport, first_nonfinite
 from tfmp.run.diagnostics.outputs import OutputFinding, OutputReport, float32_output_report
-from tfmp.run.diagnostics.probe import probe
 
 __all__ = [
     "ALIGNMENT",
@@ -73,7 +72,6 @@ __all__ = [
     "first_nonfinite",
     "float32_copy",
     "float32_output_report",
-    "probe",
     "gradient_report",
     "startup_warnings",
     "tensor_core_report",
