@@ -185,7 +185,7 @@ def test_the_scan_sees_every_form_of_import(tmp_path):
 # Bottom to top, as docs/guides/architecture.md draws them. A module of tfmp/run imports only from
 # layers below its own (and from inside its own package), so an upward import fails here.
 RUN_LAYERS = (
-    ("_compat",),  # the private TensorFlow and Keras APIs the run framework uses
+    ("_private_apis",),  # the private TensorFlow and Keras APIs the run framework uses
     (
         "data",
         "determinism",
@@ -300,6 +300,20 @@ def test_no_module_imports_a_name_it_computes_but_the_deprecation_table_and_the_
         if any(module == "<computed>" for _, module in _imported_modules(path, package))
     )
     assert computed == sorted(DYNAMIC_IMPORTERS)
+
+
+def test_no_two_modules_of_tfmp_share_a_name():
+    """One name, one module: a reader who meets `nonfinite` or `_common` knows which file it is.
+
+    tfmp 0.1's old paths in `_deprecated/` are named for the modules they stand for, so they are left out.
+    """
+    names = {}
+    for path, _ in _library_files():
+        relative = os.path.relpath(path, LIBRARY)
+        if relative.startswith("_deprecated" + os.sep) or os.path.basename(path) == "__init__.py":
+            continue
+        names.setdefault(os.path.basename(path), []).append(relative)
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
 
 
 # -- the old import paths ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/shipped/classifier.py and the shipped tasks' `task_for`."""
+"""Tests for tfmp/run/shipped/classifier_task.py and the shipped tasks' `task_for`."""
 
 import dataclasses
 

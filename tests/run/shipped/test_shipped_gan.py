@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/shipped/gan.py: the tutorial's GAN as a task."""
+"""Tests for tfmp/run/shipped/gan_task.py: the tutorial's GAN as a task."""
 
 import dataclasses
 

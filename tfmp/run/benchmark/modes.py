@@ -35,8 +35,8 @@ from tfmp.run.benchmark.benchmark_config import (
     default_specs,
 )
 from tfmp.run.benchmark.drivers import Driver, fit_driver, hand_written_driver, interleave, trainer_driver
-from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.records import PipelineRecord, Record
+from tfmp.run.benchmark.repeated_pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.workload import Workload, build_workload
 from tfmp.run.memory_meters import AllocatorMemory, GpuPeakMemory, HostPeakMemory, cpu_bfc_environment
 

@@ -1,7 +1,7 @@
 """The shipped tasks: the original tutorial's GAN and the image classifiers, apart from the public task API.
 
-* `gan.py`: `GANTask`, the tutorial's GAN (`tfmp.models.gan`);
-* `classifier.py`: `ClassifierTask`, MobileNetV2 or another image network
+* `gan_task.py`: `GANTask`, the tutorial's GAN (`tfmp.models.gan`);
+* `classifier_task.py`: `ClassifierTask`, MobileNetV2 or another image network
   (`resnet50_task`);
 * `image_task.py`: `ImageTask`, the base both share (a dataset by name,
   its epochs, its probe, a synthetic batch, `drop_remainder`).
@@ -13,8 +13,8 @@
 from __future__ import annotations
 
 from tfmp.run.config import ClassifierConfig, ConfigError, GANConfig, TrainConfig
-from tfmp.run.shipped.classifier import ClassifierTask, NetworkBuilder, resnet50_task
-from tfmp.run.shipped.gan import GANTask
+from tfmp.run.shipped.classifier_task import ClassifierTask, NetworkBuilder, resnet50_task
+from tfmp.run.shipped.gan_task import GANTask
 from tfmp.run.shipped.image_task import ImageTask
 from tfmp.run.tasks import Task
 

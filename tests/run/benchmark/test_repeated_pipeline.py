@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/benchmark/pipeline.py: the real input pipeline of the input_pipeline mode."""
+"""Tests for tfmp/run/benchmark/repeated_pipeline.py: the real input pipeline of the input_pipeline mode."""
 
 import tensorflow as tf
 
