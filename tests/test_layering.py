@@ -187,13 +187,14 @@ def test_the_scan_sees_every_form_of_import(tmp_path):
 RUN_LAYERS = (
     ("_private_apis",),  # the private TensorFlow and Keras APIs the run framework uses
     (
+        "autotune",
         "data",
         "determinism",
         "memory_meters",
         "preemption",
         "replica_state",
         "baseline",
-        "fields",
+        "options",
         "output",
     ),  # leaves
     ("config",),  # the settings a run is checked against
@@ -201,8 +202,8 @@ RUN_LAYERS = (
     ("distribute", "checkpoint", "diagnostics"),  # run services
     ("callbacks", "directories"),  # a run's side effects; where it writes, one run per directory
     ("tasks",),  # the public Task: what the user writes
-    ("task_loader", "shipped", "auto_precision"),  # finding what --task names; the shipped tasks; `auto` measured
-    ("setting",),  # what a config resolves to before any model is built
+    ("task_loader", "shipped", "trials"),  # finding what --task names; the shipped tasks; `auto`'s trial runs
+    ("settled",),  # what a config settles to before the run's model is built
     ("runner",),  # one run
     ("training", "benchmark", "reporting"),  # entry points
     ("parity",),  # paired runs of the entry points

@@ -54,6 +54,7 @@ __all__ = [
 REMOVED_IN = "0.3"
 
 _RUN_MODULES = (
+    "autotune",
     "benchmark",
     "callbacks",
     "checkpoint",
@@ -72,7 +73,6 @@ _RUN_MODULES = (
 # tfmp 0.1's module paths: old dotted path -> the module it is now.
 MOVED_MODULES: dict[str, str] = {
     **{f"tfmp.{name}": f"tfmp.run.{name}" for name in _RUN_MODULES},
-    "tfmp.autotune": "tfmp.run.auto_precision",
     "tfmp.memory": "tfmp.run.memory_meters",
     "tfmp.rundir": "tfmp.run.directories",
 }
@@ -116,6 +116,8 @@ MOVED_NAMES: dict[str, str] = {
 RENAMED_METHODS: dict[str, str] = {
     "Task.replace": "Task.with_config",
     "RunResult.images_per_sec": "RunResult.throughput",
+    "RunResult.logdir": "RunResult.tensorboard_dir",
+    "RunResult.jit_compile": "RunResult.xla",
     "Directories.writes": "Directories.tensorboard_dir",
 }
 

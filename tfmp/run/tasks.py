@@ -42,11 +42,8 @@ does when a task does not override it; its docstring says who calls it.
 state: `build` makes new networks each call, under the dtype policy the
 caller has set (`tfmp.precision_scope`); `load_data` loads what the
 pipelines are made from, and the framework passes it back to the task's
-methods without looking inside it.
-
-The step is compiled whole with XLA when the run's `xla` setting says so:
-`build` and `build_trainer` take it as `xla` and pass it on to Keras's
-`compile(jit_compile=xla)`.
+methods without looking inside it. `xla` (in `build`, `build_trainer`) is
+the run's setting: compile the whole step, Keras's `compile(jit_compile=xla)`.
 """
 
 from __future__ import annotations
@@ -235,33 +232,32 @@ class Task(abc.ABC):
 
     # -- optional hooks: display ------------------------------------------------
 
-    #: What the throughput counts, printed as `<unit>/s` (console, benchmark rows, `auto`'s measurement) and
-    #: logged as `<name>_per_sec`: `"ex"` (examples); the image tasks say `"img"`.
+    #: What the throughput counts, as `<unit>/s` (console, benchmark, `auto`): `"ex"`; the image tasks say `"img"`.
     example_unit: str = "ex"
 
     def console_fields(self) -> tuple[tuple[str, str], ...]:
         """The `(label, log key)` pairs of each console line: the loss and the first of `metrics()`.
 
-        Called by the runner for its console callback. A metric is logged by
-        its name (`"accuracy"`, or a metric object's `name`), and labelled by
-        it in title case.
+        Called by the runner for its console. A metric is logged by its name
+        (`"accuracy"`, or a metric object's `name`), labelled in title case.
         """
         names = [m if isinstance(m, str) else getattr(m, "name", None) for m in self.metrics()[:1]]
         return (("Loss", "loss"),) + tuple((n.replace("_", " ").title(), n) for n in names if n)
 
     def summary_route(self, key: str) -> tuple[str, str]:
-        """TensorBoard's `(sub-run, name)` for the log `key`: Keras's layout.
+        """TensorBoard's `(sub-run, name)` of log `key`: Keras's layout, `val_x` to `validation/x`, else `train/key`.
 
-        Called by the runner's TensorBoard callback (`tfmp.run.callbacks.Summaries`,
-        which prefixes the name with `batch_` or `epoch_`). `val_x` goes to
-        `validation/x`, any other key to `train/key`.
+        Called by the runner's `tfmp.run.callbacks.Summaries` (which prefixes the name with `batch_` or `epoch_`).
         """
         if key.startswith("val_"):
             return "validation", key[4:]
         return "train", key
 
     def describe_data(self) -> str:
-        """The data, as the run's first line names it (`"dataset=digits"`, say); "" (the default) says nothing."""
+        """The data, as the run's first line names it (`"dataset=digits"`, say); "" (the default) says nothing.
+
+        Called by the runner and `diagnose` for the line that starts a run.
+        """
         return ""
 
     # -- optional hooks: epochs and resume --------------------------------------
@@ -316,6 +312,9 @@ class Task(abc.ABC):
     def probe(self, data: Any) -> Any:
         """The batch the diagnosis, the gradient reports and `auto` measure on: the pipeline's first.
 
+        Called by `diagnose`, by the runner for `diagnose_every`, and by
+        settling for `precision="auto"` (`tfmp.run.settled`).
+
         Raises:
             ConfigError: when the training pipeline gives no batch.
         """
@@ -324,7 +323,11 @@ class Task(abc.ABC):
         raise ConfigError(f"The training data of {self.name!r} is empty: its pipeline gave no batch.")
 
     def benchmark_batch(self) -> Any:
-        """The batch a benchmark row feeds the trainer and the hand-written step: `probe` over `load_data()`."""
+        """The batch a benchmark row feeds the trainer and the hand-written step: `probe` over `load_data()`.
+
+        Called by the benchmark (`tfmp.run.benchmark.build_workload`); the
+        shipped image tasks give a synthetic batch, so no dataset is loaded.
+        """
         return self.probe(self.load_data())
 
     def hand_written_step(
@@ -332,7 +335,8 @@ class Task(abc.ABC):
     ) -> baseline.HandWritten | None:
         """The benchmark's baseline for `trainer`, a minimal hand-written update of its networks; None for none.
 
-        By default made from the trainer's kind and fresh copies of
+        Called by the benchmark, which times the trainer against it. By
+        default made from the trainer's kind and fresh copies of
         `optimizers()`: `baseline.supervised` for a `tfmp.Trainer` (with
         `loss()`, or the trainer's compiled loss), `baseline.gan` for a
         `tfmp.GANTrainer`, None for any other trainer.
@@ -341,8 +345,7 @@ class Task(abc.ABC):
 
     # -- optional hooks: precision -----------------------------------------------
 
-    #: The `float32_layers` pattern `float32_layers="auto"` keeps in float32 under bfloat16 on a CPU
-    #: ("" for none; read by `float32_pattern`).
+    #: The pattern `float32_layers="auto"` keeps in float32 under bfloat16 on a CPU ("" none; `float32_pattern`).
     auto_float32_layers: str = ""
 
     @classmethod
@@ -364,13 +367,6 @@ _HOOKS = (
     "hand_written_step",
     "auto_float32_layers",
 )
-
-
-def _clone_optimizer(optimizer: str | keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
-    """A fresh optimizer: from its name, or a copy of `optimizer`'s config (so no state is shared between builds)."""
-    if isinstance(optimizer, keras.optimizers.Optimizer):
-        return optimizer.__class__.from_config(optimizer.get_config())
-    return keras.optimizers.get(optimizer)
 
 
 class SupervisedTask(Task):
@@ -478,7 +474,11 @@ class SupervisedTask(Task):
         return list(self._metrics)
 
     def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
-        return (_clone_optimizer(self._optimizer),)
+        """A fresh optimizer: from its name, or a copy of the given one's config (no state shared between builds)."""
+        optimizer = self._optimizer
+        if isinstance(optimizer, keras.optimizers.Optimizer):
+            return (optimizer.__class__.from_config(optimizer.get_config()),)
+        return (keras.optimizers.get(optimizer),)
 
     def hparams(self) -> dict[str, Any]:
         return dict(self._hparams)

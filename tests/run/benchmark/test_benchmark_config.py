@@ -8,7 +8,7 @@ from benchmark_tiny import tiny_config
 
 from tfmp import precision
 from tfmp.run import benchmark
-from tfmp.run.fields import ConfigError
+from tfmp.run.options import ConfigError
 
 
 @pytest.mark.parametrize(

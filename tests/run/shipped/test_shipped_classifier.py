@@ -69,3 +69,10 @@ def test_task_for_names_a_config_it_has_no_model_for():
     assert isinstance(shipped.task_for(TINY_CLASSIFIER), shipped.ClassifierTask)
     with pytest.raises(config_lib.ConfigError, match="Received: TrainConfig"):
         shipped.task_for(config_lib.TrainConfig())
+
+
+def test_the_01_keyword_for_the_float32_advice_warns_and_is_the_new_one():
+    with pytest.warns(DeprecationWarning, match=r"`ClassifierTask\(cpu_bfloat16_float32_layers\)` is deprecated"):
+        task = shipped.ClassifierTask(TINY_CLASSIFIER, cpu_bfloat16_float32_layers="conv1$")
+    assert task.auto_float32_layers == "conv1$"
+    assert shipped.ClassifierTask(TINY_CLASSIFIER, auto_float32_layers="").auto_float32_layers == ""

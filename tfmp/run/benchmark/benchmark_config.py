@@ -17,7 +17,7 @@ from tfmp.models.resnet50 import MIN_INPUT_SIZE
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
 from tfmp.run import shipped, tasks
-from tfmp.run.fields import ConfigError, check_fields, option
+from tfmp.run.options import ConfigError, check_fields, option
 
 __all__ = [
     "BenchmarkConfig",
@@ -111,7 +111,7 @@ class BenchmarkConfig:
     """What to measure, and how long.
 
     Each field's default, help, choices and check are in its metadata
-    (`tfmp.run.fields.option`, as `tfmp.run.config.TrainConfig`'s);
+    (`tfmp.run.options.option`, as `tfmp.run.config.TrainConfig`'s);
     `scripts/benchmark.py --help` prints them. The sequences are tuples of
     values, not comma-separated text (the script parses that). `validate`
     raises `ConfigError`, naming the field and the value received.
