@@ -257,7 +257,7 @@ def test_diagnose_bad_flags_are_usage_errors(flags, expected):
 
 def test_parity_refuses_a_classifier_lever_for_a_task_naming_it(tmp_path):
     # It used to end in a TypeError traceback (folds given twice to ParityConfig.for_task).
-    proc = _run("parity.py", "--task=tfmp.run.tasks:GANTask", "--folds=3", f"--logdir={tmp_path}")
+    proc = _run("parity.py", "--task=tfmp.run.shipped:GANTask", "--folds=3", f"--logdir={tmp_path}")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "error: folds belongs to the MobileNetV2 classifier's design" in proc.stderr
     assert "Received: folds=3" in proc.stderr and not os.listdir(tmp_path)
