@@ -115,6 +115,7 @@ MOVED_NAMES: dict[str, str] = {
 # Methods renamed: old qualified name -> new one.
 RENAMED_METHODS: dict[str, str] = {
     "Task.replace": "Task.with_config",
+    "Task.cpu_bfloat16_float32_layers": "Task.auto_float32_layers",
     "RunResult.images_per_sec": "RunResult.throughput",
     "RunResult.logdir": "RunResult.tensorboard_dir",
     "RunResult.jit_compile": "RunResult.xla",

@@ -75,4 +75,6 @@ def test_the_01_keyword_for_the_float32_advice_warns_and_is_the_new_one():
     with pytest.warns(DeprecationWarning, match=r"`ClassifierTask\(cpu_bfloat16_float32_layers\)` is deprecated"):
         task = shipped.ClassifierTask(TINY_CLASSIFIER, cpu_bfloat16_float32_layers="conv1$")
     assert task.auto_float32_layers == "conv1$"
+    with pytest.warns(DeprecationWarning, match=r"`Task.cpu_bfloat16_float32_layers` is deprecated; use `Task.auto_"):
+        assert task.cpu_bfloat16_float32_layers == "conv1$"
     assert shipped.ClassifierTask(TINY_CLASSIFIER, auto_float32_layers="").auto_float32_layers == ""

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfmp import _deprecated
 from tfmp.run import data as data_lib
 from tfmp.run.config import ConfigError, ImageConfig
 from tfmp.run.tasks import Task
@@ -59,6 +60,12 @@ class ImageTask(Task):
     def probe(self, data: data_lib.Split) -> Any:
         """The first `batch_size` training images (with their labels if `labelled`), in the split's order."""
         return probe(data, self.config.batch_size, self.labelled)
+
+    @property
+    def cpu_bfloat16_float32_layers(self) -> str:
+        """Deprecated name of `auto_float32_layers` (tfmp 0.1's shipped tasks had it); removed in tfmp 0.3."""
+        _deprecated.warn("Task.cpu_bfloat16_float32_layers")
+        return self.auto_float32_layers
 
     def epoch_batch_sizes(self, data: data_lib.Split) -> tuple[int, ...]:
         """Examples in each batch of one training epoch over `data` (the benchmark's input pipeline cycles them)."""
