@@ -1,7 +1,8 @@
 """Tests for tfmp/_compat.py: the private Keras/TensorFlow APIs tfmp relies on are all there, and only there.
 
 The scan covers the whole library: a private API is used only in the core's `tfmp/_compat.py` or the run
-framework's `tfmp/run/_compat.py` (tested in tests/run/test_run_compat.py), and each holds only what its half uses.
+framework's `tfmp/run/_private_apis.py` (tested in tests/run/test_private_apis.py), and each holds only what
+its half uses.
 """
 
 import ast
@@ -11,7 +12,7 @@ import keras
 import pytest
 
 from tfmp import _compat
-from tfmp.run import _compat as run_compat
+from tfmp.run import _private_apis as run_private_apis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,8 +109,8 @@ def _private_uses(path):
 
 
 def _scanned_files(root=ROOT):
-    """Every .py file of the library (but the two `_compat.py`, where the private uses belong), the models and
-    the scripts, subpackages included."""
+    """Every .py file of the library (but `_compat.py` and `run/_private_apis.py`, where the private uses belong),
+    the models and the scripts, subpackages included."""
     files = []
     for top in SCANNED:
         for directory, _, names in os.walk(os.path.join(root, top)):
@@ -117,13 +118,13 @@ def _scanned_files(root=ROOT):
     return sorted(f for f in files if f not in COMPAT_FILES)
 
 
-COMPAT_FILES = (os.path.join("tfmp", "_compat.py"), os.path.join("tfmp", "run", "_compat.py"))
+COMPAT_FILES = (os.path.join("tfmp", "_compat.py"), os.path.join("tfmp", "run", "_private_apis.py"))
 
 
 def test_the_scan_finds_every_module_of_the_packages_and_their_subpackages(tmp_path):
     for path in (
         "tfmp/_compat.py",
-        "tfmp/run/_compat.py",
+        "tfmp/run/_private_apis.py",
         "tfmp/core.py",
         "tfmp/run/runner.py",
         "tfmp/run/later/deep/new.py",
@@ -189,10 +190,10 @@ def test_the_checker_sees_private_keyword_arguments_and_names(tmp_path):
     ]
 
 
-def _uses_of(names, files):
-    """The names of `names` that some file of `files` asks a compatibility layer for (`_compat.name`)."""
+def _uses_of(names, files, layer="_compat"):
+    """The names of `names` that some file of `files` asks a compatibility layer for (`<layer>.name`)."""
     text = "".join(open(os.path.join(ROOT, path)).read() for path in files)
-    return {name for name in names if f"_compat.{name}" in text}
+    return {name for name in names if f"{layer}.{name}" in text}
 
 
 # What a compatibility layer exports for its own checks, not for the code around it.
@@ -203,9 +204,9 @@ def test_each_compatibility_layer_holds_only_what_its_half_of_tfmp_uses():
     core = [path for path in _scanned_files() if path.startswith("tfmp") and not path.startswith("tfmp/run/")]
     run = [path for path in _scanned_files() if path.startswith("tfmp/run/")]
     core_names = set(_compat.__all__) - CHECKING
-    run_names = set(run_compat.__all__) - CHECKING
+    run_names = set(run_private_apis.__all__) - CHECKING
     assert _uses_of(core_names, core) == core_names
-    assert _uses_of(run_names, run) == run_names
+    assert _uses_of(run_names, run, "_private_apis") == run_names
     # The core needs none of the run framework's wrappers; the run framework reaches the core's through its own.
-    assert _uses_of(run_names - core_names, core) == set()
+    assert _uses_of(run_names - core_names, core, "_private_apis") == set()
     assert [path for path in run if "from tfmp import _compat" in open(os.path.join(ROOT, path)).read()] == []

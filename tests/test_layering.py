@@ -53,12 +53,18 @@ def _imported_modules(path, package):
 
     `package` is the package `path` belongs to, for relative imports. For
     `from X import a, b`, both `X` and `X.a`, `X.b` are listed, since `a` may
-    be a submodule (`from tfmp import run`).
+    be a submodule (`from tfmp import run`). A call of
+    `importlib.import_module` (or `import_module`, or `__import__`) is an
+    import too: with a constant name it lists that name; with any other
+    argument it lists `"<computed>"`, which the layers below refuse outside
+    the modules whose job it is (`DYNAMIC_IMPORTERS`).
     """
     tree = ast.parse(open(path).read(), path)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if _is_import_module_call(node):
+            found.append((node.lineno, _import_module_target(node)))
+        elif isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -69,6 +75,23 @@ def _imported_modules(path, package):
             found.append((node.lineno, module))
             found.extend((node.lineno, f"{module}.{alias.name}") for alias in node.names)
     return found
+
+
+def _is_import_module_call(node):
+    """Whether `node` calls `importlib.import_module`, `import_module` or `__import__`."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    if isinstance(f, ast.Attribute):
+        return f.attr == "import_module" and isinstance(f.value, ast.Name) and f.value.id == "importlib"
+    return isinstance(f, ast.Name) and f.id in ("import_module", "__import__")
+
+
+def _import_module_target(node):
+    """The module an import call names: its first argument when a constant string, else "<computed>"."""
+    if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        return node.args[0].value
+    return "<computed>"
 
 
 def _forbidden_imports(path, package, forbidden):
@@ -162,24 +185,25 @@ def test_the_scan_sees_every_form_of_import(tmp_path):
 # Bottom to top, as docs/guides/architecture.md draws them. A module of tfmp/run imports only from
 # layers below its own (and from inside its own package), so an upward import fails here.
 RUN_LAYERS = (
-    ("_compat",),  # the private TensorFlow and Keras APIs the run framework uses
+    ("_private_apis",),  # the private TensorFlow and Keras APIs the run framework uses
     (
+        "autotune",
         "data",
         "determinism",
         "memory_meters",
         "preemption",
         "replica_state",
         "baseline",
-        "fields",
+        "options",
         "output",
     ),  # leaves
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts
-    ("distribute", "checkpoint", "diagnostics", "epochs"),  # run services
+    ("distribute", "checkpoint", "diagnostics"),  # run services
     ("callbacks", "directories"),  # a run's side effects; where it writes, one run per directory
     ("tasks",),  # the public Task: what the user writes
-    ("task_loader", "shipped", "auto_precision"),  # finding what --task names; the shipped tasks; `auto` measured
-    ("setting",),  # what a config resolves to before any model is built
+    ("task_loader", "shipped", "trials"),  # finding what --task names; the shipped tasks; `auto`'s trial runs
+    ("settled",),  # what a config settles to before the run's model is built
     ("runner",),  # one run
     ("training", "benchmark", "reporting"),  # entry points
     ("parity",),  # paired runs of the entry points
@@ -235,6 +259,62 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     imported = _run_imports(str(sample), "tfmp.run")
     assert imported == {"runner", "data", "tasks"}
     assert sorted(n for n in imported if _layer(n) >= _layer("callbacks")) == ["runner", "tasks"]
+
+
+def test_the_layer_check_sees_an_import_by_name(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import importlib\n"
+        "def __getattr__(name):\n"
+        "    return importlib.import_module('tfmp.run.shipped')\n"
+        "def later():\n"
+        "    return __import__('tfmp.run.runner')\n"
+        "def named(module):\n"
+        "    return importlib.import_module(module)\n"
+    )
+    assert _run_imports(str(sample), "tfmp.run") == {"shipped", "runner"}
+    assert [m for _, m in _imported_modules(str(sample), "tfmp.run") if m == "<computed>"] == ["<computed>"]
+
+
+# Modules whose job is to import a module named at run time, and why; no other module of tfmp/ computes the name
+# of what it imports, so every import is one the scans above read.
+DYNAMIC_IMPORTERS = {
+    os.path.join("_deprecated", "__init__.py"): "an old name's new module, from the deprecation table",
+    os.path.join("run", "task_loader.py"): "the user's MODULE of --task=MODULE:NAME",
+}
+
+
+def _library_files():
+    """(path, package) of every Python file of tfmp/."""
+    found = []
+    for folder, dirs, names in os.walk(LIBRARY):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        package = ".".join(["tfmp"] + [p for p in os.path.relpath(folder, LIBRARY).split(os.sep) if p != "."])
+        found.extend((os.path.join(folder, name), package) for name in names if name.endswith(".py"))
+    return sorted(found)
+
+
+def test_no_module_imports_a_name_it_computes_but_the_deprecation_table_and_the_task_loader():
+    computed = sorted(
+        os.path.relpath(path, LIBRARY)
+        for path, package in _library_files()
+        if any(module == "<computed>" for _, module in _imported_modules(path, package))
+    )
+    assert computed == sorted(DYNAMIC_IMPORTERS)
+
+
+def test_no_two_modules_of_tfmp_share_a_name():
+    """One name, one module: a reader who meets `nonfinite` or `_common` knows which file it is.
+
+    tfmp 0.1's old paths in `_deprecated/` are named for the modules they stand for, so they are left out.
+    """
+    names = {}
+    for path, _ in _library_files():
+        relative = os.path.relpath(path, LIBRARY)
+        if relative.startswith("_deprecated" + os.sep) or os.path.basename(path) == "__init__.py":
+            continue
+        names.setdefault(os.path.basename(path), []).append(relative)
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
 
 
 # -- the old import paths ----------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """tfmp's per-machine measurements on disk: one small JSON file per kind, written atomically.
 
-`auto` precision (`tfmp.run.auto_precision`) and the CPU kernel timings
+`auto` precision (`tfmp.run.autotune`) and the CPU kernel timings
 (`tfmp.cpu_kernels`) each keep one file in `cache_dir()`. A file that is
 missing, unreadable or of another version reads as empty; one that cannot be
 written only costs a measurement next time.

@@ -8,7 +8,7 @@ version it was checked against, why it is needed and the public alternative,
 if any; the rest of the core imports these wrappers and touches no private
 name itself. The run framework's own private APIs (Slurm, the coordination
 service, the profiler, op determinism, a layer's graph edges) are in
-`tfmp.run._compat`, which checks them with `missing` from here.
+`tfmp.run._private_apis`, which checks them with `missing` from here.
 
 `PRIVATE_APIS` lists what this module reaches into, and `check()` raises an
 `ImportError` naming each one the installed Keras or TensorFlow no longer

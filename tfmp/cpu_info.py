@@ -3,7 +3,7 @@
 Read from Linux's `/proc/cpuinfo` (`flags` on x86, `Features` on Arm);
 elsewhere every answer is the "nothing known" one. `tfmp.cpu_kernels`
 measures what the 16-bit kernels cost on such a CPU; `auto` precision
-(`tfmp.run.auto_precision`) takes a natively supported type as a candidate.
+(`tfmp.run.autotune`) takes a natively supported type as a candidate.
 """
 
 from __future__ import annotations

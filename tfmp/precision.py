@@ -14,7 +14,7 @@ and of two names that choose one of them:
   must choose the same);
 * `auto`: the fastest for the model on this device, which a training run
   (`tfmp.run`) measures by training each candidate briefly
-  (`tfmp.run.auto_precision`). Outside a run nothing can be measured:
+  (`tfmp.run.autotune`). Outside a run nothing can be measured:
   there `auto` applies the rule of `hardware`, with a `DeprecationWarning`
   (it will be refused in tfmp 0.3; `tfmp._deprecated.RENAMED_VALUES`).
 
@@ -97,7 +97,7 @@ def choose_precision(compute_capabilities: Sequence[tuple[int, int]]) -> tuple[s
     This is the fallback. What is fastest depends on the model, not only on
     the GPU: small, launch-bound steps (MobileNetV2 on 32x32 images) get
     slower in 16 bits even on an H100 (see the Performance report), so the
-    training runs measure instead (`tfmp.run.auto_precision`).
+    training runs measure instead (`tfmp.run.autotune`).
 
     Args:
         compute_capabilities: One `(major, minor)` pair per visible GPU.
@@ -142,7 +142,7 @@ def resolve_precision(name: str, compute_capabilities: Sequence[tuple[int, int]]
     For `hardware`, logs one line saying what was chosen and why
     (`choose_precision`). `auto` is decided the same way, with a
     `DeprecationWarning`: measuring it needs a model, which only a training
-    run has (`tfmp.run.auto_precision`); outside one, say `hardware`.
+    run has (`tfmp.run.autotune`); outside one, say `hardware`.
 
     Args:
         name: A precision name or alias (`canonical_precision`).

@@ -43,9 +43,9 @@ def test_example_runs_and_ends_with_a_finite_loss(name, event_dirs, tmp_path):
 
 
 def test_the_text_classifier_is_a_task_module_for_the_command_line():
-    from tfmp.run import epochs, tasks
+    from tfmp.run import task_loader, tasks
 
-    task = tasks.load(os.path.join(ROOT, "examples", "text_classifier.py") + ":TASK")
+    task = task_loader.load(os.path.join(ROOT, "examples", "text_classifier.py") + ":TASK")
     assert isinstance(task, tasks.SupervisedTask) and task.name == "text_classifier"
-    assert epochs.steps_per_epoch(task, task.load_data()) == 63  # 4,000 reviews in batches of 64
+    assert task.steps_per_epoch(task.load_data()) == 63  # 4,000 reviews in batches of 64
     pickle.loads(pickle.dumps(task))  # the benchmark measures each row in a process of its own

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tfmp.run import config as config_lib
-from tfmp.run import fields
+from tfmp.run import options
 
 TINY_GAN = config_lib.GANConfig(dataset="digits", batch_size=32)
 TINY_CLASSIFIER = config_lib.ClassifierConfig(dataset="digits", batch_size=16)
@@ -196,9 +196,9 @@ def test_whether_a_resumed_run_may_change_a_setting_is_said_by_its_option():
         width: int = config_lib.option(8, "Width.")
         report_every: int = config_lib.option(1, "Report every N steps.", resumable=True)
 
-    assert fields.resumable_fields(Mine) == fields.resumable_fields(config_lib.TrainConfig) | {"report_every"}
-    assert "width" not in fields.resumable_fields(Mine(width=4))
-    assert config_lib.RESUMABLE == fields.resumable_fields(config_lib.GANConfig, config_lib.ClassifierConfig)
+    assert options.resumable_fields(Mine) == options.resumable_fields(config_lib.TrainConfig) | {"report_every"}
+    assert "width" not in options.resumable_fields(Mine(width=4))
+    assert config_lib.RESUMABLE == options.resumable_fields(config_lib.GANConfig, config_lib.ClassifierConfig)
     assert {"precision", "loss_scale", "epochs", "data_dir", "num_samples"} <= config_lib.RESUMABLE
     assert not {"seed", "batch_size", "dataset", "float32_layers", "learning_rate"} & config_lib.RESUMABLE
 

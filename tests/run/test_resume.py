@@ -286,7 +286,7 @@ def test_a_nested_run_name_is_a_directory_inside_the_logdir(tmp_path):
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="sweep/lr-3", epochs=1, steps_per_epoch=1)
     config.validate()
     result = training.train_gan(config, print_fn=lambda line: None)
-    assert result.logdir == str(tmp_path / "sweep" / "lr-3")
+    assert result.tensorboard_dir == str(tmp_path / "sweep" / "lr-3")
     assert os.listdir(tmp_path) == ["sweep"] and os.listdir(tmp_path / "sweep") == ["lr-3"]
     assert os.path.isfile(tmp_path / "sweep" / "lr-3" / "checkpoints" / "ckpt-1.index")
 

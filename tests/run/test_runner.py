@@ -20,7 +20,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tiny import TINY_GAN, quiet, tiny
 
 from tfmp import trainers
-from tfmp.run import directories, memory_meters, runner, tasks
+from tfmp.run import directories, memory_meters, runner, shipped
 
 
 def _record_fits(monkeypatch):
@@ -53,12 +53,12 @@ def test_a_run_claims_a_new_directory_beside_one_taken_in_the_same_second(tmp_pa
     taken.mkdir()
     (taken / "other-run.txt").write_text("another run's file")
     result = runner.Runner(tiny(tmp_path), print_fn=quiet).run()
-    assert result.logdir == str(tmp_path / "same-second-2")
+    assert result.tensorboard_dir == str(tmp_path / "same-second-2")
     assert os.path.isfile(tmp_path / "same-second-2" / "checkpoints" / "ckpt-2.index")
     assert os.listdir(taken) == ["other-run.txt"]
 
 
-class _FailingTask(tasks.GANTask):
+class _FailingTask(shipped.GANTask):
     """The tiny GAN, with `error` raised while its model is built (`at="build"`) or after its first step."""
 
     def __init__(self, config, error, at):
@@ -157,7 +157,7 @@ def _recorded_hparams(logdir):
 
 def test_the_hparams_are_the_run_settings_and_the_tasks_own(tmp_path):
     result = runner.Runner(tiny(tmp_path, run_name="run", steps_per_epoch=1, tf32=False, seed=3), print_fn=quiet).run()
-    recorded = _recorded_hparams(result.logdir)
+    recorded = _recorded_hparams(result.tensorboard_dir)
     assert recorded == {
         "task": "gan",
         "precision": "float32",
@@ -180,10 +180,10 @@ def test_the_tasks_name_leads_the_first_line_and_names_the_run_directory_and_hpa
     # Not the trainer's Keras name (gan_trainer): the task's, made safe for a directory name.
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), steps_per_epoch=1)
     lines = []
-    result = runner.Runner(tasks.GANTask(config, name="digits gan/v2"), print_fn=lines.append).run()
+    result = runner.Runner(shipped.GANTask(config, name="digits gan/v2"), print_fn=lines.append).run()
     assert lines[0].startswith("training digits gan/v2: precision=float32 loss_scale=none ")
-    assert re.fullmatch(r"\d{8}-\d{6}_digits_gan_v2_float32_ls-none", os.path.basename(result.logdir))
-    assert _recorded_hparams(result.logdir)["task"] == "digits gan/v2"
+    assert re.fullmatch(r"\d{8}-\d{6}_digits_gan_v2_float32_ls-none", os.path.basename(result.tensorboard_dir))
+    assert _recorded_hparams(result.tensorboard_dir)["task"] == "digits gan/v2"
 
 
 def _scalars(directory):
@@ -203,10 +203,10 @@ def test_each_optimizers_learning_rate_is_a_curve_beside_its_loss_scale_and_in_t
     result = runner.Runner(tiny(tmp_path, run_name="run", log_every=1), print_fn=lines.append).run()
     rates = {"generator": np.float32(1e-3), "discriminator": np.float32(1e-4)}  # the tutorial's, as float32
     for run, rate in rates.items():
-        scalars = _scalars(os.path.join(result.logdir, run))
+        scalars = _scalars(os.path.join(result.tensorboard_dir, run))
         assert scalars["batch_learning_rate"] == [(1, rate), (2, rate)], run
         assert scalars["epoch_learning_rate"] == [(0, rate)], run
-    assert "learning_rate" not in " ".join(_scalars(result.logdir))  # not at the run's root
+    assert "learning_rate" not in " ".join(_scalars(result.tensorboard_dir))  # not at the run's root
     (epoch_line,) = [line for line in lines if line.startswith("epoch 1/1: ")]
     assert "d_learning_rate 0.0001" in epoch_line and "g_learning_rate 0.001" in epoch_line, epoch_line
 
@@ -218,7 +218,7 @@ def test_a_task_of_your_own_counts_examples_in_the_console_tensorboard_and_its_l
     lines = []
     result = runner.Runner(task, print_fn=lines.append).run()
     assert "examples_per_sec" in result.logs and "images_per_sec" not in result.logs
-    tags = set(_scalars(os.path.join(result.logdir, "train")))
+    tags = set(_scalars(os.path.join(result.tensorboard_dir, "train")))
     assert {"batch_examples_per_sec", "epoch_examples_per_sec"} <= tags and not [t for t in tags if "images" in t]
     shown = "\n".join(lines)
     assert "ex/s" in shown and "img/s" not in shown and "images_per_sec" not in shown
@@ -245,11 +245,11 @@ def test_a_resumed_run_finishes_a_partial_epoch_in_its_own_fit(
     steps_per_epoch, epochs, expected_fits, tmp_path, monkeypatch
 ):
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", steps_per_epoch=3)
-    runner.Runner(tasks.GANTask(config), print_fn=quiet).run()  # stops at step 3
+    runner.Runner(shipped.GANTask(config), print_fn=quiet).run()  # stops at step 3
     fits = _record_fits(monkeypatch)
     lines = []
     resumed = dataclasses.replace(config, resume=True, steps_per_epoch=steps_per_epoch, epochs=epochs)
-    result = runner.Runner(tasks.GANTask(resumed), print_fn=lines.append).run()
+    result = runner.Runner(shipped.GANTask(resumed), print_fn=lines.append).run()
     assert f"resumed from {tmp_path / 'run' / 'checkpoints' / 'ckpt-3'} at step 3" in lines
     assert [{k: v for k, v in fit.items() if k != "callbacks"} for fit in fits] == expected_fits
     assert result.steps == steps_per_epoch * epochs - 3  # this run's steps, not the checkpoint's
@@ -259,12 +259,16 @@ def test_the_result_reports_the_steps_and_skipped_steps_of_the_run(tmp_path):
     # 2**24, the largest fixed scale: float16 gradients overflow, and those steps are skipped and counted.
     result = runner.Runner(tiny(tmp_path, precision="fp16", loss_scale=2**24, epochs=2), print_fn=quiet).run()
     assert (result.steps, result.warmup_steps) == (4, 1)
-    assert (result.precision, result.loss_scale, result.jit_compile) == ("mixed_float16", 2.0**24, False)
+    assert (result.precision, result.loss_scale, result.xla) == ("mixed_float16", 2.0**24, False)
     skipped = sum(int(optimizer.skipped_steps) for optimizer in result.trainer.optimizers.values())
     assert skipped > 0 and result.skipped_steps == skipped
     assert result.throughput > 0 and result.throughput_unit == "img/s"
     with pytest.warns(DeprecationWarning, match=r"`RunResult.images_per_sec` is deprecated; use `RunResult.thr"):
         assert result.images_per_sec == result.throughput
+    with pytest.warns(DeprecationWarning, match=r"`RunResult.logdir` is deprecated; use `RunResult.tensorboard_dir`"):
+        assert result.logdir == result.tensorboard_dir
+    with pytest.warns(DeprecationWarning, match=r"`RunResult.jit_compile` is deprecated; use `RunResult.xla`"):
+        assert result.jit_compile is result.xla
 
 
 class _Recorder(keras.callbacks.Callback):

@@ -119,7 +119,7 @@ def test_load_takes_a_task_a_subclass_or_a_function_from_a_module_or_a_file(tmp_
     monkeypatch.syspath_prepend(str(tmp_path))
     assert task_loader.load("user_tasks_ok:make_task").name == "listed"
     assert task_loader.load("user_tasks_ok:MyTask").name == "subclassed"
-    assert isinstance(task_loader.load("tfmp.run.tasks:GANTask"), shipped.GANTask)
+    assert isinstance(task_loader.load("tfmp.run.shipped:GANTask"), shipped.GANTask)
 
 
 def test_a_task_file_is_imported_without_changing_sys_path_and_a_fresh_process_can_import_it_again(tmp_path):

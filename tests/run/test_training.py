@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tiny
 
-from tfmp.run import auto_precision, training
+from tfmp.run import autotune, training, trials
 
 # Tiny but real: the embedded digits, a few steps, narrow models.
 TINY_GAN = dataclasses.replace(tiny.TINY_GAN, epochs=2, log_every=1, precision=training.GANConfig().precision)
@@ -74,9 +74,9 @@ def test_train_gan_runs_for_every_precision(precision, loss_scale, tmp_path):
     notes = [line for line in lines if line.startswith("note:")]
     assert len(notes) == (precision != "mixed_float16" and loss_scale != "none")
     assert not any(line.startswith("warning:") for line in lines)  # aligned sizes, float32 outputs
-    assert os.path.isdir(os.path.join(result.logdir, "generator"))
-    assert os.path.isdir(os.path.join(result.logdir, "discriminator"))
-    assert os.path.basename(result.logdir).endswith(f"{precision}_ls-{result.loss_scale}")
+    assert os.path.isdir(os.path.join(result.tensorboard_dir, "generator"))
+    assert os.path.isdir(os.path.join(result.tensorboard_dir, "discriminator"))
+    assert os.path.basename(result.tensorboard_dir).endswith(f"{precision}_ls-{result.loss_scale}")
 
 
 @pytest.mark.skipif(tiny.HAS_GPU, reason="a GPU is never routed")
@@ -119,11 +119,11 @@ def test_mixed_run_warns_of_pitfalls_and_diagnostics_leave_training_unchanged(tm
     assert (diagnosed.logs["g_loss"], diagnosed.logs["d_loss"]) == (plain.logs["g_loss"], plain.logs["d_loss"])
     for a, b in zip(diagnosed.trainer.variables, plain.trainer.variables):
         assert (a.numpy() == b.numpy()).all(), a.path
-    events = [f for f in os.listdir(os.path.join(diagnosed.logdir, "diagnostics")) if f.startswith("events")]
+    events = [f for f in os.listdir(os.path.join(diagnosed.tensorboard_dir, "diagnostics")) if f.startswith("events")]
     tags = {
         (value.tag, event.step)
         for name in events
-        for event in tf.compat.v1.train.summary_iterator(os.path.join(diagnosed.logdir, "diagnostics", name))
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(diagnosed.tensorboard_dir, "diagnostics", name))
         for value in event.summary.value
     }
     assert {("generator/underflow_fraction", 1), ("discriminator/overflow_fraction", 2)} <= tags
@@ -147,9 +147,9 @@ def test_diagnose_run_refuses_a_run_directory_a_training_run_holds(tmp_path):
     assert os.listdir(run_dir) == ["diagnostics"] and directories.holder(str(run_dir)) is None
 
 
-# `auto` measures on the device it sees. The tests inject the device (`auto_precision.detect_hardware`) and, but
-# for one real tiny probe, the timing (`auto_precision.time_steps`), so every branch runs the same on any machine.
-H100 = auto_precision.GPU("NVIDIA H100 80GB HBM3", (9, 0))
+# `auto` measures on the device it sees. The tests inject the device (`autotune.detect_hardware`) and, but
+# for one real tiny probe, the timing (`trials.time_steps`), so every branch runs the same on any machine.
+H100 = autotune.GPU("NVIDIA H100 80GB HBM3", (9, 0))
 
 
 def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
@@ -157,9 +157,9 @@ def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
 
     Returns the list of what each probe trained: (policy, {(dynamic, scale) of the optimizers}, TF32 on).
     """
-    monkeypatch.setenv(auto_precision.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(auto_precision, "detect_hardware", lambda: hardware)
-    real, probed = auto_precision.time_steps, []
+    monkeypatch.setenv(autotune.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(autotune, "detect_hardware", lambda: hardware)
+    real, probed = trials.time_steps, []
 
     def time_steps(trainer, probe):
         policy = next(iter(trainer.networks.values())).dtype_policy.name
@@ -167,7 +167,7 @@ def _inject_device(monkeypatch, tmp_path, hardware, figures=None):
         probed.append((policy, scales, tf.config.experimental.tensor_float_32_execution_enabled()))
         return real(trainer, probe) if figures is None else figures[policy]
 
-    monkeypatch.setattr(auto_precision, "time_steps", time_steps)
+    monkeypatch.setattr(trials, "time_steps", time_steps)
     return probed
 
 
@@ -185,7 +185,7 @@ def _diagnosed_precision(config, lines):
 
 @pytest.mark.parametrize("cpu_bfloat16", [True, False])
 def test_auto_precision_on_cpu_is_measured_once_then_cached(cpu_bfloat16, tmp_path, monkeypatch):
-    cpu = auto_precision.Hardware(cpu_bfloat16=cpu_bfloat16, machine="a test CPU")
+    cpu = autotune.Hardware(cpu_bfloat16=cpu_bfloat16, machine="a test CPU")
     probed = _inject_device(monkeypatch, tmp_path, cpu, {"float32": 100.0, "mixed_bfloat16": 300.0})
     config = dataclasses.replace(TINY_GAN, precision="auto", epochs=1, logdir=str(tmp_path))
     cache = tmp_path / "cache" / "auto_precision.json"
@@ -219,7 +219,7 @@ def test_auto_precision_on_a_gpu_measures_every_candidate_float16_with_its_loss_
     probed = _inject_device(
         monkeypatch,
         tmp_path,
-        auto_precision.Hardware(gpus=(H100,), machine="a test host"),
+        autotune.Hardware(gpus=(H100,), machine="a test host"),
         {"float32": 100.0, "mixed_bfloat16": 150.0, "mixed_float16": 200.0},
     )
     config = dataclasses.replace(TINY_GAN, precision="auto", epochs=1, logdir=str(tmp_path))
@@ -254,7 +254,7 @@ def test_auto_precision_on_a_gpu_measures_every_candidate_float16_with_its_loss_
 @pytest.mark.slow
 def test_auto_precision_real_probe_on_a_volta_measures_float32_and_float16(tmp_path, monkeypatch):
     # The one real probe: both candidates train a few steps on this CPU (float16 emulated, so slower).
-    volta = auto_precision.Hardware(gpus=(auto_precision.GPU("Tesla V100-SXM2-16GB", (7, 0)),), machine="a test host")
+    volta = autotune.Hardware(gpus=(autotune.GPU("Tesla V100-SXM2-16GB", (7, 0)),), machine="a test host")
     probed = _inject_device(monkeypatch, tmp_path, volta)
     config = dataclasses.replace(TINY_GAN, precision="auto", logdir=str(tmp_path))
     lines = []
@@ -275,8 +275,8 @@ def _check_classifier_run(result, lines, precision, loss_scale, steps):
     assert ("loss_scale" in result.logs) == (precision == "mixed_float16" and loss_scale != "none")
     assert math.isfinite(result.logs["val_loss"])
     assert any(line.startswith("(0, 0), Loss: ") for line in lines)
-    assert os.path.isdir(os.path.join(result.logdir, "train"))
-    assert os.path.isdir(os.path.join(result.logdir, "validation"))
+    assert os.path.isdir(os.path.join(result.tensorboard_dir, "train"))
+    assert os.path.isdir(os.path.join(result.tensorboard_dir, "validation"))
 
 
 # float32 and float16 with dynamic scaling: tests/test_parity.py runs them through scripts/parity.py

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfmp.run import config as config_lib
-from tfmp.run import tasks
+from tfmp.run import shipped
 
 __all__ = ["HAS_GPU", "TINY_GAN", "quiet", "tiny"]
 
@@ -36,7 +36,7 @@ def quiet(line):
 
 
 def tiny(tmp_path, **changes):
-    return tasks.GANTask(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), **changes))
+    return shipped.GANTask(dataclasses.replace(TINY_GAN, logdir=str(tmp_path), **changes))
 
 
 def dense_model(inputs=4, outputs=3, activation="softmax"):

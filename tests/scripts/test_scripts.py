@@ -257,7 +257,7 @@ def test_diagnose_bad_flags_are_usage_errors(flags, expected):
 
 def test_parity_refuses_a_classifier_lever_for_a_task_naming_it(tmp_path):
     # It used to end in a TypeError traceback (folds given twice to ParityConfig.for_task).
-    proc = _run("parity.py", "--task=tfmp.run.tasks:GANTask", "--folds=3", f"--logdir={tmp_path}")
+    proc = _run("parity.py", "--task=tfmp.run.shipped:GANTask", "--folds=3", f"--logdir={tmp_path}")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "error: folds belongs to the MobileNetV2 classifier's design" in proc.stderr
     assert "Received: folds=3" in proc.stderr and not os.listdir(tmp_path)
@@ -569,11 +569,11 @@ _BLOCKED_START = """
 import runpy, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {scripts!r})
-from tfmp.run import tasks
+from tfmp.run import shipped
 def blocked_build(*args, **kwargs):
     print("building the model", flush=True)
     time.sleep(600)
-tasks.GANTask.build = blocked_build
+shipped.GANTask.build = blocked_build
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """

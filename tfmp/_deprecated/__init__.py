@@ -12,8 +12,9 @@ and the version that removes it. The table says which:
   none of those modules. Each calls `alias`.
 * `MOVED_NAMES`: attributes reached through a module's `__getattr__`
   (`tfmp.parse_loss_scale`, `tfmp.trainers.SEED_GAN`). A module with such
-  names sets `__getattr__ = module_getattr(__name__)`; nothing else in the
-  package answers for a deprecated name.
+  names sets `__getattr__ = module_getattr(__name__)` (for `tfmp.tasks`, its
+  alias module here sets it); nothing else in the package answers for a
+  deprecated name.
 * `RENAMED_METHODS` and `REMOVED_ARGUMENTS`: a method's or attribute's old
   name and a documented argument that is gone; the code keeping them (a
   method, or a property under the old name) calls `warn`.
@@ -53,6 +54,7 @@ __all__ = [
 REMOVED_IN = "0.3"
 
 _RUN_MODULES = (
+    "autotune",
     "benchmark",
     "callbacks",
     "checkpoint",
@@ -71,7 +73,6 @@ _RUN_MODULES = (
 # tfmp 0.1's module paths: old dotted path -> the module it is now.
 MOVED_MODULES: dict[str, str] = {
     **{f"tfmp.{name}": f"tfmp.run.{name}" for name in _RUN_MODULES},
-    "tfmp.autotune": "tfmp.run.auto_precision",
     "tfmp.memory": "tfmp.run.memory_meters",
     "tfmp.rundir": "tfmp.run.directories",
 }
@@ -92,6 +93,9 @@ _FLOAT32_LAYER_NAMES = (
     "resolve_float32_layers",
 )
 
+# What `tfmp.tasks` held in 0.1 and `tfmp.run.shipped` holds now.
+_SHIPPED_TASK_NAMES = ("ClassifierTask", "GANTask", "resnet50_task", "task_for")
+
 # Attributes that moved or were renamed: old dotted path -> new dotted path.
 MOVED_NAMES: dict[str, str] = {
     "tfmp.ClassifierTrainer": "tfmp.Trainer",
@@ -104,24 +108,27 @@ MOVED_NAMES: dict[str, str] = {
     "tfmp.trainers.gan.SEED_GAN": "tfmp.trainers.TUTORIAL_GAN",
     "tfmp.trainers.gan.SeedGANTraining": "tfmp.trainers.TutorialGANTraining",
     **{f"tfmp.precision.{name}": f"tfmp.float32_layers.{name}" for name in _FLOAT32_LAYER_NAMES},
+    # tfmp 0.1's tfmp.tasks held the shipped tasks; tfmp/_deprecated/tasks.py answers for them.
+    **{f"tfmp.tasks.{name}": f"tfmp.run.shipped.{name}" for name in _SHIPPED_TASK_NAMES},
 }
 
 # Methods renamed: old qualified name -> new one.
 RENAMED_METHODS: dict[str, str] = {
     "Task.replace": "Task.with_config",
+    "Task.cpu_bfloat16_float32_layers": "Task.auto_float32_layers",
     "RunResult.images_per_sec": "RunResult.throughput",
+    "RunResult.logdir": "RunResult.tensorboard_dir",
+    "RunResult.jit_compile": "RunResult.xla",
     "Directories.writes": "Directories.tensorboard_dir",
 }
 
 # Documented arguments removed: "function(argument)" -> what to do instead.
 REMOVED_ARGUMENTS: dict[str, str] = {
-    f"{report}(print_fn)": f"the report is returned: print str({report}(...)) yourself"
-    for report in (
-        "tensor_core_report",
-        "float32_output_report",
-        "gradient_report",
-        "diagnose",
-    )
+    **{
+        f"{report}(print_fn)": f"the report is returned: print str({report}(...)) yourself"
+        for report in ("tensor_core_report", "float32_output_report", "gradient_report", "diagnose")
+    },
+    "ClassifierTask(cpu_bfloat16_float32_layers)": "use auto_float32_layers, the attribute float32_layers='auto' reads",
 }
 
 # Argument values renamed: "argument=value" -> why, and the value to use instead.

@@ -1,4 +1,4 @@
-"""`tfmp.autotune`: tfmp 0.1's path of `tfmp.run.auto_precision`, with a DeprecationWarning."""
+"""`tfmp.autotune`: tfmp 0.1's path of `tfmp.run.autotune`, with a DeprecationWarning."""
 
 from tfmp._deprecated import alias
 

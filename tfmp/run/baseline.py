@@ -3,9 +3,9 @@
 A minimal `tf.function` update of a trainer's networks, of the kind a user
 would write by hand, that deliberately shares no code with `tfmp.trainers`:
 the benchmark's `ratio_to_hand_written` is the trainer's cost over it. A
-task's is `hand_written_step(task, ...)`: `supervised` for a `tfmp.Trainer`
-(any model with one loss), `gan` for the original tutorial's GAN, or the
-task's own `hand_written_step` method when it defines one.
+task's is its `hand_written_step` (`tfmp.run.tasks.Task`), by default
+`for_trainer_kind`: `supervised` for a `tfmp.Trainer` (any model with one
+loss), `gan` for the original tutorial's GAN.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tensorflow as tf
 from tfmp import cpu_kernels, trainers
 from tfmp import loss_scale as loss_scale_lib
 
-__all__ = ["HandWritten", "gan", "hand_written_step", "plain_fit_model", "supervised"]
+__all__ = ["HandWritten", "gan", "for_trainer_kind", "plain_fit_model", "supervised"]
 
 
 @dataclasses.dataclass
@@ -78,7 +78,7 @@ def supervised(
     optimizer: keras.optimizers.Optimizer,
     loss: Any,
     precision: str,
-    jit_compile: bool,
+    xla: bool,
 ) -> HandWritten:
     """The hand-written step of a supervised model: `loss(y, network(x))`, weighted if the batch says so.
 
@@ -87,7 +87,7 @@ def supervised(
         optimizer: A fresh copy of the trainer's inner optimizer.
         loss: A Keras loss (name or object) taking `(y_true, y_pred)`.
         precision: The row's precision (float16 gets dynamic loss scaling).
-        jit_compile: Compile the step with XLA.
+        xla: Compile the whole step with XLA.
     """
     variables = network.trainable_variables
     optimizer = _optimizer(optimizer, precision, variables)
@@ -102,7 +102,7 @@ def supervised(
                 values = values * tf.cast(sample_weight, values.dtype)
             return tf.reduce_mean(values)
 
-    @tf.function(jit_compile=jit_compile)
+    @tf.function(jit_compile=xla)
     def step(batch):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(batch)
         return _update(
@@ -116,7 +116,7 @@ def gan(
     trainer: trainers.GANTrainer,
     optimizers: Sequence[keras.optimizers.Optimizer],
     precision: str,
-    jit_compile: bool,
+    xla: bool,
     seed: int,
 ) -> HandWritten:
     """The hand-written step of the original tutorial's GAN: generator update, then discriminator update.
@@ -126,7 +126,7 @@ def gan(
             settings are read, not its code).
         optimizers: Fresh copies of the generator's and the discriminator's optimizers.
         precision: The row's precision (float16 gets dynamic loss scaling).
-        jit_compile: Compile the step with XLA.
+        xla: Compile the whole step with XLA.
         seed: Seed of the step's noise.
     """
     generator, discriminator = trainer.generator, trainer.discriminator
@@ -144,7 +144,7 @@ def gan(
     def logits(images):
         return tf.cast(discriminator(images, training=True), tf.float32)
 
-    @tf.function(jit_compile=jit_compile)
+    @tf.function(jit_compile=xla)
     def step(real):
         batch_size = tf.shape(real)[0]
         real_target = tf.fill((batch_size, 1), tf.constant(softening, tf.float32))
@@ -161,27 +161,22 @@ def gan(
     return HandWritten(step, (g_opt, d_opt))
 
 
-def hand_written_step(
-    task: Any, trainer: trainers.MixedPrecisionTrainer, precision: str, jit_compile: bool, steps_per_epoch: int
+def for_trainer_kind(
+    task: Any, trainer: trainers.MixedPrecisionTrainer, precision: str, xla: bool, steps_per_epoch: int
 ) -> HandWritten | None:
-    """The benchmark's baseline for `trainer`, built by `task` (a `tfmp.run.tasks.Task`); None when there is none.
+    """The hand-written step for `trainer`'s kind, built by `task` (a `tfmp.run.tasks.Task`); None for another kind.
 
-    The task's own `hand_written_step(trainer, precision, jit_compile,
-    steps_per_epoch)` when it gives one (not None); otherwise, from the trainer's
-    kind and fresh copies of the task's optimizers (`task.optimizers`):
-    `supervised` for a `tfmp.Trainer` (with the task's `loss()`, or the
-    trainer's compiled loss), `gan` for a `tfmp.GANTrainer` (seeded by
-    `config.seed`), and None for any other trainer.
+    `Task.hand_written_step`'s default. Made from fresh copies of the task's
+    optimizers (`task.optimizers`): `supervised` for a `tfmp.Trainer` (with
+    the task's `loss()`, or the trainer's compiled loss), `gan` for a
+    `tfmp.GANTrainer` (seeded by `config.seed`), and None for any other trainer.
     """
-    own = task.hand_written_step(trainer, precision, jit_compile, steps_per_epoch)
-    if own is not None:
-        return own
     optimizers = tuple(task.optimizers(steps_per_epoch))
     if isinstance(trainer, trainers.GANTrainer):
-        return gan(trainer, optimizers, precision, jit_compile, task.config.seed)
+        return gan(trainer, optimizers, precision, xla, task.config.seed)
     if isinstance(trainer, trainers.Trainer):
         (optimizer,) = optimizers
-        return supervised(trainer.network, optimizer, _loss(task, trainer), precision, jit_compile)
+        return supervised(trainer.network, optimizer, _loss(task, trainer), precision, xla)
     return None
 
 
@@ -192,7 +187,7 @@ def _loss(task: Any, trainer: trainers.Trainer) -> Any:
 
 
 def plain_fit_model(
-    task: Any, trainer: trainers.MixedPrecisionTrainer, jit_compile: bool, steps_per_epoch: int
+    task: Any, trainer: trainers.MixedPrecisionTrainer, xla: bool, steps_per_epoch: int
 ) -> keras.Model | None:
     """What a user would train instead of `trainer`: its network compiled by Keras's own `compile()`; None for a GAN.
 
@@ -207,5 +202,5 @@ def plain_fit_model(
     (optimizer,) = tuple(task.optimizers(steps_per_epoch))
     network = trainer.network
     metrics = task.metrics() or None
-    network.compile(optimizer, loss=_loss(task, trainer), metrics=metrics, jit_compile=jit_compile)
+    network.compile(optimizer, loss=_loss(task, trainer), metrics=metrics, jit_compile=xla)
     return network

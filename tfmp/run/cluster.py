@@ -34,7 +34,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfmp.run import _compat
+from tfmp.run import _private_apis
 from tfmp.run.config import CLUSTERS, SLURM_PORT_BASE
 
 __all__ = ["SlurmResolver", "resolver", "slurm_resolver", "tf_config_example", "tf_config_resolver"]
@@ -140,7 +140,7 @@ def _hostnames(nodelist: str) -> list[str]:
     scontrol = shutil.which("scontrol")
     if scontrol is None:
         try:
-            return _compat.expand_slurm_hostlist(nodelist)
+            return _private_apis.expand_slurm_hostlist(nodelist)
         except ValueError as e:
             raise _slurm_error(
                 "SLURM_STEP_NODELIST", f"could not be expanded without scontrol, which is not on PATH ({e})"
@@ -256,7 +256,7 @@ def slurm_resolver(port_base: int = SLURM_PORT_BASE) -> SlurmResolver:
     num_tasks = _slurm_int("SLURM_STEP_NUM_TASKS", minimum=1)
     hosts = _hostnames(_slurm_text("SLURM_STEP_NODELIST"))
     try:
-        counts = _compat.expand_slurm_tasks_per_node(_slurm_text("SLURM_STEP_TASKS_PER_NODE"))
+        counts = _private_apis.expand_slurm_tasks_per_node(_slurm_text("SLURM_STEP_TASKS_PER_NODE"))
     except ValueError as e:
         raise _slurm_error("SLURM_STEP_TASKS_PER_NODE", f"is not a task count list such as '2(x3),1' ({e})") from None
     if rank >= num_tasks:

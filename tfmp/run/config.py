@@ -4,7 +4,7 @@
 data; `ImageConfig` adds the image datasets tfmp loads by name, and
 `GANConfig` (the original tutorial's GAN, with its defaults) and
 `ClassifierConfig` (MobileNetV2) add their models' own. Each field is made by
-`tfmp.run.fields.option`, which keeps its default, help, `--help` section, choices, bounds,
+`tfmp.run.options.option`, which keeps its default, help, `--help` section, choices, bounds,
 check and whether a resumed run may change it beside it; the scripts make one flag per field (`--run_name` for
 `run_name`) and the docs one table row.
 
@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from tfmp import float32_layers
 from tfmp import optimizers as optimizers_lib
 from tfmp import precision as precision_lib
-from tfmp.run.fields import HELP_GROUPS, ConfigError, check_fields, option, redefault, resumable_fields
+from tfmp.run.options import HELP_GROUPS, ConfigError, check_fields, option, redefault, resumable_fields
 
 __all__ = [
     "CLUSTERS",
@@ -68,7 +68,7 @@ def requested_loss_scale(loss_scale: str | float | None) -> str | float | None:
 
     The config's `"auto"` is the only value that means "not set": it becomes
     `"dynamic"` under `mixed_float16` and `"none"` elsewhere once the
-    precision is known (`tfmp.run.setting.resolve`).
+    precision is known (`tfmp.run.settled.resolve`).
 
     Raises:
         ValueError: for a value `parse_loss_scale` refuses, naming it.
@@ -473,5 +473,5 @@ class ClassifierConfig(ImageConfig):
 
 
 # The settings of the shipped configs a resumed run may change (`option(..., resumable=True)`); every other
-# setting must match the checkpoint's. A config of one's own: `tfmp.run.fields.resumable_fields(config)`.
+# setting must match the checkpoint's. A config of one's own: `tfmp.run.options.resumable_fields(config)`.
 RESUMABLE = resumable_fields(GANConfig, ClassifierConfig)

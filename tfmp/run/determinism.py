@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
-from tfmp.run import _compat
+from tfmp.run import _private_apis
 
 __all__ = ["op_determinism"]
 
@@ -30,11 +30,11 @@ def op_determinism(enabled: bool = True) -> Iterator[None]:
     Yields:
         None, with op determinism on when `enabled`.
     """
-    before = _compat.is_op_determinism_enabled()
+    before = _private_apis.is_op_determinism_enabled()
     if enabled and not before:
         tf.config.experimental.enable_op_determinism()
     try:
         yield
     finally:
         if enabled and not before:
-            _compat.disable_op_determinism()
+            _private_apis.disable_op_determinism()

@@ -369,9 +369,10 @@ class Directories:
     """Where a run writes; held by this run while it lasts (`Runner.build_directories`).
 
     Attributes:
-        run_dir: The run's directory (its TensorBoard logs on the chief).
-        tensorboard_dir: This process's TensorBoard directory: the run's own
-            (`Setting.run_dir`) on the chief, a private one on other workers.
+        run_dir: The run's directory, `<logdir>/<run_name>` (or that with a
+            `-2` suffix), decided once when claimed; its TensorBoard logs on the chief.
+        tensorboard_dir: This process's TensorBoard directory: `run_dir` on
+            the chief, a private one on other workers.
         run_checkpoints: The run's checkpoints, which every worker resumes from.
         checkpoint_dir: Where this process writes its checkpoints.
         training_started: Set once the first step is under way.
@@ -435,7 +436,7 @@ def hold(
     """Creates a run's directories and holds them for this run while the block runs.
 
     Args:
-        run_dir: The run directory the setting names.
+        run_dir: The run directory asked for, `<logdir>/<run_name>`.
         named: Whether the user named it (`run_name`): a default name another
             run took in the same second gets a `-2` suffix instead.
         checkpoint_dir: The config's `checkpoint_dir` (empty: `run_dir/checkpoints`).

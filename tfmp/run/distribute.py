@@ -43,7 +43,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfmp.run import _compat
+from tfmp.run import _private_apis
 from tfmp.run import cluster as cluster_lib
 from tfmp.run.cluster import tf_config_example  # still importable from here
 
@@ -150,7 +150,7 @@ def make_strategy(
     if key not in _STRATEGIES:
         try:
             if worker_timeout is not None:
-                _compat.configure_worker_heartbeat(resolver.cluster_spec().as_dict(), worker_timeout)
+                _private_apis.configure_worker_heartbeat(resolver.cluster_spec().as_dict(), worker_timeout)
             _STRATEGIES[key] = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
         except RuntimeError as e:
             raise RuntimeError(

@@ -8,11 +8,12 @@
    (first: `MultiWorkerMirroredStrategy` must precede other TensorFlow ops,
    so a caller that imports user code first makes it before that and hands
    it on, as `scripts/train.py` does for `--task`);
-2. `tfmp.run.setting.settle`: the data, the steps of an epoch, and the
-   precision, loss scale and XLA setting (`auto` precision measured on this
-   device by training each candidate briefly, cached per device and model);
-   from here on the run reads this one `Setting` (and its `config`);
-3. the directories (`build_directories`): created once, each checked writable as it is made,
+2. `tfmp.run.settled.settle`: XLA, the data, the steps of an epoch, the
+   precision (`auto` measured on this device by training each candidate
+   briefly, cached per device and model), the loss scale and the run's name;
+   from here on the run reads the task's config and this one `Settled`;
+3. the directories (`build_directories`): the run directory decided here, once
+   (`<logdir>/<run_name>`), created once, each checked writable as it is made,
    and held with a `tfmp.run.directories.RunDirLock` on the chief so no other run
    writes there; a failure or Ctrl-C before the first step removes what
    was created (`Interrupted`);
@@ -30,8 +31,9 @@
    (`tfmp.run.callbacks.RunSegment` shows the callbacks one run).
 
 Each part is built by a method a subclass may override (`Runner.build_*`),
-and kept on the runner (`Runner.setting`, `Runner.trainer`, `Runner.timer`...)
-for the parts built after it.
+and kept on the runner (`Runner.settled`, `Runner.trainer`, `Runner.timer`...)
+for the parts built after it: `run` and `_train` build them all, in this
+order, in one place.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,17 +54,10 @@ from tfmp import precision as precision_lib
 from tfmp.run import callbacks as callbacks_lib
 from tfmp.run import checkpoint as checkpoint_lib
 from tfmp.run import determinism, diagnostics, directories, distribute, memory_meters, output, preemption
-from tfmp.run import epochs as epochs_lib
-from tfmp.run.callbacks.display import (
-    announce_float32_layers,
-    console_fields,
-    describe_data,
-    example_unit,
-    summary_route,
-)
+from tfmp.run.callbacks.display import announce_float32_layers
 from tfmp.run.config import ConfigError
 from tfmp.run.directories import Directories, make_writable_dir
-from tfmp.run.setting import Setting, settle
+from tfmp.run.settled import Settled, settle
 from tfmp.run.tasks import Built, Task
 
 __all__ = ["Interrupted", "RunResult", "Runner", "make_writable_dir"]
@@ -92,11 +88,12 @@ class RunResult:
             second) or `"ex/s"` (examples per second), as the console shows it.
         steps: Training steps run.
         warmup_steps: Steps left out of `throughput`.
-        logdir: The run's TensorBoard directory.
+        tensorboard_dir: The run's TensorBoard directory (under the config's
+            `logdir`, the parent of every run's).
         precision: The precision used (`auto` resolved).
         loss_scale: `"dynamic"`, `"none"` or the fixed scale in force
             (`"none"` unless the precision is `mixed_float16`).
-        jit_compile: Whether the step was XLA-compiled.
+        xla: Whether the whole step was compiled with XLA.
         trainer: The trained `tfmp.trainers` model.
     """
 
@@ -105,11 +102,23 @@ class RunResult:
     throughput_unit: str
     steps: int
     warmup_steps: int
-    logdir: str
+    tensorboard_dir: str
     precision: str
     loss_scale: str | float
-    jit_compile: bool
+    xla: bool
     trainer: trainers.MixedPrecisionTrainer
+
+    @property
+    def logdir(self) -> str:
+        """Deprecated: `tensorboard_dir` (the config's `logdir` is the parent of every run's directory)."""
+        _deprecated.warn("RunResult.logdir")
+        return self.tensorboard_dir
+
+    @property
+    def jit_compile(self) -> bool:
+        """Deprecated: `xla`, the setting's name."""
+        _deprecated.warn("RunResult.jit_compile")
+        return self.xla
 
     @property
     def images_per_sec(self) -> float | None:
@@ -142,10 +151,10 @@ class Runner:
     its lock), `build_trainer`, `build_checkpoint`, `build_timer`,
     `build_console`, `build_callbacks`, `build_preemption` and `fit`, in that
     order. Each takes no run state as arguments: it reads what the parts
-    before it built, from the attributes below, and reads the run's resolved
-    `tfmp.run.setting.Setting` (and its `config`), never the task's config
-    beside it. So a subclass may reorder the callbacks, or add its own, by
-    overriding `build_callbacks` alone:
+    before it built, from the attributes below, the task's config
+    (`task.config`, the run's one handle on it) and what that config settled
+    to (`settled`, a `tfmp.run.settled.Settled`). So a subclass may reorder
+    the callbacks, or add its own, by overriding `build_callbacks` alone:
 
     ```python
     class WithMyCallback(Runner):
@@ -166,16 +175,29 @@ class Runner:
             the config names (`make_strategy` returns the one this process
             made before, if any).
 
-    Attributes:
+    Attributes, each set as `run` builds it:
+        task: The model and its config.
         strategy: The handed strategy, then the run's (`build_strategy`).
-        setting: The resolved `Setting`, its `run_dir` the one claimed.
-        directories: The `tfmp.run.directories.Directories` the run holds.
+        settled: What the task's config settled to (`tfmp.run.settled.settle`).
+        directories: The `tfmp.run.directories.Directories` the run holds
+            (its `run_dir` the one run directory).
         trainer, checkpoint: What `build_trainer` and `build_checkpoint` built.
         position: The global step the run starts from (a resumed run's).
         timer, console: The `StepTimer` and `ConsoleLogger` `RunResult` reads.
         checkpointing: The `Checkpointing` callback (`build_preemption`).
         callbacks: Every callback of the run, in the order `fit` hands them on.
     """
+
+    # What `run` builds, in order; each is set by `run` or `_train`, never before.
+    settled: Settled
+    directories: Directories
+    trainer: trainers.MixedPrecisionTrainer
+    checkpoint: checkpoint_lib.RunCheckpoint
+    position: int
+    timer: callbacks_lib.StepTimer
+    console: callbacks_lib.ConsoleLogger
+    checkpointing: callbacks_lib.Checkpointing
+    callbacks: list[keras.callbacks.Callback]
 
     def __init__(
         self,
@@ -185,19 +207,9 @@ class Runner:
         strategy: tf.distribute.Strategy | None = None,
     ):
         self.task = task
-        self.config = task.config
         self.print_fn = print_fn
         self.extra_callbacks = list(callbacks)
         self.strategy = strategy
-        self.setting: Setting | None = None
-        self.directories: Directories | None = None
-        self.trainer: trainers.MixedPrecisionTrainer | None = None
-        self.checkpoint: checkpoint_lib.RunCheckpoint | None = None
-        self.position = 0
-        self.timer: callbacks_lib.StepTimer | None = None
-        self.console: callbacks_lib.ConsoleLogger | None = None
-        self.checkpointing: callbacks_lib.Checkpointing | None = None
-        self.callbacks: list[keras.callbacks.Callback] = []
 
     def run(self) -> RunResult:
         """Trains the task as its config says; see the module docstring.
@@ -211,17 +223,17 @@ class Runner:
             tfmp.run.preemption.WorkerLost: another worker of a multi-worker run
                 stopped answering.
         """
-        self.directories = None
+        held: list[Directories] = []  # the directories, once held: Ctrl-C after the first step is not start-up
         with output.lines_to(self.print_fn):
             try:
-                self.config.validate()
+                self.task.config.validate()
                 self.strategy = self.build_strategy()  # first: MultiWorkerMirroredStrategy must precede other TF ops
-                self.setting = settle(self.task)
+                self.settled = settle(self.task)
                 with self.build_directories() as self.directories:
-                    self.setting = dataclasses.replace(self.setting, run_dir=self.directories.run_dir)
+                    held.append(self.directories)
                     return self._train()
             except KeyboardInterrupt:
-                if self.directories is not None and self.directories.training_started:
+                if held and held[0].training_started:
                     raise  # a second Ctrl-C while the first one's checkpoint was being written
                 raise Interrupted(
                     "interrupted by SIGINT (Ctrl-C) during start-up, before the first training step: nothing was "
@@ -236,7 +248,7 @@ class Runner:
                 strategy of another kind than `config.strategy`, or a global
                 batch that does not split across the replicas.
         """
-        config = self.config
+        config = self.task.config
         try:
             strategy = self.strategy
             if strategy is None:
@@ -260,49 +272,51 @@ class Runner:
     def build_directories(self) -> contextlib.AbstractContextManager[Directories]:
         """The run's directories, created and held while the block runs (`tfmp.run.directories.hold`).
 
-        The directories' `run_dir` is the run's one run directory: the
-        setting's, or, for a default run name another run took in the same
-        second, the same with a `-2` suffix.
+        The directories' `run_dir` is the run's one run directory, decided
+        here: `<logdir>/<run_name>`, or, for a default run name another run
+        took in the same second, the same with a `-2` suffix.
         """
-        config = self.setting.config
-        return directories.hold(self.setting.run_dir, bool(config.run_name), config.checkpoint_dir, self.strategy)
+        config = self.task.config
+        run_dir = os.path.join(config.logdir, self.settled.run_name)
+        return directories.hold(run_dir, bool(config.run_name), config.checkpoint_dir, self.strategy)
 
     def build_trainer(self) -> Built:
         """The task's trainer, built in the strategy's scope under the run's precision (its scope is entered)."""
-        setting = self.setting
+        settled = self.settled
         with self.strategy.scope():  # models, optimizers (and their loss scales), metrics: one copy per replica
             built = self.task.build(
-                setting.precision, setting.loss_scale, setting.jit_compile, setting.steps_per_epoch, setting.data
+                settled.precision, settled.loss_scale, settled.xla, settled.steps_per_epoch, settled.data
             )
-        announce_float32_layers(self.task, built, setting.precision)
+        announce_float32_layers(self.task, built, settled.precision)
         return built
 
     def build_checkpoint(self) -> checkpoint_lib.RunCheckpoint:
         """The run's checkpoint, signed with what a resumed run must share with this one."""
-        setting, dirs = self.setting, self.directories
-        signature = checkpoint_lib.run_signature(setting.config, setting.precision, setting.loss_scale, self.trainer)
+        config, settled, dirs = self.task.config, self.settled, self.directories
+        signature = checkpoint_lib.run_signature(config, settled.precision, settled.loss_scale, self.trainer)
         return checkpoint_lib.RunCheckpoint(
-            dirs.checkpoint_dir, self.trainer, signature, setting.config.keep_checkpoints, dirs.run_checkpoints
+            dirs.checkpoint_dir, self.trainer, signature, config.keep_checkpoints, dirs.run_checkpoints
         )
 
     def build_timer(self) -> callbacks_lib.StepTimer:
         """The step timer: the throughput after the warm-up steps, in the task's unit."""
-        config = self.setting.config
+        config = self.task.config
         return callbacks_lib.StepTimer(
-            config.batch_size * self.trainer.images_per_example, config.warmup_steps, example_unit(self.task)
+            config.batch_size * self.trainer.images_per_example, config.warmup_steps, self.task.example_unit
         )
 
     def build_console(self) -> callbacks_lib.ConsoleLogger:
         """The console: a line every `log_every` steps and one per epoch, or a progress bar."""
-        setting = self.setting
         return callbacks_lib.ConsoleLogger(
             self.timer,
-            console_fields(self.task),
+            self.task.console_fields(),
             self.trainer.loss_scale_prefixes,
-            setting.log_every,
-            setting.run_dir,
+            self.settled.log_every,
+            self.directories.run_dir,
             # A bar bypasses the lines (it writes to sys.stdout), so auto only picks it for print on a terminal.
-            progress=callbacks_lib.console_mode(setting.config.console, sys.stdout if self.print_fn is print else None)
+            progress=callbacks_lib.console_mode(
+                self.task.config.console, sys.stdout if self.print_fn is print else None
+            )
             == "progress",
         )
 
@@ -312,22 +326,24 @@ class Runner:
 
         The checkpointing comes last, from `build_preemption`.
         """
-        setting, task, position = self.setting, self.task, self.position
-        config, data, logdir = setting.config, setting.data, self.directories.tensorboard_dir
+        settled, task, position = self.settled, self.task, self.position
+        config, data, logdir = task.config, settled.data, self.directories.tensorboard_dir
         # At the global step, so that a resumed run continues its per-step curves.
         summaries = callbacks_lib.Summaries(
-            logdir, summary_route(task), self._hparams(), setting.log_every, position, self.timer
+            logdir, task.summary_route, self._hparams(), settled.log_every, position, self.timer
         )
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
         callbacks = [self.timer, self.console, summaries, distribute.AverageReplicaStatistics()]
         callbacks += [*task.callbacks(self.trainer, logdir), *self.extra_callbacks]
         if config.diagnose_every:
-            probe = diagnostics.probe(task, data)
+            probe = task.probe(data)
             callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, logdir))
         if config.profile_steps:
             callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, logdir))
         if config.on_nonfinite == "stop":
-            callbacks.append(callbacks_lib.NonFiniteStop(lambda step: epochs_lib.batch_at(task, data, step), position))
+            callbacks.append(
+                callbacks_lib.NonFiniteStop(lambda step: next(iter(task.stream(data, step).take(1))), position)
+            )
         allocator = memory_meters.AllocatorMemory.of_this_process()
         if allocator is not None:  # a GPU, or a CPU with TF_CPU_ALLOCATOR_USE_BFC=true
             callbacks.append(callbacks_lib.PeakMemory(logdir, allocator))
@@ -340,18 +356,17 @@ class Runner:
         return callbacks_lib.Checkpointing(
             self.checkpoint,
             self.position,
-            self.setting.config.checkpoint_every,
+            self.task.config.checkpoint_every,
             guard,
             cluster=preemption.ClusterStop(self.strategy, preemption.worker_names(cluster)) if cluster else None,
         )
 
     def _train(self) -> RunResult:
         """The run itself, once its directories are held."""
-        setting, dirs, strategy = self.setting, self.directories, self.strategy
-        config = setting.config
+        config, settled, dirs, strategy = self.task.config, self.settled, self.directories, self.strategy
         keras.utils.set_random_seed(config.seed)
         with (
-            precision_lib.precision_scope(setting.precision),
+            precision_lib.precision_scope(settled.precision),
             precision_lib.tf32_scope(config.tf32),
             determinism.op_determinism(config.deterministic),
         ):
@@ -383,38 +398,36 @@ class Runner:
             throughput_unit=f"{self.timer.unit}/s",
             steps=len(self.timer.step_times),
             warmup_steps=config.warmup_steps,
-            logdir=dirs.tensorboard_dir,
-            precision=setting.precision,
-            loss_scale=setting.loss_scale,
-            jit_compile=setting.jit_compile,
+            tensorboard_dir=dirs.tensorboard_dir,
+            precision=settled.precision,
+            loss_scale=settled.loss_scale,
+            xla=settled.xla,
             trainer=self.trainer,
         )
 
     def _announce(self) -> None:
         """The run's start line, and the model's mixed-precision warnings."""
-        setting = self.setting
-        config = setting.config
-        described_data = f"{described} " if (described := describe_data(self.task)) else ""
+        config, settled = self.task.config, self.settled
+        described_data = f"{described} " if (described := self.task.describe_data()) else ""
         log.info(
-            f"training {self.task.name}: precision={setting.precision} loss_scale={setting.loss_scale} "
-            f"xla={setting.jit_compile} tf32={config.tf32} {described_data}batch_size={config.batch_size} "
+            f"training {self.task.name}: precision={settled.precision} loss_scale={settled.loss_scale} "
+            f"xla={settled.xla} tf32={config.tf32} {described_data}batch_size={config.batch_size} "
             f"strategy={config.strategy} replicas={self.strategy.num_replicas_in_sync} "
-            f"steps/epoch={setting.steps_per_epoch} logdir={self.directories.tensorboard_dir}"
+            f"steps/epoch={settled.steps_per_epoch} logdir={self.directories.tensorboard_dir}"
         )
-        if setting.precision != "float32":
+        if settled.precision != "float32":
             warnings = diagnostics.startup_warnings(self.trainer, config.batch_size)
             if warnings:
                 log.warning(warnings)
 
     def _hparams(self) -> dict[str, Any]:
         """The run's hyperparameters for TensorBoard's HParams: the task's name, the run's settings, the task's own."""
-        setting = self.setting
-        config = setting.config
+        config, settled = self.task.config, self.settled
         return {
             "task": self.task.name,
-            "precision": setting.precision,
-            "loss_scale": str(setting.loss_scale),
-            "xla": setting.jit_compile,
+            "precision": settled.precision,
+            "loss_scale": str(settled.loss_scale),
+            "xla": settled.xla,
             "tf32": config.tf32,
             "batch_size": config.batch_size,
             "epochs": config.epochs,
@@ -454,8 +467,8 @@ class Runner:
         A run resumed inside an epoch first finishes that epoch with its own
         `fit()`; `tfmp.run.callbacks.RunSegment` shows the callbacks one run.
         """
-        setting, position, callbacks = self.setting, self.position, self.callbacks
-        data, steps, epochs = setting.data, setting.steps_per_epoch, setting.config.epochs
+        settled, position, callbacks = self.settled, self.position, self.callbacks
+        data, steps, epochs = settled.data, settled.steps_per_epoch, self.task.config.epochs
         validation = self.task.validation_data(data)
         epoch, offset = divmod(position, steps)
         segments = []
@@ -466,7 +479,7 @@ class Runner:
             segments.append((epoch, epochs, steps, 0))
         for i, (first_epoch, end_epoch, segment_steps, offset) in enumerate(segments):
             self.trainer.fit(
-                epochs_lib.stream(self.task, data, position),
+                self.task.stream(data, position),
                 validation_data=validation,
                 initial_epoch=first_epoch,
                 epochs=end_epoch,

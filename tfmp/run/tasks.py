@@ -1,12 +1,12 @@
-"""Tasks: what a run of one model is, as the user writes it.
+"""Tasks: what a run of one model is, as the user writes it; every hook the run framework calls, in one file.
 
 A `Task` is a model's part of a run and nothing else: its name and config,
 the data it loads and its training and validation pipelines, the trainer it
 builds (networks, loss, optimizers, metrics), its hyperparameters and its
 callbacks. Training (`tfmp.run.runner`), `auto` precision, the benchmark
 (`tfmp.run.benchmark`), the parity check (`tfmp.run.parity`) and the
-diagnosis (`tfmp.run.training.diagnose`) take a Task and derive all else
-from those: so a model of your own gets console, TensorBoard and HParams,
+diagnosis (`tfmp.run.training.diagnose`) take a Task and call its methods,
+nothing else: so a model of your own gets console, TensorBoard and HParams,
 checkpoints and exact resume, SIGTERM/SIGINT, several GPUs and hosts,
 `auto`, the benchmark, parity and the diagnosis.
 
@@ -33,28 +33,17 @@ Two ways to make one:
 * a subclass of `Task` for another kind of model (a GAN, say): implement
   `train_data` and `build_trainer`, and override `load_data`,
   `validation_data`, `optimizers`, `hparams` or `callbacks` where the model
-  has them. The shipped GAN and image classifier are such subclasses
+  has them. The shipped GAN and image classifiers are such subclasses
   (`tfmp.run.shipped`).
 
-What the run framework derives, a task may also customise: `Task` declares
-each optional hook with a default that says "derive it" (None, or the
-common value), and the module that uses it derives what the default leaves
-open. Display: `console_fields`, `example_unit`, `summary_route`,
-`describe_data` (`tfmp.run.callbacks.display`). Epochs and resume:
-`steps_per_epoch`, `stream` (`tfmp.run.epochs`). Diagnosis and benchmark:
-`probe` (`tfmp.run.diagnostics.probe`), `benchmark_batch`,
-`drop_remainder` (`tfmp.run.benchmark`), `hand_written_step`
-(`tfmp.run.baseline`). Precision: `cpu_bfloat16_float32_layers`
-(`float32_pattern`). `Task.hooks()` names them all.
-
-A Task is cheap to make and holds no TensorFlow state: `build` makes new
-networks each call, under the dtype policy the caller has set
-(`tfmp.precision_scope`); `load_data` loads what the pipelines are made from.
-
-This module also gives the shipped tasks (`GANTask`, `ClassifierTask`,
-`resnet50_task`, `task_for`, from `tfmp.run.shipped`) and the `MODULE:NAME`
-loader (`load`, from `tfmp.run.task_loader`) under their long-standing
-names; they are imported when first used.
+Every other method is an optional hook whose body is what the framework
+does when a task does not override it; its docstring says who calls it.
+`Task.hooks()` names them. A Task is cheap to make and holds no TensorFlow
+state: `build` makes new networks each call, under the dtype policy the
+caller has set (`tfmp.precision_scope`); `load_data` loads what the
+pipelines are made from, and the framework passes it back to the task's
+methods without looking inside it. `xla` (in `build`, `build_trainer`) is
+the run's setting: compile the whole step, Keras's `compile(jit_compile=xla)`.
 """
 
 from __future__ import annotations
@@ -62,7 +51,6 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -70,41 +58,21 @@ import keras
 import tensorflow as tf
 
 from tfmp import _deprecated, float32_layers, trainers
+from tfmp.run import baseline
 from tfmp.run import data as data_lib
 from tfmp.run.config import ConfigError, TrainConfig
 
 __all__ = ["Built", "SupervisedTask", "Task", "float32_pattern"]
 
-# Names this module has always given, defined where they live now: name -> module.
-_ELSEWHERE = {
-    "ClassifierTask": "tfmp.run.shipped",
-    "GANTask": "tfmp.run.shipped",
-    "NetworkBuilder": "tfmp.run.shipped",
-    "resnet50_task": "tfmp.run.shipped",
-    "task_for": "tfmp.run.shipped",
-    "load": "tfmp.run.task_loader",
-    "build_mobilenet_v2_classifier": "tfmp.models.mobilenet_v2",
-    "cpu_bfloat16_float32_layers": "tfmp.models.mobilenet_v2",
-}
 
-
-def __getattr__(name: str) -> Any:
-    """The shipped tasks and `load`, imported on first use (they import this module)."""
-    if name in _ELSEWHERE:
-        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def float32_pattern(task: Any, precision: str) -> str:
+def float32_pattern(task: Task, precision: str) -> str:
     """The `float32_layers` pattern a run of `task` at `precision` applies ("" = none).
 
     The task's `config.float32_layers`, where `"auto"` is the model's advice
-    for bfloat16 on a CPU: the task's `cpu_bfloat16_float32_layers`
-    attribute ("" for none, `Task`'s default)
+    for bfloat16 on a CPU, the task's `auto_float32_layers`
     (`tfmp.float32_layers.resolve_float32_layers`).
     """
-    advice = task.cpu_bfloat16_float32_layers
-    return float32_layers.resolve_float32_layers(task.config.float32_layers, precision, advice)
+    return float32_layers.resolve_float32_layers(task.config.float32_layers, precision, task.auto_float32_layers)
 
 
 @dataclasses.dataclass
@@ -132,12 +100,11 @@ class Task(abc.ABC):
     inside it. `build` is what the framework calls; it is not meant to be
     overridden.
 
-    Optional hooks, each with a default that lets the framework derive it:
-    for display `console_fields`, `example_unit`, `summary_route`,
-    `describe_data`; for epochs and resume `steps_per_epoch`, `stream`; for
-    diagnosis and the benchmark `probe`, `benchmark_batch`,
-    `drop_remainder`, `hand_written_step`; for precision
-    `cpu_bfloat16_float32_layers`. `hooks()` names them.
+    Optional hooks, each doing by default what its body says: for display
+    `console_fields`, `example_unit`, `summary_route`, `describe_data`; for
+    epochs and resume `steps_per_epoch`, `stream`; for diagnosis and the
+    benchmark `probe`, `benchmark_batch`, `hand_written_step`; for precision
+    `auto_float32_layers`. `hooks()` names them.
 
     Args:
         config: The run's settings (precision, batch size, epochs, ...); the
@@ -197,17 +164,17 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def build_trainer(
-        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, data: Any
+        self, loss_scale: str | float, xla: bool, steps_per_epoch: int, data: Any
     ) -> trainers.MixedPrecisionTrainer:
         """Builds the networks and returns the compiled trainer (a `tfmp.Trainer`, say).
 
         Called under the precision's dtype policy (and the strategy's scope).
         Compile with `loss_scale`, `skip_nonfinite=True` (every step with a
-        non-finite gradient is skipped and counted) and `jit_compile`.
+        non-finite gradient is skipped and counted) and `jit_compile=xla`.
 
         Args:
             loss_scale: `"dynamic"`, `"none"` or a fixed scale.
-            jit_compile: Compile the step with XLA.
+            xla: Compile the whole step with XLA.
             steps_per_epoch: Steps of an epoch (a learning-rate schedule's length).
             data: What `load_data` returned (None for a benchmark row).
         """
@@ -216,7 +183,7 @@ class Task(abc.ABC):
         self,
         precision: str,
         loss_scale: str | float,
-        jit_compile: bool,
+        xla: bool,
         steps_per_epoch: int = 1,
         data: Any = None,
     ) -> Built:
@@ -225,20 +192,19 @@ class Task(abc.ABC):
         The caller sets `precision`'s policy around the call
         (`tfmp.precision_scope`) and seeds (`keras.utils.set_random_seed`).
         Every optimizer skips (and counts) non-finite steps; then the layers
-        `float32_pattern` gives for `precision` are kept in
-        float32.
+        `float32_pattern` gives for `precision` are kept in float32.
 
         Args:
             precision: The resolved precision (picks the float32 layers).
             loss_scale: `"dynamic"`, `"none"` or a fixed scale.
-            jit_compile: Compile the step with XLA.
+            xla: Compile the whole step with XLA.
             steps_per_epoch: Steps of an epoch (the learning-rate schedule's length).
             data: What `load_data` returned; None for a workload without data.
 
         Raises:
             ConfigError: when the float32_layers pattern matches no layer.
         """
-        trainer = self.build_trainer(loss_scale, jit_compile, steps_per_epoch, data)
+        trainer = self.build_trainer(loss_scale, xla, steps_per_epoch, data)
         pattern = float32_pattern(self, precision)
         if not pattern:
             return Built(trainer)
@@ -264,58 +230,123 @@ class Task(abc.ABC):
         """The metrics, as `compile()` takes them; none by default (`SupervisedTask` gives its own)."""
         return []
 
-    # -- optional hooks: display -------------------------------------------------
-    # Each default says "derive it": the module named uses the hook and derives what a None leaves open.
+    # -- optional hooks: display ------------------------------------------------
 
-    #: The console's `(label, log key)` pairs; None: the loss and the first metric (`tfmp.run.callbacks.display`).
-    console_fields: tuple[tuple[str, str], ...] | None = None
-    #: What the throughput counts, printed as `<unit>/s`: `"ex"` (examples); the image tasks say `"img"`.
+    #: What the throughput counts, as `<unit>/s` (console, benchmark, `auto`): `"ex"`; the image tasks say `"img"`.
     example_unit: str = "ex"
 
-    def summary_route(self, key: str) -> tuple[str, str] | None:
-        """TensorBoard's `(run, name)` for the log `key`; None: Keras's layout (`display.keras_route`)."""
-        return None
+    def console_fields(self) -> tuple[tuple[str, str], ...]:
+        """The `(label, log key)` pairs of each console line: the loss and the first of `metrics()`.
+
+        Called by the runner for its console. A metric is logged by its name
+        (`"accuracy"`, or a metric object's `name`), labelled in title case.
+        """
+        names = [m if isinstance(m, str) else getattr(m, "name", None) for m in self.metrics()[:1]]
+        return (("Loss", "loss"),) + tuple((n.replace("_", " ").title(), n) for n in names if n)
+
+    def summary_route(self, key: str) -> tuple[str, str]:
+        """TensorBoard's `(sub-run, name)` of log `key`: Keras's layout, `val_x` to `validation/x`, else `train/key`.
+
+        Called by the runner's `tfmp.run.callbacks.Summaries` (which prefixes the name with `batch_` or `epoch_`).
+        """
+        if key.startswith("val_"):
+            return "validation", key[4:]
+        return "train", key
 
     def describe_data(self) -> str:
-        """The data, as the run's first line names it (`"dataset=digits"`); "" says nothing."""
+        """The data, as the run's first line names it (`"dataset=digits"`, say); "" (the default) says nothing.
+
+        Called by the runner and `diagnose` for the line that starts a run.
+        """
         return ""
 
     # -- optional hooks: epochs and resume --------------------------------------
 
-    def steps_per_epoch(self, data: Any) -> int | None:
-        """The training steps of an epoch; None: counted from the pipeline (`tfmp.run.epochs.steps_per_epoch`)."""
-        return None
+    def steps_per_epoch(self, data: Any) -> int:
+        """The training steps of an epoch: the pipeline's batches, capped by `config.steps_per_epoch`.
 
-    def stream(self, data: Any, position: int) -> tf.data.Dataset | None:
-        """The training batches from global step `position` on, epoch after epoch; None: `train_data` repeated.
+        Called once per run (training, `auto`, parity) before the trainer is
+        built. Override it to count without building the pipeline.
 
-        A resumed run continues this stream where it stopped (`tfmp.run.epochs.stream`).
+        Raises:
+            ConfigError: when the pipeline yields no batch, or repeats forever
+                or has an unknown length and `config.steps_per_epoch` is not set.
         """
-        return None
+        c = self.config
+        batches = int(self.train_data(data).cardinality())
+        if batches == 0:
+            raise ConfigError(
+                f"The training data of {self.name!r} gives no batch of batch_size={c.batch_size}: use a smaller "
+                f"batch size or more data. Received: batch_size={c.batch_size}"
+            )
+        if batches < 0 and c.steps_per_epoch is None:
+            if batches == tf.data.INFINITE_CARDINALITY:
+                raise ConfigError(
+                    f"must be set: the training pipeline of {self.name!r} repeats forever, so an epoch has no "
+                    "end. Set it to the steps of an epoch, or make the pipeline give one epoch (no repeat()).",
+                    "steps_per_epoch",
+                    None,
+                )
+            raise ConfigError(
+                f"The length of {self.name!r}'s training pipeline is not known (tf.data cardinality "
+                f"{batches}), so an epoch has no end: set steps_per_epoch, or give the dataset its length "
+                "with tf.data.experimental.assert_cardinality. Received: steps_per_epoch=None"
+            )
+        if batches < 0:
+            return c.steps_per_epoch
+        return min(batches, c.steps_per_epoch or batches)
+
+    def stream(self, data: Any, position: int) -> tf.data.Dataset:
+        """The training batches from global step `position` on, epoch after epoch: `train_data` repeated.
+
+        Called by the runner (`position` is where a resumed run stopped) and by
+        the non-finite stop, which takes `stream(data, step)`'s first batch to
+        find the step's first non-finite layer. Each epoch of the repeat is
+        reshuffled in the seeded order, so a fresh stream skipped to a step
+        lands where a stopped run left off.
+        """
+        return self.train_data(data).repeat().skip(position)
 
     # -- optional hooks: diagnosis and benchmark --------------------------------
 
     def probe(self, data: Any) -> Any:
-        """The batch the diagnosis and `auto` measure on; None: the pipeline's first (`tfmp.run.diagnostics.probe`)."""
-        return None
+        """The batch the diagnosis, the gradient reports and `auto` measure on: the pipeline's first.
+
+        Called by `diagnose`, by the runner for `diagnose_every`, and by
+        settling for `precision="auto"` (`tfmp.run.settled`).
+
+        Raises:
+            ConfigError: when the training pipeline gives no batch.
+        """
+        for batch in self.train_data(data).take(1):
+            return batch
+        raise ConfigError(f"The training data of {self.name!r} is empty: its pipeline gave no batch.")
 
     def benchmark_batch(self) -> Any:
-        """The batch a benchmark row feeds; None: `probe` over `load_data()` (`tfmp.run.benchmark.benchmark_batch`)."""
-        return None
+        """The batch a benchmark row feeds the trainer and the hand-written step: `probe` over `load_data()`.
 
-    #: Whether the training pipeline drops a last partial batch (the benchmark's input pipeline counts batches so).
-    drop_remainder: bool = False
+        Called by the benchmark (`tfmp.run.benchmark.build_workload`); the
+        shipped image tasks give a synthetic batch, so no dataset is loaded.
+        """
+        return self.probe(self.load_data())
 
     def hand_written_step(
-        self, trainer: trainers.MixedPrecisionTrainer, precision: str, jit_compile: bool, steps_per_epoch: int
-    ) -> Any:
-        """The benchmark's baseline; None: made from the trainer's kind (`tfmp.run.baseline.hand_written_step`)."""
-        return None
+        self, trainer: trainers.MixedPrecisionTrainer, precision: str, xla: bool, steps_per_epoch: int
+    ) -> baseline.HandWritten | None:
+        """The benchmark's baseline for `trainer`, a minimal hand-written update of its networks; None for none.
+
+        Called by the benchmark, which times the trainer against it. By
+        default made from the trainer's kind and fresh copies of
+        `optimizers()`: `baseline.supervised` for a `tfmp.Trainer` (with
+        `loss()`, or the trainer's compiled loss), `baseline.gan` for a
+        `tfmp.GANTrainer`, None for any other trainer.
+        """
+        return baseline.for_trainer_kind(self, trainer, precision, xla, steps_per_epoch)
 
     # -- optional hooks: precision -----------------------------------------------
 
-    #: The `float32_layers` pattern `"auto"` keeps in float32 for bfloat16 on a CPU ("" for none; `float32_pattern`).
-    cpu_bfloat16_float32_layers: str = ""
+    #: The pattern `float32_layers="auto"` keeps in float32 under bfloat16 on a CPU ("" none; `float32_pattern`).
+    auto_float32_layers: str = ""
 
     @classmethod
     def hooks(cls) -> tuple[str, ...]:
@@ -325,25 +356,17 @@ class Task(abc.ABC):
 
 # The optional hooks, in the order `Task` declares them; `Task.hooks()` and the docstring list them.
 _HOOKS = (
-    "console_fields",
     "example_unit",
+    "console_fields",
     "summary_route",
     "describe_data",
     "steps_per_epoch",
     "stream",
     "probe",
     "benchmark_batch",
-    "drop_remainder",
     "hand_written_step",
-    "cpu_bfloat16_float32_layers",
+    "auto_float32_layers",
 )
-
-
-def _clone_optimizer(optimizer: str | keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
-    """A fresh optimizer: from its name, or a copy of `optimizer`'s config (so no state is shared between builds)."""
-    if isinstance(optimizer, keras.optimizers.Optimizer):
-        return optimizer.__class__.from_config(optimizer.get_config())
-    return keras.optimizers.get(optimizer)
 
 
 class SupervisedTask(Task):
@@ -377,7 +400,7 @@ class SupervisedTask(Task):
         config: The run's settings; default `TrainConfig()`.
         name: The model's name in logs, checkpoints and benchmark rows.
         hparams: The model's own hyperparameters for TensorBoard's HParams.
-        cpu_bfloat16_float32_layers: A `float32_layers` pattern that
+        auto_float32_layers: A `float32_layers` pattern that
             `float32_layers="auto"` applies under bfloat16 on a CPU; "" for none.
     """
 
@@ -392,7 +415,7 @@ class SupervisedTask(Task):
         config: TrainConfig | None = None,
         name: str = "model",
         hparams: dict[str, Any] | None = None,
-        cpu_bfloat16_float32_layers: str = "",
+        auto_float32_layers: str = "",
     ):
         super().__init__(config, name)
         if isinstance(model, keras.Model):
@@ -409,12 +432,12 @@ class SupervisedTask(Task):
         self._optimizer = optimizer
         self._metrics = list(metrics or [])
         self._hparams = dict(hparams or {})
-        self._advice = cpu_bfloat16_float32_layers
+        self._auto_float32_layers = auto_float32_layers
 
     @property
-    def cpu_bfloat16_float32_layers(self) -> str:
+    def auto_float32_layers(self) -> str:
         """The model's float32 advice for bfloat16 on a CPU (`float32_pattern`); "" for none."""
-        return self._advice
+        return self._auto_float32_layers
 
     def train_data(self, data: Any) -> tf.data.Dataset:
         if self._train_data is None:
@@ -451,13 +474,17 @@ class SupervisedTask(Task):
         return list(self._metrics)
 
     def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
-        return (_clone_optimizer(self._optimizer),)
+        """A fresh optimizer: from its name, or a copy of the given one's config (no state shared between builds)."""
+        optimizer = self._optimizer
+        if isinstance(optimizer, keras.optimizers.Optimizer):
+            return (optimizer.__class__.from_config(optimizer.get_config()),)
+        return (keras.optimizers.get(optimizer),)
 
     def hparams(self) -> dict[str, Any]:
         return dict(self._hparams)
 
     def build_trainer(
-        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, data: Any
+        self, loss_scale: str | float, xla: bool, steps_per_epoch: int, data: Any
     ) -> trainers.MixedPrecisionTrainer:
         trainer = trainers.Trainer(self.build_model(data))
         (optimizer,) = self.optimizers(steps_per_epoch)
@@ -467,6 +494,6 @@ class SupervisedTask(Task):
             metrics=self.metrics(),
             loss_scale=loss_scale,
             skip_nonfinite=True,
-            jit_compile=jit_compile,
+            jit_compile=xla,
         )
         return trainer

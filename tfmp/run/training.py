@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 from collections.abc import Callable, Sequence
 
 import keras
@@ -41,7 +42,7 @@ import tensorflow as tf
 from tfmp import precision as precision_lib
 from tfmp.run import callbacks, checkpoint, data, diagnostics, directories, output, shipped, tasks
 from tfmp.run import runner as runner_lib
-from tfmp.run import setting as setting_lib
+from tfmp.run import settled as settled_lib
 from tfmp.run.callbacks import display
 from tfmp.run.config import (
     LR_SCHEDULES,
@@ -106,7 +107,7 @@ def train(
 
             ```python
             strategy = distribute.make_strategy("multi_worker")
-            task = task_loader.load("my_tasks.py:TASK").replace(strategy="multi_worker")
+            task = task_loader.load("my_tasks.py:TASK").with_config(strategy="multi_worker")
             training.train(task, strategy=strategy)
             ```
 
@@ -180,7 +181,7 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
 
     Args:
         task: The model and its config.
-        print_fn: Where the lines go (the setting's notes, the diagnosis's
+        print_fn: Where the lines go (the settling's notes, the diagnosis's
             tables, `tfmp.run.output.lines_to`); None: nowhere.
 
     Raises:
@@ -191,26 +192,25 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
     """
     config = task.config
     with output.lines_to(print_fn), contextlib.ExitStack() as held:
-        setting = setting_lib.resolve(task, check_steps=False)
+        settled = settled_lib.resolve(task, check_steps=False)
+        run_dir = os.path.join(config.logdir, settled.run_name)  # only when the user named it: no run claims it
         if config.run_name:
-            runner_lib.make_writable_dir("logdir", setting.run_dir)
-            held.enter_context(directories.RunDirLock(setting.run_dir))
+            runner_lib.make_writable_dir("logdir", run_dir)
+            held.enter_context(directories.RunDirLock(run_dir))
         keras.utils.set_random_seed(config.seed)
-        with precision_lib.precision_scope(setting.precision):
-            built = task.build(setting.precision, setting.loss_scale, False, 1, setting.data)
-            display.announce_float32_layers(task, built, setting.precision)
-            described_data = f" {described}" if (described := display.describe_data(task)) else ""
+        with precision_lib.precision_scope(settled.precision):
+            built = task.build(settled.precision, settled.loss_scale, False, 1, settled.data)
+            display.announce_float32_layers(task, built, settled.precision)
+            described_data = f" {described}" if (described := task.describe_data()) else ""
             log.info(
-                f"diagnosing {task.name}: precision={setting.precision} "
-                f"loss_scale={setting.loss_scale} batch_size={config.batch_size}{described_data}\n"
+                f"diagnosing {task.name}: precision={settled.precision} "
+                f"loss_scale={settled.loss_scale} batch_size={config.batch_size}{described_data}\n"
             )
-            diagnosis = diagnostics.diagnose(
-                built.trainer, diagnostics.probe(task, setting.data), batch_size=config.batch_size
-            )
+            diagnosis = diagnostics.diagnose(built.trainer, task.probe(settled.data), batch_size=config.batch_size)
             log.info(str(diagnosis))
         if config.run_name:
-            diagnostics.write_gradient_summaries(diagnosis.gradients, setting.run_dir, step=0)
-            log.info(f"\nlog2|g| histograms: tensorboard --logdir {setting.run_dir}")
+            diagnostics.write_gradient_summaries(diagnosis.gradients, run_dir, step=0)
+            log.info(f"\nlog2|g| histograms: tensorboard --logdir {run_dir}")
     return diagnosis
 
 

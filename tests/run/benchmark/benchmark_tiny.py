@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from tfmp.models.small_cnn import build_small_cnn
-from tfmp.run import benchmark, tasks
+from tfmp.run import benchmark, shipped
 from tfmp.run import config as config_lib
 from tfmp.run.benchmark import largest_batch
 
@@ -54,7 +54,7 @@ def small_network(shape, classes):
 
 def small_classifier(name="small"):
     """A tiny classifier that can be measured in a fresh process (its task pickles)."""
-    return tasks.ClassifierTask(
+    return shipped.ClassifierTask(
         config_lib.ClassifierConfig(batch_size=BATCH), name, network=small_network, image_shape=(8, 8, 3)
     )
 
@@ -73,13 +73,13 @@ def sleeping_trial(*args):
 
 def leaky_classifier(name):
     """A tiny classifier built by `leaky_network`: a module-level function, so the task pickles."""
-    return tasks.ClassifierTask(
+    return shipped.ClassifierTask(
         config_lib.ClassifierConfig(batch_size=BATCH), name, network=leaky_network, image_shape=(8, 8, 3)
     )
 
 
 def tiny_classifier(**kwargs):
-    return tasks.ClassifierTask(
+    return shipped.ClassifierTask(
         config_lib.ClassifierConfig(batch_size=BATCH),
         "tiny",
         network=lambda shape, classes: build_small_cnn(shape, classes, width=4),
@@ -91,7 +91,7 @@ def tiny_classifier(**kwargs):
 def tiny_specs():
     return {
         "tiny": tiny_classifier(),
-        "tiny_gan": tasks.GANTask(
+        "tiny_gan": shipped.GANTask(
             config_lib.GANConfig(
                 batch_size=BATCH, latent_dim=8, generator_widths=(8, 4, 2), discriminator_widths=(2, 2, 2)
             ),

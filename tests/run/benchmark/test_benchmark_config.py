@@ -7,8 +7,8 @@ import pytest
 from benchmark_tiny import tiny_config
 
 from tfmp import precision
-from tfmp.run import auto_precision, benchmark
-from tfmp.run.fields import ConfigError
+from tfmp.run import autotune, benchmark
+from tfmp.run.options import ConfigError
 
 
 @pytest.mark.parametrize(
@@ -49,11 +49,11 @@ def test_the_benchmark_measures_the_concrete_precisions_in_the_one_list():
     assert "auto" not in benchmark.PRECISIONS
 
 
-_AVX2 = auto_precision.Hardware(machine="avx2")
-_AVX512_BF16 = auto_precision.Hardware(cpu_bfloat16=True, machine="zen4")
-_AMX = auto_precision.Hardware(cpu_bfloat16=True, cpu_float16=True, machine="sapphire rapids")
-_H200 = auto_precision.Hardware(gpus=(auto_precision.GPU("NVIDIA H200", (9, 0)),), machine="h200")
-_V100 = auto_precision.Hardware(gpus=(auto_precision.GPU("Tesla V100", (7, 0)),), machine="v100")
+_AVX2 = autotune.Hardware(machine="avx2")
+_AVX512_BF16 = autotune.Hardware(cpu_bfloat16=True, machine="zen4")
+_AMX = autotune.Hardware(cpu_bfloat16=True, cpu_float16=True, machine="sapphire rapids")
+_H200 = autotune.Hardware(gpus=(autotune.GPU("NVIDIA H200", (9, 0)),), machine="h200")
+_V100 = autotune.Hardware(gpus=(autotune.GPU("Tesla V100", (7, 0)),), machine="v100")
 
 
 @pytest.mark.parametrize(
@@ -76,14 +76,14 @@ def test_with_no_precisions_or_xla_given_the_benchmark_measures_what_a_run_here_
 ):
     config, plan = benchmark.fit_to_machine(benchmark.BenchmarkConfig(), hardware)
     assert (config.precisions, config.xla) == (precisions, xla)
-    assert config.precisions == auto_precision.candidates(hardware)
+    assert config.precisions == autotune.candidates(hardware)
     on = "on with a GPU" if hardware.gpus else "off on a CPU"
     assert plan.startswith(f"measuring gan, mobilenet_v2, resnet50 x {', '.join(precisions)} x XLA {on[:3].strip()}")
     assert why in plan and f"XLA as auto sets it ({on})" in plan
 
 
 def test_what_is_given_is_kept_and_no_hardware_is_asked_for(monkeypatch):
-    monkeypatch.setattr(auto_precision, "detect_hardware", lambda: pytest.fail("detected the hardware"))
+    monkeypatch.setattr(autotune, "detect_hardware", lambda: pytest.fail("detected the hardware"))
     given = benchmark.BenchmarkConfig(precisions=("mixed_float16",), xla=(True, False))
     config, plan = benchmark.fit_to_machine(given)
     assert config == given

@@ -9,13 +9,13 @@ import keras
 import pytest
 from benchmark_tiny import tiny_config, tiny_specs
 
-from tfmp.run import _compat, benchmark, reporting
+from tfmp.run import _private_apis, benchmark, reporting
 from tfmp.run.benchmark import kernel_ceiling
 
 
 def _space(events):
     """An XSpace whose host plane holds `events`: (line name, event name, duration in microseconds)."""
-    space = _compat.xplane_pb2.XSpace()
+    space = _private_apis.xplane_pb2.XSpace()
     plane = space.planes.add(name="/host:CPU")
     ids = {}
     for line_name, event_name, micros in events:

@@ -10,8 +10,8 @@ from benchmark_tiny import CRASH_FROM, crashing_trial, sleeping_trial, small_cla
 
 from tfmp.run import benchmark
 from tfmp.run.benchmark import largest_batch
-from tfmp.run.fields import ConfigError
 from tfmp.run.memory_meters import cpu_bfc_environment
+from tfmp.run.options import ConfigError
 
 
 def _arithmetic_trials(fits_up_to, crash_from=None):

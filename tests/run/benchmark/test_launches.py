@@ -16,7 +16,7 @@ import tfmp
 from models.gan import build_discriminator, build_generator
 from tfmp import trainers
 from tfmp.layers import FusedBatchNormalization
-from tfmp.run import _compat, config, runner, tasks
+from tfmp.run import _private_apis, config, runner, tasks
 from tfmp.run.benchmark import launches
 
 PRECISIONS = ["float32", "mixed_float16", "mixed_bfloat16"]
@@ -47,7 +47,7 @@ def test_host_reads_counts_each_copy_to_the_host_per_step():
             np.asarray(x)
 
     assert launches.host_reads(run, 3) == 4.0
-    with _compat.count_host_reads() as count:
+    with _private_apis.count_host_reads() as count:
         pass
     assert count == [0]
 
@@ -66,7 +66,7 @@ def test_executed_ops_counts_the_ops_a_step_runs():
 
 
 def _space_with_a_gpu():
-    space = _compat.xplane_pb2.XSpace()
+    space = _private_apis.xplane_pb2.XSpace()
     host = space.planes.add(name="/host:CPU")
     host.event_metadata[1].name = "model/conv/Conv2D:Conv2D"
     host.lines.add(name="tf_Compute").events.add(metadata_id=1, duration_ps=10**9)
@@ -185,7 +185,7 @@ def _run_reads(tmp_path, steps):
     fit, reads = keras.Model.fit, []
 
     def counted_fit(model, *args, **kwargs):
-        with _compat.count_host_reads() as count:
+        with _private_apis.count_host_reads() as count:
             result = fit(model, *args, **kwargs)
         reads.append(count[0])
         return result
@@ -206,7 +206,7 @@ def test_a_run_at_its_defaults_reads_the_device_no_more_often_per_step_than_plai
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
 
     def fit_reads(steps):
-        with _compat.count_host_reads() as count:
+        with _private_apis.count_host_reads() as count:
             plain.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
         return count[0]
 

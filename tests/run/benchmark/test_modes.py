@@ -34,7 +34,7 @@ from record_keys import COMPARE_KEYS
 import tfmp
 from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
 from tfmp.models.small_cnn import build_small_cnn
-from tfmp.run import benchmark, memory_meters, reporting, tasks
+from tfmp.run import benchmark, memory_meters, reporting, shipped, tasks
 from tfmp.run import config as config_lib
 from tfmp.run.benchmark import modes
 
@@ -111,7 +111,7 @@ class _Clock:
         return getattr(time, name)
 
 
-class _ClockedTask(tasks.ClassifierTask):
+class _ClockedTask(shipped.ClassifierTask):
     """The tiny classifier, whose trainer steps take `durations[precision]` seconds of `clock` each, in order."""
 
     def __init__(self, clock, durations):
@@ -240,7 +240,7 @@ def test_ratio_to_float32_is_null_without_a_float32_row_and_the_policy_is_restor
 
 
 def test_the_policy_is_restored_when_a_row_fails():
-    class Broken(tasks.ClassifierTask):
+    class Broken(shipped.ClassifierTask):
         def build(self, *args, **kwargs):
             assert keras.config.dtype_policy().name == "mixed_float16"
             raise RuntimeError("build failed")
@@ -339,7 +339,7 @@ def test_isolated_rows_read_the_cpu_bfc_allocator_in_their_own_process_unless_to
 
 
 def test_a_row_whose_process_dies_is_an_error_naming_the_row():
-    spec = tasks.ClassifierTask(
+    spec = shipped.ClassifierTask(
         config_lib.ClassifierConfig(batch_size=BATCH), "dying", network=dying_network, image_shape=(8, 8, 3)
     )
     config = tiny_config(models=("dying",), precisions=("bf16",), isolate=True)
@@ -349,7 +349,7 @@ def test_a_row_whose_process_dies_is_an_error_naming_the_row():
 
 def test_rows_apply_the_per_layer_precision_training_applies():
     # The tiny CNN advises conv2 in float32 for bfloat16 on a CPU, as MobileNetV2 advises its depthwise convs.
-    spec = tiny_classifier(cpu_bfloat16_float32_layers="conv2$")
+    spec = tiny_classifier(auto_float32_layers="conv2$")
     lines = []
     benchmark.compare(tiny_config(models=("tiny",)), {"tiny": spec}, progress=lines.append)
     benchmark.compare(
@@ -367,7 +367,7 @@ def test_rows_apply_the_per_layer_precision_training_applies():
         workload = benchmark.build_workload(spec, "mixed_bfloat16", False, hand_written=False)
     assert workload.float32_layers == ("small_cnn/conv2",)
     assert workload.trainer.network.get_layer("conv2").compute_dtype == "float32"
-    advice = benchmark.default_specs()["mobilenet_v2"].cpu_bfloat16_float32_layers
+    advice = benchmark.default_specs()["mobilenet_v2"].auto_float32_layers
     assert advice == cpu_bfloat16_float32_layers((32, 32, 3)) and "block_1_depthwise" in advice
     with pytest.raises(ValueError, match=r"not a valid regular expression .*Received: float32_layers='\('"):
         tiny_config(models=("tiny",), float32_layers="(").validate(valid_models=("tiny",))
@@ -377,7 +377,7 @@ def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
     # One code path: each row's trainer is Task.build's, with the row's precision, the config's loss scale
     # (dynamic under float16) and the row's batch size, seed and schedule length.
     built = []
-    build = tasks.ClassifierTask.build
+    build = shipped.ClassifierTask.build
 
     def recording_build(self, precision, loss_scale, jit_compile, steps_per_epoch=1, split=None):
         result = build(self, precision, loss_scale, jit_compile, steps_per_epoch, split)
@@ -394,7 +394,7 @@ def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
         )
         return result
 
-    monkeypatch.setattr(tasks.ClassifierTask, "build", recording_build)
+    monkeypatch.setattr(shipped.ClassifierTask, "build", recording_build)
     timed = []
     monkeypatch.setattr(
         modes, "trainer_driver", lambda workload, *args, **kwargs: timed.append(workload.trainer) or _FakeDriver()

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/callbacks/nonfinite.py."""
+"""Tests for tfmp/run/callbacks/nonfinite_stop.py."""
 
 import numpy as np
 import pytest

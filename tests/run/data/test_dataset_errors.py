@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/data/_common.py: a dataset that is missing or unusable raises one error naming it."""
+"""Tests for tfmp/run/data/_split.py: a dataset that is missing or unusable raises one error naming it."""
 
 import pytest
 from dataset_files import write_cifar_folder

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/diagnostics/nonfinite.py: the first non-finite layer."""
+"""Tests for tfmp/run/diagnostics/first_nonfinite.py: the first non-finite layer."""
 
 import keras
 import numpy as np

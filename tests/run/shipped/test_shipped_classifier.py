@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/shipped/classifier.py and the shipped tasks' `task_for`."""
+"""Tests for tfmp/run/shipped/classifier_task.py and the shipped tasks' `task_for`."""
 
 import dataclasses
 
@@ -6,8 +6,7 @@ import pytest
 
 import tfmp
 from tfmp.run import config as config_lib
-from tfmp.run import epochs, shipped, tasks
-from tfmp.run.callbacks import display
+from tfmp.run import shipped, tasks
 
 TINY_GAN = config_lib.GANConfig(
     dataset="digits", batch_size=32, latent_dim=8, generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8)
@@ -16,7 +15,7 @@ TINY_CLASSIFIER = config_lib.ClassifierConfig(dataset="digits", batch_size=16, a
 
 
 def test_classifier_summary_route_is_keras_layout():
-    route = display.summary_route(shipped.ClassifierTask(TINY_CLASSIFIER))
+    route = shipped.ClassifierTask(TINY_CLASSIFIER).summary_route
     assert route("loss") == ("train", "loss")
     assert route("val_accuracy") == ("validation", "accuracy")
     assert route("loss_scale") == ("train", "loss_scale")
@@ -25,7 +24,7 @@ def test_classifier_summary_route_is_keras_layout():
 def test_a_classifier_task_compiles_what_its_config_says():
     task = shipped.ClassifierTask(dataclasses.replace(TINY_CLASSIFIER, from_logits=True))
     split = task.load_data()
-    steps = epochs.steps_per_epoch(task, len(split.x_train))
+    steps = task.steps_per_epoch(len(split.x_train))
     with tfmp.precision_scope("mixed_float16"):
         built = task.build("mixed_float16", "dynamic", False, steps, split)
     trainer = built.trainer
@@ -52,17 +51,17 @@ def test_the_float32_layers_are_applied_by_build_and_a_pattern_matching_none_is_
         dtypes = {path: layer.compute_dtype for path, layer in tfmp.float32_layers.layer_paths(built.trainer.network)}
         assert dtypes[kept] == "float32" and dtypes[kept.replace("/Conv1", "/bn_Conv1")] == "bfloat16"
         with pytest.raises(config_lib.ConfigError, match="no_such_layer"):
-            task.replace(float32_layers="no_such_layer").build("mixed_bfloat16", "none", False)
+            task.with_config(float32_layers="no_such_layer").build("mixed_bfloat16", "none", False)
     # "auto": MobileNetV2's depthwise convolutions for bfloat16 on a CPU, nothing under float16.
     auto = shipped.ClassifierTask(TINY_CLASSIFIER)
     assert "block_1_depthwise" in tasks.float32_pattern(auto, "mixed_bfloat16")
     assert tasks.float32_pattern(auto, "mixed_float16") == ""
-    assert shipped.resnet50_task(TINY_CLASSIFIER).cpu_bfloat16_float32_layers == ""
+    assert shipped.resnet50_task(TINY_CLASSIFIER).auto_float32_layers == ""
 
 
 def test_the_classifiers_epochs_keep_the_last_incomplete_batch():
-    classifier = shipped.ClassifierTask(TINY_CLASSIFIER).replace(batch_size=32)
-    assert (epochs.steps_per_epoch(classifier, 100), epochs.steps_per_epoch(classifier, 31)) == (4, 1)
+    classifier = shipped.ClassifierTask(TINY_CLASSIFIER).with_config(batch_size=32)
+    assert (classifier.steps_per_epoch(100), classifier.steps_per_epoch(31)) == (4, 1)
 
 
 def test_task_for_names_a_config_it_has_no_model_for():
@@ -70,3 +69,12 @@ def test_task_for_names_a_config_it_has_no_model_for():
     assert isinstance(shipped.task_for(TINY_CLASSIFIER), shipped.ClassifierTask)
     with pytest.raises(config_lib.ConfigError, match="Received: TrainConfig"):
         shipped.task_for(config_lib.TrainConfig())
+
+
+def test_the_01_keyword_for_the_float32_advice_warns_and_is_the_new_one():
+    with pytest.warns(DeprecationWarning, match=r"`ClassifierTask\(cpu_bfloat16_float32_layers\)` is deprecated"):
+        task = shipped.ClassifierTask(TINY_CLASSIFIER, cpu_bfloat16_float32_layers="conv1$")
+    assert task.auto_float32_layers == "conv1$"
+    with pytest.warns(DeprecationWarning, match=r"`Task.cpu_bfloat16_float32_layers` is deprecated; use `Task.auto_"):
+        assert task.cpu_bfloat16_float32_layers == "conv1$"
+    assert shipped.ClassifierTask(TINY_CLASSIFIER, auto_float32_layers="").auto_float32_layers == ""

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/shipped/gan.py: the tutorial's GAN as a task."""
+"""Tests for tfmp/run/shipped/gan_task.py: the tutorial's GAN as a task."""
 
 import dataclasses
 
@@ -10,8 +10,7 @@ import tfmp
 from tfmp import trainers
 from tfmp.models import gan as gan_model
 from tfmp.run import config as config_lib
-from tfmp.run import epochs, shipped
-from tfmp.run.callbacks import display
+from tfmp.run import shipped
 
 TINY_GAN = config_lib.GANConfig(
     dataset="digits", batch_size=32, latent_dim=8, generator_widths=(8, 8, 8), discriminator_widths=(8, 8, 8)
@@ -20,7 +19,7 @@ TINY_CLASSIFIER = config_lib.ClassifierConfig(dataset="digits", batch_size=16, a
 
 
 def test_gan_summary_route_is_the_tutorials_layout():
-    route = display.summary_route(shipped.GANTask(TINY_GAN))
+    route = shipped.GANTask(TINY_GAN).summary_route
     assert route("g_loss") == ("generator", "loss")
     assert route("d_loss") == ("discriminator", "loss")
     assert route("d_loss_scale") == ("discriminator", "loss_scale")
@@ -57,7 +56,7 @@ def test_the_tutorial_gans_values_are_defined_once_and_everything_reads_them():
 
 def test_the_gans_epochs_drop_the_last_incomplete_batch_and_refuse_none():
     gan = shipped.GANTask(TINY_GAN)
-    assert epochs.steps_per_epoch(gan, 100) == 3
-    assert epochs.steps_per_epoch(gan.with_config(steps_per_epoch=2), 100) == 2
+    assert gan.steps_per_epoch(100) == 3
+    assert gan.with_config(steps_per_epoch=2).steps_per_epoch(100) == 2
     with pytest.raises(config_lib.ConfigError, match="batch_size=32"):
-        epochs.steps_per_epoch(gan, 31)
+        gan.steps_per_epoch(31)

@@ -19,7 +19,7 @@ Modules, each importing only the ones before it: `benchmark_config` (what to
 measure), `records` (the results), `launches` (what a step costs a GPU's
 host: its conditionals, executed ops and host reads, counted on any
 machine), `workload` (the trainer, the hand-written step and the plain
-`fit()` model of one row), `pipeline` (the real input pipeline),
+`fit()` model of one row), `repeated_pipeline` (the real input pipeline),
 `progress` (what a run shows while it measures), `drivers` (running and
 timing each path, round after round until a stop rule says enough), `modes` (`compare`,
 `input_pipeline`), `kernel_ceiling` (the `ceiling` mode), `resident_memory`
@@ -42,21 +42,21 @@ from tfmp.run.benchmark.kernel_ceiling import CeilingRecord, ceiling
 from tfmp.run.benchmark.largest_batch import MaxBatchRecord, MaxBatchSettings, max_batch
 from tfmp.run.benchmark.launches import conditionals, executed_ops, fit_host_reads, host_reads, xla_conditionals
 from tfmp.run.benchmark.modes import compare, input_pipeline
-from tfmp.run.benchmark.pipeline import Pipeline, epoch_batch_sizes, training_pipeline
 from tfmp.run.benchmark.progress import Progress
 from tfmp.run.benchmark.records import PipelineRecord, Record, ResidentRecord
+from tfmp.run.benchmark.repeated_pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.resident_memory import resident
-from tfmp.run.benchmark.workload import Workload, benchmark_batch, build_workload
+from tfmp.run.benchmark.workload import Workload, build_workload
 
 # fmt: off
-__all__ = [  # by module: benchmark_config, records, launches, workload, pipeline, progress, modes,
+__all__ = [  # by module: benchmark_config, records, launches, workload, repeated_pipeline, progress, modes,
     # kernel_ceiling, resident_memory, largest_batch
     "BenchmarkConfig", "DEFAULT_RESNET_INPUT_SIZE", "MODELS", "MODES", "PIPELINE_MODELS", "PRECISIONS",
     "canonical_models", "canonical_precisions", "default_specs", "fit_to_machine",
     "PipelineRecord", "Record", "ResidentRecord",
     "conditionals", "executed_ops", "fit_host_reads", "host_reads", "xla_conditionals",
-    "Workload", "benchmark_batch", "build_workload",
-    "Pipeline", "epoch_batch_sizes", "training_pipeline",
+    "Workload", "build_workload",
+    "Pipeline", "training_pipeline",
     "Progress",
     "compare", "input_pipeline",
     "CeilingRecord", "ceiling",

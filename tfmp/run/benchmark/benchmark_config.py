@@ -16,10 +16,10 @@ from typing import Any
 from tfmp import float32_layers
 from tfmp import precision as precision_lib
 from tfmp.models.resnet50 import MIN_INPUT_SIZE
-from tfmp.run import auto_precision, shipped, tasks
+from tfmp.run import autotune, shipped, tasks
 from tfmp.run import config as config_lib
 from tfmp.run import data as data_lib
-from tfmp.run.fields import ConfigError, check_fields, option
+from tfmp.run.options import ConfigError, check_fields, option
 
 __all__ = [
     "BenchmarkConfig",
@@ -117,7 +117,7 @@ class BenchmarkConfig:
     """What to measure, and how long.
 
     Each field's default, help, choices and check are in its metadata
-    (`tfmp.run.fields.option`, as `tfmp.run.config.TrainConfig`'s);
+    (`tfmp.run.options.option`, as `tfmp.run.config.TrainConfig`'s);
     `scripts/benchmark.py --help` prints them. The sequences are tuples of
     values, not comma-separated text (the script parses that). `validate`
     raises `ConfigError`, naming the field and the value received.
@@ -244,20 +244,18 @@ class BenchmarkConfig:
         return self.steps or FIXED_STEPS, self.repeats or FIXED_REPEATS
 
 
-def fit_to_machine(
-    config: BenchmarkConfig, hardware: auto_precision.Hardware | None = None
-) -> tuple[BenchmarkConfig, str]:
+def fit_to_machine(config: BenchmarkConfig, hardware: autotune.Hardware | None = None) -> tuple[BenchmarkConfig, str]:
     """`config` with its unset precisions and XLA settings chosen as a run on `hardware` would choose, and why.
 
     The precisions left empty become those `precision="auto"` measures there
-    (`tfmp.run.auto_precision.candidates`: float32, and each 16-bit type the
+    (`tfmp.run.autotune.candidates`: float32, and each 16-bit type the
     GPU's Tensor Cores or the CPU compute natively); the XLA settings left
     empty become `xla="auto"`'s (on with a GPU, off on a CPU, where XLA
     bypasses oneDNN). What was given is kept.
 
     Args:
         config: The benchmark's settings.
-        hardware: The device; default `tfmp.run.auto_precision.detect_hardware()`.
+        hardware: The device; default `tfmp.run.autotune.detect_hardware()`.
 
     Returns:
         The settled config and one line saying what it measures and why.
@@ -265,9 +263,9 @@ def fit_to_machine(
     changes: dict[str, Any] = {}
     reasons = []
     if not (config.precisions and config.xla):
-        hardware = hardware or auto_precision.detect_hardware()
+        hardware = hardware or autotune.detect_hardware()
     if not config.precisions:
-        changes["precisions"] = auto_precision.candidates(hardware)
+        changes["precisions"] = autotune.candidates(hardware)
         reasons.append(f"the precisions auto measures on {hardware.description} ({_why_precisions(hardware)})")
     if not config.xla:
         changes["xla"] = (bool(hardware.gpus),)
@@ -280,7 +278,7 @@ def fit_to_machine(
     return settled, f"measuring {what}{why}"
 
 
-def _why_precisions(hardware: auto_precision.Hardware) -> str:
+def _why_precisions(hardware: autotune.Hardware) -> str:
     """Why `candidates(hardware)` holds what it holds, in a few words."""
     if hardware.gpus:
         capability = hardware.compute_capability

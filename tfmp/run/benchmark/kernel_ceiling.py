@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import _compat, tasks
+from tfmp.run import _private_apis, tasks
 from tfmp.run.benchmark import launches, modes
 from tfmp.run.benchmark.benchmark_config import BenchmarkConfig, canonical_models, canonical_precisions, dedupe
 from tfmp.run.benchmark.drivers import trainer_driver
@@ -116,7 +116,7 @@ class CeilingRecord:
         return "\n".join(lines)
 
 
-def op_times_from_xspace(space: _compat.xplane_pb2.XSpace) -> dict[str, float]:
+def op_times_from_xspace(space: _private_apis.xplane_pb2.XSpace) -> dict[str, float]:
     """Total milliseconds per op type in a profile: a GPU's device plane if it has one, else the host plane."""
     totals: dict[str, float] = collections.defaultdict(float)
     for op, ms in launches.op_events(space):

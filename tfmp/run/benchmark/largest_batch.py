@@ -39,8 +39,8 @@ from tfmp.run import tasks
 from tfmp.run.benchmark.benchmark_config import BenchmarkConfig
 from tfmp.run.benchmark.drivers import trainer_driver
 from tfmp.run.benchmark.modes import _build, _check_specs, _environment, _label, _rows
-from tfmp.run.fields import ConfigError, check_fields, option
 from tfmp.run.memory_meters import AllocatorMemory, cpu_bfc_environment
+from tfmp.run.options import ConfigError, check_fields, option
 
 __all__ = ["MaxBatchRecord", "MaxBatchSettings", "Trial", "max_batch", "run_trial", "train_at_batch"]
 
@@ -68,7 +68,7 @@ class MaxBatchSettings:
     """How the largest-batch search runs.
 
     Each field's default, help and check are in its metadata
-    (`tfmp.run.fields.option`, as `BenchmarkConfig`'s). `validate` raises
+    (`tfmp.run.options.option`, as `BenchmarkConfig`'s). `validate` raises
     `ConfigError`, naming the field and the value received.
     """
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfmp.run import _compat
+from tfmp.run import _private_apis
 
 __all__ = [
     "CONTAINERS",
@@ -142,7 +142,7 @@ def profile(run_steps: Callable[[int], Any], steps: int) -> Any:
         paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
         if not paths:
             raise RuntimeError(f"The TensorFlow profiler wrote no trace. Received: files under {logdir}: none")
-        space = _compat.xplane_pb2.XSpace()
+        space = _private_apis.xplane_pb2.XSpace()
         with open(paths[0], "rb") as f:
             space.ParseFromString(f.read())
     return space
@@ -173,7 +173,7 @@ def fit_host_reads(model: Any, dataset: Any, steps: int) -> float:
     """
 
     def reads(n: int) -> int:
-        with _compat.count_host_reads() as count:
+        with _private_apis.count_host_reads() as count:
             model.fit(dataset, epochs=1, steps_per_epoch=n, shuffle=False, verbose=0)
         return count[0]
 
@@ -189,6 +189,6 @@ def host_reads(run_steps: Callable[[int], Any], steps: int) -> float:
         run_steps: Runs the given number of (warmed-up) steps and waits for them.
         steps: Steps to count over.
     """
-    with _compat.count_host_reads() as count:
+    with _private_apis.count_host_reads() as count:
         run_steps(steps)
     return count[0] / steps

@@ -47,11 +47,10 @@ from tfmp.run.benchmark.drivers import (
     time_rounds,
     trainer_driver,
 )
-from tfmp.run.benchmark.pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.progress import Progress, remaining_estimate
 from tfmp.run.benchmark.records import PipelineRecord, Record
+from tfmp.run.benchmark.repeated_pipeline import Pipeline, training_pipeline
 from tfmp.run.benchmark.workload import Workload, build_workload
-from tfmp.run.callbacks import display
 from tfmp.run.memory_meters import AllocatorMemory, GpuPeakMemory, HostPeakMemory, cpu_bfc_environment
 
 __all__ = ["compare", "input_pipeline"]
@@ -129,7 +128,7 @@ _LAUNCH_STEPS = 5
 
 def _unit(spec: tasks.Task) -> str:
     """What the model's throughput counts, as printed: `img/s` or `ex/s`."""
-    return f"{display.example_unit(spec)}/s"
+    return f"{spec.example_unit}/s"
 
 
 def _kept(float32_layers: int) -> str:

@@ -28,7 +28,7 @@ class Record:
             low end).
         images_per_sec_max: The fastest round's throughput.
         unit: What the throughput counts: `img/s`, or `ex/s` for a model
-            that does not take images (`tfmp.run.callbacks.display.example_unit`).
+            that does not take images (`tfmp.run.tasks.Task.example_unit`).
         step_ms: Milliseconds per step at that throughput.
         ratio_to_float32: The trainer's median throughput over that of the
             float32 row of the same model, XLA setting and batch size in the
@@ -36,7 +36,7 @@ class Record:
         ratio_to_hand_written: The trainer's throughput over the hand-written
             step's in the same round (a paired ratio), the median over a
             run's rounds, then the median over the runs; None for a task
-            without a hand-written step (`tfmp.run.baseline.hand_written_step`).
+            without a hand-written step (`Task.hand_written_step`).
         ratio_to_float32_min, ratio_to_float32_max: The lowest and highest
             run's `ratio_to_float32` (equal to it for one run).
         ratio_to_hand_written_min, ratio_to_hand_written_max: The lowest and

@@ -2,7 +2,7 @@
 
 `build_workload` builds both from a model's `tfmp.run.tasks.Task`: the
 trainer is `task.build(...)`, as in a training run; the hand-written step is
-the task's baseline (`tfmp.run.baseline.hand_written_step`), a
+the task's baseline (`Task.hand_written_step`), a
 minimal `tf.function` update of the same networks that deliberately shares
 no code with `tfmp.trainers` ("The hand-written step" in
 docs/guides/benchmark-methodology.md shows it).
@@ -19,9 +19,8 @@ import keras
 from tfmp import trainers
 from tfmp.run import baseline, tasks
 from tfmp.run import config as config_lib
-from tfmp.run.diagnostics import probe
 
-__all__ = ["Workload", "benchmark_batch", "build_workload"]
+__all__ = ["Workload", "build_workload"]
 
 
 @dataclasses.dataclass
@@ -37,7 +36,7 @@ class Workload:
             built, or when the task has none.
         hand_written_optimizers: The hand-written step's optimizers (one for a
             supervised model, generator's then discriminator's for the GAN).
-        batch: The batch both are fed (`benchmark_batch`).
+        batch: The batch both are fed (`Task.benchmark_batch`).
         images_per_step: Examples one step processes (`batch_size *
             trainer.images_per_example`).
         float32_layers: Paths of the layers kept in float32
@@ -56,24 +55,10 @@ class Workload:
     plain_fit: keras.Model | None = None
 
 
-def benchmark_batch(task: tasks.Task) -> Any:
-    """The batch a row feeds the trainer and the hand-written step: the task's `benchmark_batch()`, or its probe.
-
-    A task that defines `benchmark_batch()` gives its own (the shipped image
-    tasks: synthetic images, so no dataset is loaded); otherwise it is
-    `tfmp.run.diagnostics.probe` over `task.load_data()`, the first batch of
-    the task's own training data.
-    """
-    own = task.benchmark_batch()
-    if own is not None:
-        return own
-    return probe(task, task.load_data())
-
-
 def build_workload(
     task: tasks.Task,
     precision: str,
-    jit_compile: bool,
+    xla: bool,
     steps: int = 1,
     hand_written: bool = True,
 ) -> Workload:
@@ -83,21 +68,21 @@ def build_workload(
     schedule (over `steps`), loss, metrics, non-finite skipping and float32
     layers exactly as a training run of `task.config` has them; the loss
     scale is the config's (dynamic under `mixed_float16` by default, none
-    otherwise). The hand-written step (`hand_written`) is
-    `tfmp.run.baseline.hand_written_step`, updating the same networks with
+    otherwise). The hand-written step (`hand_written`) is the task's
+    `hand_written_step`, updating the same networks with
     fresh copies of the task's optimizers, and so is the plain `fit()` model
-    (`tfmp.run.baseline.plain_fit_model`). The batch is `benchmark_batch(task)`.
+    (`tfmp.run.baseline.plain_fit_model`). The batch is `task.benchmark_batch()`.
     """
     loss_scale = config_lib.loss_scale_for(task.config.parsed("loss_scale"), precision)
-    built = task.build(precision, loss_scale, jit_compile, steps)
+    built = task.build(precision, loss_scale, xla, steps)
     trainer = built.trainer
-    step = baseline.hand_written_step(task, trainer, precision, jit_compile, steps) if hand_written else None
-    plain = baseline.plain_fit_model(task, trainer, jit_compile, steps) if hand_written else None
+    step = task.hand_written_step(trainer, precision, xla, steps) if hand_written else None
+    plain = baseline.plain_fit_model(task, trainer, xla, steps) if hand_written else None
     return Workload(
         trainer,
         None if step is None else step.step,
         () if step is None else step.optimizers,
-        benchmark_batch(task),
+        task.benchmark_batch(),
         task.config.batch_size * trainer.images_per_example,
         built.float32_layers,
         plain,

@@ -21,10 +21,9 @@
 * `checkpointing.py`: `Checkpointing` saves the run every N steps and every
   epoch, and turns a SIGTERM/SIGINT into a checkpoint and a clean stop
   (`tfmp.run.preemption`);
-* `nonfinite.py`: `NonFiniteStop` stops at the first skipped step and names
+* `nonfinite_stop.py`: `NonFiniteStop` stops at the first skipped step and names
   the first non-finite layer (`NonFiniteStepError`);
-* `display.py`: how a task's logs are shown (`console_fields`,
-  `summary_route`, `example_unit`, `describe_data`), derived from the task;
+* `display.py`: which layers a built task keeps in float32, as the run says;
 * `segments.py`: `RunSegment` presents one `fit()` call of a run split over
   several (a resumed, partial epoch first) to a callback as part of one run.
 
@@ -35,7 +34,7 @@ Put `StepTimer` before the callbacks that read the throughput, and
 # In reading order, which the API page keeps.
 from tfmp.run.callbacks.checkpointing import Checkpointing
 from tfmp.run.callbacks.console import CONSOLE_MODES, ConsoleLogger, console_mode
-from tfmp.run.callbacks.nonfinite import NonFiniteStepError, NonFiniteStop
+from tfmp.run.callbacks.nonfinite_stop import NonFiniteStepError, NonFiniteStop
 from tfmp.run.callbacks.peak_memory import PeakMemory
 from tfmp.run.callbacks.profiling import ProfileSteps
 from tfmp.run.callbacks.segments import RunSegment

@@ -7,7 +7,7 @@ import logging
 import keras
 import tensorflow as tf
 
-from tfmp.run import _compat
+from tfmp.run import _private_apis
 
 __all__ = ["ProfileSteps"]
 
@@ -57,7 +57,7 @@ class ProfileSteps(keras.callbacks.Callback):
             except (tf.errors.AlreadyExistsError, tf.errors.UnavailableError) as e:
                 log.warning(f"warning: the profiler could not start ({e.message}); no trace is written.")
         if self._active:
-            self._trace = _compat.step_trace("train", self._step)
+            self._trace = _private_apis.step_trace("train", self._step)
             self._trace.__enter__()
 
     def on_train_batch_end(self, batch, logs=None):

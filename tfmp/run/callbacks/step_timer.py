@@ -14,7 +14,7 @@ import keras
 
 __all__ = ["THROUGHPUT_KEYS", "StepTimer"]
 
-# What a task's throughput counts (`tfmp.run.callbacks.display.example_unit`) -> its log key and TensorBoard tag.
+# What a task's throughput counts (`tfmp.run.tasks.Task.example_unit`) -> its log key and TensorBoard tag.
 THROUGHPUT_KEYS = {"img": "images_per_sec", "ex": "examples_per_sec"}
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-from tfmp.run import _compat, diagnostics
+from tfmp.run import _private_apis, diagnostics
 from tfmp.run.callbacks.step_timer import THROUGHPUT_KEYS, StepTimer
 
 __all__ = ["GeneratorSamples", "GradientDiagnostics", "Summaries", "describe", "image_grid"]
@@ -159,7 +159,7 @@ class Summaries(keras.callbacks.Callback):
             run, name = self.route(key)
             # On the host: on a GPU the summary's own eager ops (its recording condition, the value) would run
             # there, and reading the condition back would wait for the step.
-            with self.writer(run).as_default(), _compat.on_host():
+            with self.writer(run).as_default(), _private_apis.on_host():
                 tf.summary.scalar(
                     f"{prefix}_{name}", float(value), step=step, description=describe(name, per_step=prefix == "batch")
                 )

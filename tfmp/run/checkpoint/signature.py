@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfmp import float32_layers
-from tfmp.run.fields import resumable_fields
+from tfmp.run.options import resumable_fields
 
 __all__ = [
     "SETTINGS_KEY",
@@ -149,7 +149,7 @@ def run_signature(config: Any, precision: str, loss_scale: str | float, trainer:
     Args:
         config: The run's `tfmp.run.config.TrainConfig`: every setting but
             those a resumed run may change (`resumable=True` in their
-            `option`, `tfmp.run.fields.resumable_fields`), under `SETTINGS_KEY`.
+            `option`, `tfmp.run.options.resumable_fields`), under `SETTINGS_KEY`.
         precision: The resolved precision.
         loss_scale: The resolved loss scale.
         trainer: The `tfmp.trainers` trainer: its class, each network's

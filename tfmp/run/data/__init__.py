@@ -18,11 +18,11 @@ layer casts it to its compute dtype.
 
 One module per concept: `digits`, `mnist` and `cifar10` read one dataset
 each, `image_datasets` picks one by name (and makes `synthetic` ones), `pipeline`
-builds the `tf.data` pipelines, and `_common` holds the `Split` and the
+builds the `tf.data` pipelines, and `_split` holds the `Split` and the
 errors the readers share. Their public names are all importable from here.
 """
 
-from tfmp.run.data._common import CorruptDatasetError, DatasetNotFoundError, Split
+from tfmp.run.data._split import CorruptDatasetError, DatasetNotFoundError, Split
 from tfmp.run.data.cifar10 import load_cifar10
 from tfmp.run.data.digits import load_digits
 from tfmp.run.data.image_datasets import DATASETS, load_images, synthetic

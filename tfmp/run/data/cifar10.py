@@ -13,7 +13,7 @@ import zlib
 import keras
 import numpy as np
 
-from tfmp.run.data._common import (
+from tfmp.run.data._split import (
     DIGITS_HINT,
     CorruptDatasetError,
     DatasetNotFoundError,

@@ -7,7 +7,7 @@ import importlib.resources
 import numpy as np
 import tensorflow as tf
 
-from tfmp.run.data._common import Split
+from tfmp.run.data._split import Split
 
 __all__ = ["load_digits"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfmp.run.data._common import Split
+from tfmp.run.data._split import Split
 from tfmp.run.data.cifar10 import CIFAR10_SHAPE, load_cifar10
 from tfmp.run.data.digits import load_digits
 from tfmp.run.data.mnist import MNIST_SHAPE, load_mnist

@@ -9,7 +9,7 @@ import zlib
 import keras
 import numpy as np
 
-from tfmp.run.data._common import DIGITS_HINT, DatasetNotFoundError, Split, checked, corrupt, keras_datasets_dir
+from tfmp.run.data._split import DIGITS_HINT, DatasetNotFoundError, Split, checked, corrupt, keras_datasets_dir
 
 __all__ = ["MNIST_SHAPE", "load_mnist"]
 

@@ -16,15 +16,15 @@
   zero (|g| < 2^-24), become subnormal (|g| < 2^-14) or overflow
   (|g| > 65504), without scaling and at a loss scale, plus a suggested
   static loss scale; `write_gradient_summaries` sends them to TensorBoard.
-* `first_nonfinite(trainer, batch)` (`nonfinite.py`): when a loss or
+* `first_nonfinite(trainer, batch)` (`first_nonfinite.py`): when a loss or
   gradient is NaN or Inf, the first layer whose activation or gradient went
   non-finite.
 
 Each function accepts a `keras.Model` or a `tfmp.trainers` trainer, returns a
 report object whose `str()` is a readable table, and changes no global
 state. `diagnose` (`diagnosis.py`) runs all four; `startup_warnings` (there
-too) is the short block a run prints when it starts; `probe` (`probe.py`) is the
-training batch a run's diagnosis looks at. `_common.py` holds what
+too) is the short block a run prints when it starts; the training batch a
+run's diagnosis looks at is the task's `probe`. `_report.py` holds what
 the reports share.
 """
 
@@ -38,6 +38,7 @@ from tfmp.run.diagnostics.alignment import (
     tensor_core_report,
 )
 from tfmp.run.diagnostics.diagnosis import Diagnosis, diagnose, startup_warnings
+from tfmp.run.diagnostics.first_nonfinite import NonFiniteReport, first_nonfinite
 from tfmp.run.diagnostics.gradients import (
     FLOAT16_MAX,
     FLOAT16_MIN_NORMAL,
@@ -49,9 +50,7 @@ from tfmp.run.diagnostics.gradients import (
     gradient_report,
     write_gradient_summaries,
 )
-from tfmp.run.diagnostics.nonfinite import NonFiniteReport, first_nonfinite
 from tfmp.run.diagnostics.outputs import OutputFinding, OutputReport, float32_output_report
-from tfmp.run.diagnostics.probe import probe
 
 __all__ = [
     "ALIGNMENT",
@@ -73,7 +72,6 @@ __all__ = [
     "first_nonfinite",
     "float32_copy",
     "float32_output_report",
-    "probe",
     "gradient_report",
     "startup_warnings",
     "tensor_core_report",

@@ -17,9 +17,9 @@ from typing import Any
 import keras
 
 from tfmp.float32_layers import layer_paths
-from tfmp.run import _compat
-from tfmp.run.diagnostics import _common
-from tfmp.run.diagnostics._common import Source, is_graph_model, networks, table
+from tfmp.run import _private_apis
+from tfmp.run.diagnostics import _report
+from tfmp.run.diagnostics._report import Source, is_graph_model, networks, table
 
 __all__ = ["ALIGNMENT", "MISALIGNMENT_COST", "AlignmentFinding", "AlignmentReport", "tensor_core_report"]
 
@@ -199,7 +199,7 @@ def _boundary_layers(
     data = {id(t) for t in model.inputs} if inputs_are_data else set()
     for operation in operations:
         weightless = not getattr(operation, "weights", None)  # frozen layers still have weights
-        for node in _compat.inbound_nodes(operation):
+        for node in _private_apis.inbound_nodes(operation):
             inputs = node.input_tensors
             if not inputs:
                 continue
@@ -214,7 +214,7 @@ def _boundary_layers(
     targets = {id(t) for t in model.outputs} if outputs_are_outputs else set()
     for operation in reversed(operations):
         weightless = not getattr(operation, "weights", None)  # frozen layers still have weights
-        for node in _compat.inbound_nodes(operation):
+        for node in _private_apis.inbound_nodes(operation):
             if any(id(t) in targets for t in node.output_tensors):
                 feeds_output.add(id(operation))
                 nested_out[id(operation)] = True
@@ -231,7 +231,7 @@ def tensor_core_report(
     source: Source,
     batch_size: int | None = None,
     multiple: int = ALIGNMENT,
-    print_fn: Any = _common.UNSET,
+    print_fn: Any = _report.UNSET,
 ) -> AlignmentReport:
     """Finds the dimensions of `source` that keep its math off Tensor Cores.
 
@@ -303,5 +303,5 @@ def tensor_core_report(
                     )
                 )
     report = AlignmentReport(findings, batch_size, multiple)
-    _common.removed_print_fn("tensor_core_report", print_fn, report)
+    _report.removed_print_fn("tensor_core_report", print_fn, report)
     return report

@@ -7,11 +7,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfmp.run.diagnostics import _common
-from tfmp.run.diagnostics._common import Source
+from tfmp.run.diagnostics import _report
+from tfmp.run.diagnostics._report import Source
 from tfmp.run.diagnostics.alignment import AlignmentReport, tensor_core_report
+from tfmp.run.diagnostics.first_nonfinite import NonFiniteReport, first_nonfinite
 from tfmp.run.diagnostics.gradients import GradientReport, gradient_report
-from tfmp.run.diagnostics.nonfinite import NonFiniteReport, first_nonfinite
 from tfmp.run.diagnostics.outputs import OutputReport, float32_output_report
 
 __all__ = ["Diagnosis", "diagnose", "startup_warnings"]
@@ -54,7 +54,7 @@ def diagnose(
     loss: Any = None,
     loss_scale: float | str | None = "current",
     batch_size: int | None = None,
-    print_fn: Any = _common.UNSET,
+    print_fn: Any = _report.UNSET,
 ) -> Diagnosis:
     """Runs all four reports on `source` with one batch `data`.
 
@@ -71,5 +71,5 @@ def diagnose(
         gradient_report(source, data, loss, loss_scale),
         first_nonfinite(source, data, loss, loss_scale),
     )
-    _common.removed_print_fn("diagnose", print_fn, diagnosis)
+    _report.removed_print_fn("diagnose", print_fn, diagnosis)
     return diagnosis

@@ -19,8 +19,8 @@ import tensorflow as tf
 
 from tfmp import trainers as trainers_lib
 from tfmp.float32_layers import layer_paths
-from tfmp.run.diagnostics import _common
-from tfmp.run.diagnostics._common import Source, as_trainer, scale_of, state_preserved, table
+from tfmp.run.diagnostics import _report
+from tfmp.run.diagnostics._report import Source, as_trainer, scale_of, state_preserved, table
 
 __all__ = [
     "FLOAT16_MAX",
@@ -246,7 +246,7 @@ def gradient_report(
     margin: float = SCALE_MARGIN,
     reference: trainers_lib.MixedPrecisionTrainer | None = None,
     *,
-    print_fn: Any = _common.UNSET,
+    print_fn: Any = _report.UNSET,
 ) -> GradientReport:
     """What float16 would lose of each variable's gradient on one batch.
 
@@ -301,7 +301,7 @@ def gradient_report(
         max_abs = max((s.max_abs for s in stats), default=0.0)
         objectives.append(ObjectiveGradients(name, stats, scale, _suggest_scale(max_abs, margin), margin))
     report = GradientReport(objectives, batch_size, _compute_dtype(trainer))
-    _common.removed_print_fn("gradient_report", print_fn, report)
+    _report.removed_print_fn("gradient_report", print_fn, report)
     return report
 
 

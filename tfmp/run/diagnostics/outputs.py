@@ -15,9 +15,9 @@ import keras
 
 from tfmp import trainers as trainers_lib
 from tfmp.float32_layers import layer_paths
-from tfmp.run import _compat
-from tfmp.run.diagnostics import _common
-from tfmp.run.diagnostics._common import Source, is_graph_model, networks, table
+from tfmp.run import _private_apis
+from tfmp.run.diagnostics import _report
+from tfmp.run.diagnostics._report import Source, is_graph_model, networks, table
 
 __all__ = ["OutputFinding", "OutputReport", "float32_output_report"]
 
@@ -77,7 +77,7 @@ def _attention_runs_its_softmax(layer: keras.layers.MultiHeadAttention) -> bool:
     """
     if layer.dropout > 0 or len(layer.query_dense.equation.split("->")[1]) != 4:
         return True
-    for node in _compat.inbound_nodes(layer):
+    for node in _private_apis.inbound_nodes(layer):
         arguments = getattr(node, "arguments", None)
         if arguments is not None and arguments.kwargs.get("return_attention_scores"):
             return True
@@ -120,7 +120,7 @@ def _output_dtypes(model: keras.Model) -> list[str]:
     return []  # subclassed: unknown without running it
 
 
-def float32_output_report(source: Source, loss: Any = None, print_fn: Any = _common.UNSET) -> OutputReport:
+def float32_output_report(source: Source, loss: Any = None, print_fn: Any = _report.UNSET) -> OutputReport:
     """Finds what should be float32 but is computed in float16 or bfloat16.
 
     * a model output in 16 bits (add a float32 `Activation("linear")`);
@@ -155,7 +155,7 @@ def float32_output_report(source: Source, loss: Any = None, print_fn: Any = _com
             f"{path}/{sub.name}"
             for path, layer in paths
             if isinstance(layer, keras.layers.MultiHeadAttention) and not _attention_runs_its_softmax(layer)
-            for sub in _compat.child_layers(layer)
+            for sub in _private_apis.child_layers(layer)
             if isinstance(sub, keras.layers.Softmax)
         }
         for path, layer in paths:
@@ -183,5 +183,5 @@ def float32_output_report(source: Source, loss: Any = None, print_fn: Any = _com
                     )
                 )
     report = OutputReport(findings)
-    _common.removed_print_fn("float32_output_report", print_fn, report)
+    _report.removed_print_fn("float32_output_report", print_fn, report)
     return report

@@ -18,9 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import epochs as epochs_lib
 from tfmp.run import output, runner, tasks, training
-from tfmp.run import setting as setting_lib
+from tfmp.run import settled as settled_lib
 from tfmp.run.parity.design import REFERENCE, ParityConfig
 from tfmp.run.parity.record import ParityRecord
 from tfmp.run.parity.table import scale_text
@@ -87,14 +86,14 @@ def paired_start(task: tasks.Task) -> PairedStart:
     """
     task = task.with_config(run_name="paired_start")
     with output.lines_to(None):  # the run's own notes, not this check's
-        setting = setting_lib.resolve(task)
-    steps = epochs_lib.steps_per_epoch(task, setting.data)
+        settled = settled_lib.resolve(task)
+    steps = task.steps_per_epoch(settled.data)
     keras.utils.set_random_seed(task.config.seed)  # as the runner does, right before building
-    with precision_lib.precision_scope(setting.precision):
-        built = task.build(setting.precision, setting.loss_scale, False, steps, setting.data)
+    with precision_lib.precision_scope(settled.precision):
+        built = task.build(settled.precision, settled.loss_scale, False, steps, settled.data)
     weights = [np.array(w.numpy()) for network in built.trainer.networks.values() for w in network.weights]
     batches = []
-    for batch in epochs_lib.stream(task, setting.data).take(task.config.epochs * steps):
+    for batch in task.stream(settled.data, 0).take(task.config.epochs * steps):
         h = hashlib.sha256()
         for part in tf.nest.flatten(batch):
             h.update(np.asarray(part).tobytes())

@@ -7,13 +7,15 @@ import dataclasses
 import keras
 
 from tfmp import loss_scale as loss_scale_lib
+from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from tfmp.run import data, tasks, training
 from tfmp.run.parity.design import Arm, ParityConfig, fold_split
+from tfmp.run.shipped import ClassifierTask
 
 __all__ = ["parity_task"]
 
 
-class _ParityTask(tasks.ClassifierTask):
+class _ParityTask(ClassifierTask):
     """The classifier task of one parity run: its fold, warm-up, BatchNorm and initial loss scale."""
 
     def __init__(self, config: training.ClassifierConfig, arm: Arm, fold: int, folds: int, lr_warmup_steps: int):
@@ -21,7 +23,7 @@ class _ParityTask(tasks.ClassifierTask):
         if arm.keras_batch_norm:
 
             def network(shape: tuple[int, int, int], classes: int) -> keras.Model:
-                return tasks.build_mobilenet_v2_classifier(
+                return build_mobilenet_v2_classifier(
                     shape,
                     num_classes=classes,
                     alpha=config.alpha,
@@ -30,8 +32,8 @@ class _ParityTask(tasks.ClassifierTask):
                     fused_batch_norm=False,
                 )
 
-        advice = tasks.cpu_bfloat16_float32_layers(config.image_shape)
-        super().__init__(config, network=network, cpu_bfloat16_float32_layers=advice)
+        advice = cpu_bfloat16_float32_layers(config.image_shape)
+        super().__init__(config, network=network, auto_float32_layers=advice)
         self.arm, self.fold, self.folds, self.lr_warmup_steps = arm, fold, folds, lr_warmup_steps
 
     def load_data(self) -> data.Split:

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tfmp import trainers as trainers_lib
 from tfmp.float32_layers import layer_paths
-from tfmp.run.diagnostics._common import Source, as_trainer, scale_of, state_preserved
+from tfmp.run.diagnostics._report import Source, as_trainer, scale_of, state_preserved
 
 __all__ = ["NonFiniteReport", "first_nonfinite"]
 

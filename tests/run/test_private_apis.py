@@ -1,39 +1,39 @@
-"""Tests for tfmp/run/_compat.py: the private TensorFlow and Keras APIs the run framework relies on are all there."""
+"""Tests for tfmp/run/_private_apis.py: the private TensorFlow and Keras APIs the run framework uses are all there."""
 
 import keras
 import pytest
 import tensorflow as tf
 from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver
 
-from tfmp.run import _compat
+from tfmp.run import _private_apis
 
 
 def test_the_installed_keras_and_tensorflow_have_every_private_api_the_run_framework_uses():
-    _compat.check()  # raises ImportError naming what is missing
+    _private_apis.check()  # raises ImportError naming what is missing
 
 
 def test_a_missing_private_api_is_named_with_what_it_was_for(monkeypatch):
     monkeypatch.delattr(slurm_cluster_resolver, "expand_tasks_per_node")
     with pytest.raises(ImportError) as error:
-        _compat.check()
+        _private_apis.check()
     message = str(error.value)
     assert (
         "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver.expand_tasks_per_node "
         "(Slurm's tasks per node (expand_slurm_tasks_per_node))" in message
     )
     assert f"Keras {keras.__version__} / TensorFlow {tf.__version__}" in message
-    assert "update tfmp/run/_compat.py" in message
+    assert "update tfmp/run/_private_apis.py" in message
     assert "expand_hostlist" not in message  # only what is gone
 
 
 def test_slurms_lists_expand_with_tensorflows_parser():
-    assert _compat.expand_slurm_hostlist("node[1-3],gpu7") == ["node1", "node2", "node3", "gpu7"]
-    assert _compat.expand_slurm_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert _private_apis.expand_slurm_hostlist("node[1-3],gpu7") == ["node1", "node2", "node3", "gpu7"]
+    assert _private_apis.expand_slurm_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
 
 
 def test_a_functional_layers_inbound_nodes_are_its_calls():
     inputs = keras.Input((2,))
     dense = keras.layers.Dense(1)
     keras.Model(inputs, dense(inputs))
-    (node,) = _compat.inbound_nodes(dense)
+    (node,) = _private_apis.inbound_nodes(dense)
     assert node.input_tensors[0] is inputs

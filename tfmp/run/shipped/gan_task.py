@@ -14,8 +14,7 @@ from tfmp.models.gan import build_discriminator, build_generator
 from tfmp.run import data as data_lib
 from tfmp.run.callbacks.tensorboard import GeneratorSamples
 from tfmp.run.config import GANConfig
-from tfmp.run.shipped import image_task_data
-from tfmp.run.tasks import Task
+from tfmp.run.shipped.image_task import ImageTask, synthetic_batch
 
 __all__ = ["GANTask", "gan_route"]
 
@@ -37,7 +36,7 @@ def gan_route(key: str) -> tuple[str, str]:
     return ("validation" if validation else ""), key
 
 
-class GANTask(Task):
+class GANTask(ImageTask):
     """The original tutorial's GAN (`tfmp.models.gan`, `tfmp.GANTrainer`) on an image dataset loaded by name.
 
     Images only, incomplete batches dropped, as the tutorial. The benchmark's
@@ -51,24 +50,16 @@ class GANTask(Task):
     name = "gan"
     config: GANConfig
     drop_remainder = True  # as the tutorial
-    console_fields = (("G Loss", "g_loss"), ("D Loss", "d_loss"))
-    example_unit = "img"
+    labelled = False
 
     def __init__(self, config: GANConfig | None = None, name: str | None = None):
         super().__init__(GANConfig() if config is None else config, name)
 
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        """`(height, width, channels)` of the model's images."""
-        return self.config.image_shape
-
-    def load_data(self) -> data_lib.Split:
-        """The config's dataset at the model's image shape, split by its seed."""
-        return image_task_data.load(self.config, self.image_shape)
-
     def train_data(self, data: data_lib.Split) -> tf.data.Dataset:
         c = self.config
-        return data_lib.make_dataset(data.x_train, batch_size=c.batch_size, drop_remainder=True, seed=c.seed)
+        return data_lib.make_dataset(
+            data.x_train, batch_size=c.batch_size, drop_remainder=self.drop_remainder, seed=c.seed
+        )
 
     def optimizers(self, steps_per_epoch: int) -> tuple[keras.optimizers.Optimizer, ...]:
         c = self.config
@@ -78,7 +69,7 @@ class GANTask(Task):
         )
 
     def build_trainer(
-        self, loss_scale: str | float, jit_compile: bool, steps_per_epoch: int, data: Any
+        self, loss_scale: str | float, xla: bool, steps_per_epoch: int, data: Any
     ) -> trainers.MixedPrecisionTrainer:
         c = self.config
         trainer = trainers.GANTrainer(
@@ -88,9 +79,7 @@ class GANTask(Task):
             c.label_swap_fraction,
             seed=c.seed,
         )
-        trainer.compile(
-            *self.optimizers(steps_per_epoch), loss_scale=loss_scale, skip_nonfinite=True, jit_compile=jit_compile
-        )
+        trainer.compile(*self.optimizers(steps_per_epoch), loss_scale=loss_scale, skip_nonfinite=True, jit_compile=xla)
         return trainer
 
     def hparams(self) -> dict[str, Any]:
@@ -108,23 +97,15 @@ class GANTask(Task):
         noise = np.random.default_rng(c.seed).uniform(-1, 1, (c.num_samples, c.latent_dim))
         return [GeneratorSamples(os.path.join(run_dir, "generator"), trainer.generator, noise)]
 
-    # -- how the run framework shows and feeds it (see tfmp.run.tasks) ----------
+    # -- how the run framework shows it (see tfmp.run.tasks) --------------------
+
+    def console_fields(self) -> tuple[tuple[str, str], ...]:
+        return (("G Loss", "g_loss"), ("D Loss", "d_loss"))
 
     def summary_route(self, key: str) -> tuple[str, str]:
         """`gan_route`: the tutorial's layout."""
         return gan_route(key)
 
-    def describe_data(self) -> str:
-        return f"dataset={self.config.dataset}"
-
-    def steps_per_epoch(self, data: data_lib.Split | int) -> int:
-        """Full batches of `data`'s training images (or that many), capped by `config.steps_per_epoch`."""
-        return image_task_data.steps_per_epoch(self.config, data, drop_remainder=True)
-
-    def probe(self, data: data_lib.Split) -> Any:
-        """The first `batch_size` training images, in the split's order."""
-        return image_task_data.probe(data, self.config.batch_size, labelled=False)
-
     def benchmark_batch(self) -> Any:
         """Synthetic uniform [0, 1] images, seeded by `config.seed`."""
-        return image_task_data.synthetic_batch(self.config, self.image_shape, None)
+        return synthetic_batch(self.config, self.image_shape, None)

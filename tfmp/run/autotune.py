@@ -7,10 +7,10 @@ GPU a large GAN step gains from 16 bits while a small, launch-bound
 MobileNetV2 step loses (the Performance report has the figures). The
 compute-capability rule (`tfmp.precision.choose_precision`) would pick
 bfloat16 for both. So `choose` has each candidate precision measured (for
-a task: a few training steps of its model, `fastest`),
+a task: a few training steps of its model, `tfmp.run.trials.fastest`),
 picks the fastest, reports every figure, and caches the answer in a small
-JSON file keyed by the device and the model's signature, so the probe runs
-once.
+JSON file keyed by the device and the model's signature, so the measurement
+runs once.
 
 The candidates (`candidates`) follow the device:
 
@@ -31,33 +31,25 @@ to decide for it (the tests do).
 The cache lives in `$TFMP_CACHE_DIR`, else `$XDG_CACHE_HOME/tfmp`, else
 `~/.cache/tfmp`, as `auto_precision.json`. Delete it to measure again.
 
-For a task, `fastest(task, data, ...)` builds the task's trainer in each
-candidate precision as the run will build it (its float32 layers, XLA and
-TF32 settings; float16 with the run's loss scale), times a few `fit()` steps
-on the task's probe batch (`time_steps`), and hands the figures to `choose`.
+Measuring a task's model is `tfmp.run.trials`; this module knows nothing
+of tasks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import tensorflow as tf
 
-from tfmp import _cache, trainers
+from tfmp import _cache
 from tfmp import precision as precision_lib
 from tfmp._cache import CACHE_ENV
 from tfmp.cpu_kernels import cpu_has_bfloat16, cpu_has_float16, machine_id
-from tfmp.run import callbacks as callbacks_lib
-from tfmp.run import diagnostics
-from tfmp.run.callbacks.display import example_unit
-from tfmp.run.tasks import Built, Task
 
 __all__ = [
     "CACHE_ENV",
@@ -70,9 +62,7 @@ __all__ = [
     "cpu_has_bfloat16",
     "cpu_has_float16",
     "detect_hardware",
-    "fastest",
     "machine_id",
-    "time_steps",
 ]
 
 log = logging.getLogger(__name__)
@@ -295,93 +285,3 @@ def choose(
         },
     )
     return Choice(best(figures), figures, cached, path, hardware.description, "", labels, not_cached, unit)
-
-
-_WARMUP_STEPS = 2
-_STEPS = 6
-
-
-def time_steps(trainer: trainers.MixedPrecisionTrainer, probe: Any) -> float:
-    """Images (or examples) per second of a few `fit()` steps on one batch, warm-up (tracing, compiling) excluded."""
-    batch_size = int(tf.nest.flatten(probe)[0].shape[0])
-    timer = callbacks_lib.StepTimer(batch_size * trainer.images_per_example, _WARMUP_STEPS)
-    trainer.fit(
-        tf.data.Dataset.from_tensors(probe).repeat(),
-        epochs=1,
-        steps_per_epoch=_WARMUP_STEPS + _STEPS,
-        callbacks=[timer],
-        shuffle=False,
-        verbose=0,
-    )
-    return timer.mean_images_per_sec
-
-
-def fastest(
-    task: Task,
-    data: Any,
-    jit_compile: bool,
-    loss_scales: Mapping[str, str | float],
-    hardware: Hardware,
-    timer: Callable[[trainers.MixedPrecisionTrainer, Any], float] | None = None,
-) -> str:
-    """The fastest candidate precision for the task's model on `hardware`, measured once per device and model.
-
-    Each candidate trains a fresh copy of the task's model for a few steps
-    on its probe batch (`tfmp.run.diagnostics.probe`, taken only when
-    something is measured), timed by `timer`
-    (default `time_steps`); one candidate's model is in memory at a time.
-    The caller sets TF32 around the call (`tfmp.tf32_scope`), as the run
-    will. The answer, with every figure, is logged.
-
-    Args:
-        task: The task whose model is measured (its config is valid).
-        data: What the task's `load_data` returned.
-        jit_compile: Whether the run's step is XLA-compiled.
-        loss_scales: The loss scale each candidate trains with, by precision
-            (`tfmp.run.config.loss_scales` of the config's requested scale).
-        hardware: The device (`detect_hardware`).
-        timer: Times a trainer's steps on the probe batch (the tests inject one).
-    """
-    timer = timer or time_steps
-    config = task.config
-    measured = candidates(hardware)
-    built: dict[str, Built] = {}
-    probes: list[Any] = []  # the probe batch, taken at the first measurement: a cached answer needs none
-
-    def build(precision: str) -> Built:
-        if precision not in built:
-            with precision_lib.precision_scope(precision):
-                built[precision] = task.build(precision, loss_scales[precision], jit_compile, 1, data)
-        return built[precision]
-
-    def measure(precision: str) -> float:
-        if not probes:
-            probes.append(diagnostics.probe(task, data))
-        measured = timer(build(precision).trainer, probes[0])
-        del built[precision]  # one candidate's model and optimizer state in memory at a time
-        return measured
-
-    signature = ""  # a single candidate measures nothing and needs no model
-    if len(measured) > 1:
-        trainer = build("float32").trainer
-        described = {
-            "trainer": type(trainer).__name__,
-            "networks": {name: net.get_config() for name, net in trainer.networks.items()},
-            "batch_size": config.batch_size,
-            "xla": jit_compile,
-            # What decides the float32 layers under bfloat16: the setting and the model's advice.
-            "float32_layers": [config.float32_layers, task.cpu_bfloat16_float32_layers],
-        }
-        # Only where they change a measurement, so that CPU entries stay valid across loss-scale settings.
-        if "mixed_float16" in measured:
-            described["loss_scale"] = str(loss_scales["mixed_float16"])
-        if hardware.gpus:
-            described["tf32"] = bool(config.tf32)
-        signature = json.dumps(described, sort_keys=True, default=str)
-    capability = hardware.compute_capability
-    tf32 = config.tf32 and capability is not None and capability >= (8, 0)
-    labels = {"float32": "float32 with TF32"} if tf32 else None
-    unit = f"{example_unit(task)}/s"
-    choice = choose(signature, measure, hardware, labels=labels, unit=unit)
-    log.info(str(choice))
-    return choice.precision

@@ -8,11 +8,12 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfmp import _deprecated
 from tfmp.models.mobilenet_v2 import build_mobilenet_v2_classifier, cpu_bfloat16_float32_layers
 from tfmp.models.resnet50 import build_resnet50_classifier
 from tfmp.run import data as data_lib
 from tfmp.run.config import ClassifierConfig
-from tfmp.run.shipped import image_task_data
+from tfmp.run.shipped.image_task import ImageTask, synthetic_batch
 from tfmp.run.tasks import SupervisedTask
 
 __all__ = ["ClassifierTask", "NetworkBuilder", "resnet50_task"]
@@ -20,7 +21,7 @@ __all__ = ["ClassifierTask", "NetworkBuilder", "resnet50_task"]
 NetworkBuilder = Callable[[tuple[int, int, int], int], keras.Model]
 
 
-class ClassifierTask(SupervisedTask):
+class ClassifierTask(ImageTask, SupervisedTask):
     """An image classifier on a dataset loaded by name (`tfmp.Trainer`): labelled, shuffled, last batch kept.
 
     By default MobileNetV2 (`tfmp.models.mobilenet_v2`) as the config sets
@@ -35,15 +36,15 @@ class ClassifierTask(SupervisedTask):
             or logits with `config.from_logits`). None: MobileNetV2 with the
             config's `alpha`, `from_logits` and `batch_norm_momentum`.
         image_shape: The network's input; None: the config's.
-        cpu_bfloat16_float32_layers: The network's float32 advice for
-            bfloat16 on a CPU; None: MobileNetV2's for the default network,
-            none otherwise.
+        auto_float32_layers: The network's float32 advice for bfloat16 on a
+            CPU (what `float32_layers="auto"` keeps); None: MobileNetV2's for
+            the default network, none otherwise.
         num_classes: Classes when built without data (a synthetic workload);
             with data, the labels decide.
+        cpu_bfloat16_float32_layers: Deprecated name of `auto_float32_layers`.
     """
 
     config: ClassifierConfig
-    example_unit = "img"
 
     def __init__(
         self,
@@ -51,13 +52,24 @@ class ClassifierTask(SupervisedTask):
         name: str = "mobilenet_v2",
         network: NetworkBuilder | None = None,
         image_shape: tuple[int, int, int] | None = None,
-        cpu_bfloat16_float32_layers: str | None = None,
+        auto_float32_layers: str | None = None,
         num_classes: int = 10,
+        cpu_bfloat16_float32_layers: str | None = None,
     ):
-        super().__init__(metrics=["accuracy"], config=ClassifierConfig() if config is None else config, name=name)
+        if cpu_bfloat16_float32_layers is not None:
+            _deprecated.warn(
+                "ClassifierTask(cpu_bfloat16_float32_layers)",
+                received=f"cpu_bfloat16_float32_layers={cpu_bfloat16_float32_layers!r}",
+            )
+            auto_float32_layers = cpu_bfloat16_float32_layers if auto_float32_layers is None else auto_float32_layers
+        super().__init__(
+            metrics=["accuracy"],
+            config=ClassifierConfig() if config is None else config,
+            name=name,
+            auto_float32_layers=auto_float32_layers,
+        )
         self._network = network
         self._image_shape = image_shape
-        self._advice = cpu_bfloat16_float32_layers
         self.num_classes = num_classes
 
     @property
@@ -66,15 +78,11 @@ class ClassifierTask(SupervisedTask):
         return self._image_shape or self.config.image_shape
 
     @property
-    def cpu_bfloat16_float32_layers(self) -> str:
+    def auto_float32_layers(self) -> str:
         """The network's float32 advice for bfloat16 on a CPU (`tfmp.run.tasks.float32_pattern`)."""
-        if self._advice is not None:
-            return self._advice
+        if self._auto_float32_layers is not None:
+            return self._auto_float32_layers
         return cpu_bfloat16_float32_layers(self.image_shape) if self._network is None else ""
-
-    def load_data(self) -> data_lib.Split:
-        """The config's dataset at the network's image shape, split by its seed."""
-        return image_task_data.load(self.config, self.image_shape)
 
     def train_data(self, data: data_lib.Split) -> tf.data.Dataset:
         c = self.config
@@ -122,22 +130,9 @@ class ClassifierTask(SupervisedTask):
             "batch_norm_momentum": c.batch_norm_momentum,
         }
 
-    # -- how the run framework shows and feeds it (see tfmp.run.tasks) ----------
-
-    def describe_data(self) -> str:
-        return f"dataset={self.config.dataset}"
-
-    def steps_per_epoch(self, data: data_lib.Split | int) -> int:
-        """Batches of `data`'s training images (or that many), the last one kept, capped by `config.steps_per_epoch`."""
-        return image_task_data.steps_per_epoch(self.config, data, drop_remainder=False)
-
-    def probe(self, data: data_lib.Split) -> Any:
-        """The first `batch_size` labelled training images, in the split's order."""
-        return image_task_data.probe(data, self.config.batch_size, labelled=True)
-
     def benchmark_batch(self) -> Any:
         """Synthetic uniform [0, 1] images and int32 labels below `num_classes`, seeded by `config.seed`."""
-        return image_task_data.synthetic_batch(self.config, self.image_shape, self.num_classes)
+        return synthetic_batch(self.config, self.image_shape, self.num_classes)
 
 
 def resnet50_task(config: ClassifierConfig | None = None, input_size: int = 64) -> ClassifierTask:

@@ -10,7 +10,7 @@ needs, re-exported from `tfmp._compat`) and touches no private name itself.
 
 `PRIVATE_APIS` lists what this module reaches into, and `check()` raises an
 `ImportError` naming each one the installed Keras or TensorFlow no longer
-has (`tests/run/test_run_compat.py` runs it). One private use is not an attribute
+has (`tests/run/test_private_apis.py` runs it). One private use is not an attribute
 and has nothing to check: `step_trace` passes the profiler's `_r` key, which
 `tf.profiler.experimental.Trace` takes through `**kwargs` as trace metadata.
 If TensorFlow stops reading it, the key is kept as plain metadata and the
@@ -116,7 +116,7 @@ def check() -> None:
     instances = {"keras.layers.Layer": keras.layers.Dense(1)}
     gone = missing(PRIVATE_APIS, owners, instances)
     if gone:
-        raise missing_error(gone, "tfmp/run/_compat.py")
+        raise missing_error(gone, "tfmp/run/_private_apis.py")
 
 
 # -- Keras ------------------------------------------------------------------------------------

@@ -1,7 +1,6 @@
-"""Tests for tfmp/run/setting.py: what `resolve` settles before the run builds its model."""
+"""Tests for tfmp/run/settled.py: what `resolve` settles before the run builds its model."""
 
 import collections
-import os
 import re
 import sys
 import warnings
@@ -12,7 +11,7 @@ from tiny import HAS_GPU, tiny
 import tfmp
 from tfmp import optimizers
 from tfmp import precision as precision_lib
-from tfmp.run import auto_precision, output, setting, training
+from tfmp.run import autotune, output, settled, training, trials
 from tfmp.run import config as config_lib
 from tfmp.run.benchmark import workload
 
@@ -36,7 +35,7 @@ def test_resolve_keeps_a_loss_scale_only_under_float16_and_says_when_it_drops_on
 ):
     lines = []
     with output.lines_to(lines.append):
-        resolved = setting.resolve(tiny(tmp_path, precision=precision, loss_scale=loss_scale))
+        resolved = settled.resolve(tiny(tmp_path, precision=precision, loss_scale=loss_scale))
     assert (resolved.precision, resolved.loss_scale) == (expected_precision, expected_scale)
     expected_lines = [] if note is None else [f"{note}; only float16 needs loss scaling."]
     assert lines == expected_lines
@@ -52,25 +51,24 @@ def test_resolve_keeps_a_loss_scale_only_under_float16_and_says_when_it_drops_on
         pytest.param("auto", False, marks=pytest.mark.skipif(HAS_GPU, reason="auto is off without a GPU")),
     ],
 )
-def test_resolve_turns_the_xla_setting_into_jit_compile(xla, expected, tmp_path):
-    assert setting.resolve(tiny(tmp_path, xla=xla)).jit_compile is expected
+def test_resolve_turns_the_xla_setting_into_a_bool(xla, expected, tmp_path):
+    assert settled.resolve(tiny(tmp_path, xla=xla)).xla is expected
 
 
-def test_resolve_names_the_run_directory_without_creating_it(tmp_path):
+def test_resolve_names_the_run_without_creating_its_directory(tmp_path):
     logdir = tmp_path / "logs"
-    named = setting.resolve(tiny(logdir, run_name="sweep/a"))
-    assert named.run_dir == os.path.join(str(logdir), "sweep/a")
-    default = setting.resolve(tiny(logdir, precision="fp16"))
-    assert os.path.dirname(default.run_dir) == str(logdir)
-    assert re.fullmatch(r"\d{8}-\d{6}_gan_mixed_float16_ls-dynamic", os.path.basename(default.run_dir))
+    named = settled.resolve(tiny(logdir, run_name="sweep/a"))
+    assert named.run_name == "sweep/a"
+    default = settled.resolve(tiny(logdir, precision="fp16"))
+    assert re.fullmatch(r"\d{8}-\d{6}_gan_mixed_float16_ls-dynamic", default.run_name)
     assert not logdir.exists()
 
 
 def test_resolve_checks_the_steps_of_an_epoch_only_when_asked(tmp_path):
     task = tiny(tmp_path, batch_size=4096)  # more than the digits' training split
     with pytest.raises(config_lib.ConfigError, match="batch_size=4096"):
-        setting.resolve(task)
-    assert setting.resolve(task, check_steps=False).precision == "float32"
+        settled.resolve(task)
+    assert settled.resolve(task, check_steps=False).precision == "float32"
 
 
 @pytest.mark.skipif(HAS_GPU, reason="the rule gives float32 without a GPU")
@@ -78,11 +76,11 @@ def test_resolve_decides_auto_by_rule_under_multi_worker_without_measuring(tmp_p
     def measured():
         raise AssertionError("auto was measured: every worker could choose differently")
 
-    monkeypatch.setattr(auto_precision, "detect_hardware", measured)
+    monkeypatch.setattr(autotune, "detect_hardware", measured)
     lines = []
     with warnings.catch_warnings(), output.lines_to(lines.append):
         warnings.simplefilter("error")  # the run's own choice: no warning about auto outside a run
-        resolved = setting.resolve(tiny(tmp_path, precision="auto", strategy="multi_worker"))
+        resolved = settled.resolve(tiny(tmp_path, precision="auto", strategy="multi_worker"))
     assert (resolved.precision, resolved.loss_scale) == ("float32", "none")
     assert lines == [
         "note: precision=auto under strategy=multi_worker is chosen by the compute-capability rule, as "
@@ -93,10 +91,10 @@ def test_resolve_decides_auto_by_rule_under_multi_worker_without_measuring(tmp_p
 @pytest.mark.skipif(HAS_GPU, reason="the rule gives float32 without a GPU")
 @pytest.mark.parametrize("strategy", ["default", "multi_worker"])
 def test_hardware_is_the_rule_in_any_run_without_measuring_or_a_note(tmp_path, monkeypatch, strategy):
-    monkeypatch.setattr(auto_precision, "detect_hardware", lambda: pytest.fail("hardware was measured"))
+    monkeypatch.setattr(autotune, "detect_hardware", lambda: pytest.fail("hardware was measured"))
     lines = []
     with output.lines_to(lines.append):
-        resolved = setting.resolve(tiny(tmp_path, precision="hardware", strategy=strategy))
+        resolved = settled.resolve(tiny(tmp_path, precision="hardware", strategy=strategy))
     assert (resolved.precision, lines) == ("float32", [])
 
 
@@ -109,8 +107,8 @@ def test_the_loss_scale_rule_has_one_home_and_every_caller_follows_it(tmp_path, 
         return 64.0 if precision == "mixed_float16" else "none"
 
     monkeypatch.setattr(config_lib, "loss_scale_for", rule)
-    assert setting.resolve(tiny(tmp_path, precision="fp16")).loss_scale == 64.0
-    assert setting.resolve(tiny(tmp_path, precision="bf16")).loss_scale == "none"
+    assert settled.resolve(tiny(tmp_path, precision="fp16")).loss_scale == 64.0
+    assert settled.resolve(tiny(tmp_path, precision="bf16")).loss_scale == "none"
 
     built = []
     task = tiny(tmp_path / "auto", precision="auto")
@@ -121,9 +119,10 @@ def test_the_loss_scale_rule_has_one_home_and_every_caller_follows_it(tmp_path, 
         return build(self, precision, loss_scale, *args, **kwargs)
 
     monkeypatch.setattr(type(task), "build", recording_build)
-    hardware = auto_precision.Hardware(cpu_bfloat16=True, cpu_float16=True, machine="test")
+    hardware = autotune.Hardware(cpu_bfloat16=True, cpu_float16=True, machine="test")
     scales = config_lib.loss_scales(None)
-    auto_precision.fastest(task, task.load_data(), False, scales, hardware, timer=lambda trainer, probe: 1.0)
+    data = task.load_data()
+    trials.fastest(task, data, task.probe(data), False, scales, hardware, timer=lambda trainer, probe: 1.0)
     assert ("mixed_float16", 64.0) in built and ("float32", "none") in built
 
     with tfmp.precision_scope("mixed_float16"):
