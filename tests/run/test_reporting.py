@@ -49,7 +49,17 @@ def test_markdown_table_has_a_header_and_one_row_per_record(records):
     assert [cell.strip() for cell in lines[0].strip("|").split("|")] == COMPARE_KEYS
     assert len(lines) == 2 + len(records)
     assert lines[3].startswith("| tiny | mixed_bfloat16 | false | 8 | ")
-    assert lines[3].endswith(" | n/a | 1 |" + " n/a |" * 7)  # no GPU figure; one run; no launches counted
+    # No GPU figure; one run; no timed rounds recorded; no launches counted.
+    assert lines[3].endswith(" | n/a | 1 |" + " n/a |" * 9)
+
+
+def test_markdown_table_prints_intervals_as_ratios_are_printed(records):
+    records[1].images_per_sec_interval, records[1].ratio_to_hand_written_interval = 0.0123, 0.05
+    records[1].steps_per_round, records[1].rounds = 1, 4
+    row = [cell.strip() for cell in reporting.markdown_table(records).splitlines()[3].strip("|").split("|")]
+    cells = dict(zip(COMPARE_KEYS, row))
+    assert (cells["images_per_sec_interval"], cells["ratio_to_hand_written_interval"]) == ("0.012", "0.050")
+    assert (cells["steps_per_round"], cells["rounds"], cells["ratio_to_float32_interval"]) == ("1", "4", "n/a")
 
 
 def test_json_file_holds_the_records(records, tmp_path):

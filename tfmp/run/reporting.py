@@ -137,7 +137,7 @@ def _format(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        return f"{value:.3f}" if "ratio" in key or key == "of_ceiling" else f"{value:.1f}"
+        return f"{value:.3f}" if "ratio" in key or key.endswith("_interval") or key == "of_ceiling" else f"{value:.1f}"
     return str(value)
 
 
@@ -147,7 +147,7 @@ def markdown_table(records: Sequence[JsonRecord]) -> str:
     Keys whose values are lists or dicts (a ceiling record's `ops`) are left
     to the JSON.
 
-    Ratios (keys naming a ratio, and `of_ceiling`) print with three decimals,
+    Ratios (keys naming a ratio, intervals and `of_ceiling`) print with three decimals,
     other floats with one, None as `n/a`.
 
     Raises:
