@@ -196,6 +196,7 @@ RUN_LAYERS = (
         "baseline",
         "options",
         "output",
+        "reporting",
     ),  # leaves
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts
@@ -205,7 +206,7 @@ RUN_LAYERS = (
     ("task_loader", "shipped", "trials"),  # finding what --task names; the shipped tasks; `auto`'s trial runs
     ("settled",),  # what a config settles to before the run's model is built
     ("runner",),  # one run
-    ("training", "benchmark", "reporting"),  # entry points
+    ("training", "benchmark"),  # entry points
     ("parity",),  # paired runs of the entry points
 )
 RUN = os.path.join(LIBRARY, "run")

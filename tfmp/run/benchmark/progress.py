@@ -35,6 +35,7 @@ class Progress:
         every: In `"lines"` mode, the fewest seconds between two timing lines of a row.
         label: The row being measured (set by `row`).
         started: When the row started (`time.time()`, which a row's own process shares).
+        shown_at: When the row's last timing line was shown (`"lines"` mode spaces them out).
 
     Example: `Progress("lines").row("gan float32 xla=false batch=512")`.
     """
@@ -43,7 +44,7 @@ class Progress:
     every: float = 10.0
     label: str = ""
     started: float = 0.0
-    _last_line: float = -math.inf
+    shown_at: float = -math.inf
 
     def __post_init__(self) -> None:
         if self.mode not in ("progress", "lines"):
@@ -51,7 +52,7 @@ class Progress:
 
     def row(self, label: str) -> Progress:
         """This progress for one row, its clock started now."""
-        return dataclasses.replace(self, label=label, started=time.time(), _last_line=-math.inf)
+        return dataclasses.replace(self, label=label, started=time.time(), shown_at=-math.inf)
 
     @property
     def elapsed(self) -> float:
@@ -85,9 +86,9 @@ class Progress:
                 many times the ratio.
             repeats: The fixed number of rounds, or None when timing to an interval.
         """
-        if self.mode == "lines" and time.time() - self._last_line < self.every:
+        if self.mode == "lines" and time.time() - self.shown_at < self.every:
             return
-        self._last_line = time.time()
+        self.shown_at = time.time()
         of = f"/{repeats}" if repeats else ""
         known = f", ratio +-{100 * width:.1f}%" if width is not None and rounds >= 3 else ""
         left = f", ETA {_clock(eta)}" if eta is not None else ""
