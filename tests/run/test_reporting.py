@@ -1,7 +1,7 @@
 """Tests for tfmp/run/reporting.py: the markdown table, the JSON file and the PNG chart.
 
 The records are built by hand (what `tfmp.run.benchmark.compare` returns for a
-tiny classifier); tests/run/benchmark/test_modes.py measures real ones.
+tiny classifier); tests/run/benchmark/test_compare_mode.py measures real ones.
 """
 
 import dataclasses

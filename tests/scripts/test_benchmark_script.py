@@ -1,7 +1,7 @@
 """Tests for scripts/benchmark.py: its flag parsers in process, the script in a subprocess.
 
 Subprocesses run the real script end to end on the tutorial's GAN at batch 8, one per mode but input_pipeline
-(tested in process, tests/run/benchmark/test_modes.py).
+(tested in process, tests/run/benchmark/test_compare_mode.py).
 """
 
 import dataclasses

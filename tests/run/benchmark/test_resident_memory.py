@@ -84,14 +84,14 @@ def test_runs_measure_every_row_again_in_the_same_process():
     [({"steps": 0}, "steps=0"), ({"models": ("tiny", "huge")}, "unknown model, 'huge'"), ({"runs": 0}, "runs=0")],
 )
 def test_config_errors_name_the_value_before_any_work(changes, message, monkeypatch):
-    monkeypatch.setattr(resident_memory, "_measure_compare_row", _no_row)
+    monkeypatch.setattr(resident_memory, "measure_row", _no_row)
     with pytest.raises(ValueError, match=message):
         benchmark.resident(tiny_config(**changes), tiny_specs())
 
 
 def test_without_proc_it_is_an_error_before_any_work(monkeypatch):
     monkeypatch.setattr(resident_memory, "resident_mb", lambda: None)
-    monkeypatch.setattr(resident_memory, "_measure_compare_row", _no_row)
+    monkeypatch.setattr(resident_memory, "measure_row", _no_row)
     with pytest.raises(RuntimeError, match="/proc/self/status"):
         benchmark.resident(tiny_config(models=("tiny",)), tiny_specs())
 

@@ -21,8 +21,9 @@ host: its conditionals, executed ops and host reads, counted on any
 machine), `workload` (the trainer, the hand-written step and the plain
 `fit()` model of one row), `repeated_pipeline` (the real input pipeline),
 `progress` (what a run shows while it measures), `drivers` (running and
-timing each path, round after round until a stop rule says enough), `modes` (`compare`,
-`input_pipeline`), `kernel_ceiling` (the `ceiling` mode), `resident_memory`
+timing each path, round after round until a stop rule says enough), `rows`
+(the rows every mode runs, in order, and a row's own process), `compare_mode`
+(`compare`), `pipeline_mode` (`input_pipeline`), `kernel_ceiling` (the `ceiling` mode), `resident_memory`
 (the `resident` mode), `largest_batch` (the `max_batch` mode).
 """
 
@@ -38,10 +39,11 @@ from tfmp.run.benchmark.benchmark_config import (
     default_specs,
     fit_to_machine,
 )
+from tfmp.run.benchmark.compare_mode import compare
 from tfmp.run.benchmark.kernel_ceiling import CeilingRecord, ceiling
 from tfmp.run.benchmark.largest_batch import MaxBatchRecord, MaxBatchSettings, max_batch
 from tfmp.run.benchmark.launches import conditionals, executed_ops, fit_host_reads, host_reads, xla_conditionals
-from tfmp.run.benchmark.modes import compare, input_pipeline
+from tfmp.run.benchmark.pipeline_mode import input_pipeline
 from tfmp.run.benchmark.progress import Progress
 from tfmp.run.benchmark.records import PipelineRecord, Record, ResidentRecord
 from tfmp.run.benchmark.repeated_pipeline import Pipeline, training_pipeline
@@ -49,8 +51,8 @@ from tfmp.run.benchmark.resident_memory import resident
 from tfmp.run.benchmark.workload import Workload, build_workload
 
 # fmt: off
-__all__ = [  # by module: benchmark_config, records, launches, workload, repeated_pipeline, progress, modes,
-    # kernel_ceiling, resident_memory, largest_batch
+__all__ = [  # by module: benchmark_config, records, launches, workload, repeated_pipeline, progress,
+    # compare_mode and pipeline_mode, kernel_ceiling, resident_memory, largest_batch
     "BenchmarkConfig", "DEFAULT_RESNET_INPUT_SIZE", "MODELS", "MODES", "PIPELINE_MODELS", "PRECISIONS",
     "canonical_models", "canonical_precisions", "default_specs", "fit_to_machine",
     "PipelineRecord", "Record", "ResidentRecord",

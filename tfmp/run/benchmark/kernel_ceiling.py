@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from tfmp import precision as precision_lib
 from tfmp.run import _private_apis, tasks
-from tfmp.run.benchmark import launches, modes
+from tfmp.run.benchmark import launches, rows
 from tfmp.run.benchmark.benchmark_config import BenchmarkConfig, canonical_models, canonical_precisions, dedupe
 from tfmp.run.benchmark.drivers import trainer_driver
 
@@ -141,7 +141,7 @@ def _profile_step(
     """(wall-clock ms per step, op ms per step by type) of the row's trainer, built as `compare` builds it."""
     with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
         keras.utils.set_random_seed(config.seed)
-        workload = modes._build(spec, precision, False, batch_size, config, hand_written=False)
+        workload = rows.build(spec, precision, False, batch_size, config, hand_written=False)
         dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
         driver = trainer_driver(workload, dataset, (batch_size,), config.warmup_steps, first_fit=True)
         steps, repeats = config.fixed_counts()
@@ -203,7 +203,7 @@ def ceiling(
     Raises:
         ValueError: for an invalid config, or one without a 16-bit precision, naming it.
     """
-    config, specs = modes._check_specs(config, specs)
+    config, specs = rows.check_specs(config, specs)
     sixteen = sixteen_bit_precisions(config.precisions)
     records = []
     for name in canonical_models(config.models, specs):

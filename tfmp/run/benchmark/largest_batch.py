@@ -36,9 +36,9 @@ import tensorflow as tf
 
 from tfmp import precision as precision_lib
 from tfmp.run import tasks
+from tfmp.run.benchmark import rows
 from tfmp.run.benchmark.benchmark_config import BenchmarkConfig
 from tfmp.run.benchmark.drivers import trainer_driver
-from tfmp.run.benchmark.modes import _build, _check_specs, _environment, _label, _rows
 from tfmp.run.memory_meters import AllocatorMemory, cpu_bfc_environment
 from tfmp.run.options import ConfigError, check_fields, option
 
@@ -217,7 +217,7 @@ def train_at_batch(
     try:
         with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
             keras.utils.set_random_seed(config.seed)
-            workload = _build(spec, precision, xla, batch_size, config, hand_written=False)
+            workload = rows.build(spec, precision, xla, batch_size, config, hand_written=False)
             got = int(tf.nest.flatten(workload.batch)[0].shape[0])
             if got != batch_size:
                 raise RuntimeError(
@@ -274,7 +274,7 @@ def run_trial(
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_child, args=(sender, function, args), daemon=True)
-    with _environment(environment):
+    with rows.environment(environment):
         process.start()
     sender.close()
     try:
@@ -414,10 +414,10 @@ def max_batch(
     settings = MaxBatchSettings() if settings is None else settings
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
     settings.validate(has_gpu)
-    config, specs = _check_specs(config, specs)
+    config, specs = rows.check_specs(config, specs)
     environment = {} if has_gpu else cpu_bfc_environment(settings.budget_mb)
     records = []
-    for spec, batch_size, xla, precision in _rows(
+    for spec, batch_size, xla, precision in rows.plan(
         dataclasses.replace(config, batch_sizes=config.batch_sizes[:1]), specs
     ):
         probe = max(1, batch_size // 4)
@@ -433,7 +433,7 @@ def max_batch(
                     if result.fits
                     else f"does not fit: {result.why_not}"
                 )
-                progress(f"{_label(spec, precision, xla, batch)}: {outcome}, {time.perf_counter() - start:.0f} s")
+                progress(f"{rows.label(spec, precision, xla, batch)}: {outcome}, {time.perf_counter() - start:.0f} s")
             return result
 
         fit, fail, estimate, count = _search(try_batch, (probe, 2 * probe), settings.budget_mb, settings)

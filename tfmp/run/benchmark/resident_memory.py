@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping
 import keras
 
 from tfmp.run import tasks
+from tfmp.run.benchmark import rows
 from tfmp.run.benchmark.benchmark_config import BenchmarkConfig
-from tfmp.run.benchmark.modes import _check_specs, _label, _measure_compare_row, _rows
+from tfmp.run.benchmark.compare_mode import measure_row
 from tfmp.run.benchmark.records import ResidentRecord
 from tfmp.run.memory_meters import resident_mb
 
@@ -89,16 +90,16 @@ def resident(
         RuntimeError: without `/proc/self/status` (Linux), where the RSS is
             read, before any work.
     """
-    config, specs = _check_specs(config, specs, progress)
+    config, specs = rows.check_specs(config, specs, progress)
     if resident_mb() is None:
         raise RuntimeError("The resident mode reads the RSS from /proc/self/status, which this system does not have.")
-    rows = list(_rows(config, specs))
+    plan = list(rows.plan(config, specs))
     records = []
     retained = _release()
     for run in range(1, config.runs + 1):
-        for spec, batch_size, xla, precision in rows:
+        for spec, batch_size, xla, precision in plan:
             start = time.perf_counter()
-            row = _measure_compare_row(spec, precision, xla, batch_size, config)
+            row = measure_row(spec, precision, xla, batch_size, config)
             gc.collect()
             after_row = resident_mb()
             before, retained = retained, _release()
@@ -117,7 +118,7 @@ def resident(
             if progress is not None:
                 of = f" (run {run}/{config.runs})" if config.runs > 1 else ""
                 progress(
-                    f"{_label(spec, precision, xla, batch_size)}{of}: peak RSS {record.peak_host_mb:.0f} MB, "
+                    f"{rows.label(spec, precision, xla, batch_size)}{of}: peak RSS {record.peak_host_mb:.0f} MB, "
                     f"{record.resident_mb:.0f} MB resident after it, {record.retained_mb:.0f} MB retained "
                     f"({record.left_behind_mb:+.0f} MB), {time.perf_counter() - start:.0f} s"
                 )

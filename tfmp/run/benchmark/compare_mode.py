@@ -1,134 +1,45 @@
-"""The benchmark's two modes: `compare` (trainer against float32 and a hand-written step) and `input_pipeline`.
+"""The benchmark's `compare` mode: the trainer against float32, a hand-written step and plain `fit()`.
 
-Each runs one row per (model, batch size, XLA, precision), in that nesting
-order, and returns one record per row; docs/guides/benchmark-methodology.md
-says how a row is measured.
+Each row is timed round after round, the paths interleaved, until its paired
+ratio is known to the config's interval or its time budget is spent;
+docs/guides/benchmark-methodology.md says how a row is measured.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import dataclasses
 import gc
 import math
-import multiprocessing
-import os
-import pickle
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
 
 import keras
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import config as config_lib
-from tfmp.run import task_loader, tasks
-from tfmp.run.benchmark import launches
-from tfmp.run.benchmark.benchmark_config import (
-    BenchmarkConfig,
-    canonical_models,
-    canonical_precisions,
-    dedupe,
-    default_specs,
-    fit_to_machine,
-)
+from tfmp.run import tasks
+from tfmp.run.benchmark import launches, rows
+from tfmp.run.benchmark.benchmark_config import BenchmarkConfig, canonical_models
 from tfmp.run.benchmark.drivers import (
     Driver,
     StopRule,
     fit_driver,
     hand_written_driver,
-    interleave,
     relative_interval,
     steps_per_round,
     time_rounds,
     trainer_driver,
 )
 from tfmp.run.benchmark.progress import Progress, remaining_estimate
-from tfmp.run.benchmark.records import PipelineRecord, Record
-from tfmp.run.benchmark.repeated_pipeline import Pipeline, training_pipeline
-from tfmp.run.benchmark.workload import Workload, build_workload
+from tfmp.run.benchmark.records import Record
 from tfmp.run.memory_meters import AllocatorMemory, GpuPeakMemory, HostPeakMemory, cpu_bfc_environment
 
-__all__ = ["compare", "input_pipeline"]
+__all__ = ["compare", "measure_row"]
 
-_T = TypeVar("_T")
-
-
-def _check_specs(
-    config: BenchmarkConfig, specs: Mapping[str, tasks.Task] | None, progress: Any = None
-) -> tuple[BenchmarkConfig, Mapping[str, tasks.Task]]:
-    """The config, validated, its unset precisions and XLA settings fitted to this machine (said to `progress`,
-    a `Progress` or a callable taking a line), and the specs (`default_specs` when None)."""
-    specs = default_specs(config.resnet_input_size) if specs is None else specs
-    config.validate(valid_models=specs)
-    if not (config.precisions and config.xla):
-        config, plan = fit_to_machine(config)
-        _say(progress, f"benchmark: {plan}")
-    return config, specs
-
-
-def _say(progress: Any, line: str) -> None:
-    """`line` to `progress`: a `Progress`'s own line, or a call of a callable; nothing for None."""
-    if isinstance(progress, Progress):
-        progress.note(line)
-    elif progress is not None:
-        progress(line)
-
-
-def _rows(config: BenchmarkConfig, specs: Mapping[str, tasks.Task]) -> Iterator[tuple[tasks.Task, int, bool, str]]:
-    """(spec, batch, xla, precision) in run order: precisions of a group adjacent."""
-    for name in canonical_models(config.models, specs):
-        spec = specs[name]
-        for batch_size in dedupe(config.batch_sizes) or (spec.config.batch_size,):
-            for xla in dedupe(config.xla):
-                for precision in canonical_precisions(config.precisions):
-                    yield spec, batch_size, xla, precision
-
-
-def _label(spec: tasks.Task, precision: str, xla: bool, batch_size: int) -> str:
-    return f"{spec.name} {precision} xla={str(xla).lower()} batch={batch_size}"
-
-
-def _row_task(spec: tasks.Task, batch_size: int, config: BenchmarkConfig, **changes: Any) -> tasks.Task:
-    """The model's task as one row runs it: the row's batch size and the benchmark's seed, float32 layers and TF32.
-
-    One epoch as long as the row's steps, so that a learning-rate schedule
-    runs over the measurement as it runs over a training run (a row timed to
-    an interval does not know its steps ahead: its epoch is `_OPEN_EPOCH` steps).
-    """
-    steps = config.warmup_steps + (config.steps * config.repeats if config.steps and config.repeats else _OPEN_EPOCH)
-    return spec.with_config(
-        batch_size=batch_size,
-        seed=config.seed,
-        float32_layers=config.float32_layers,
-        tf32=config.tf32,
-        epochs=1,
-        steps_per_epoch=steps,
-        **changes,
-    )
-
-
-def _build(
-    spec: tasks.Task, precision: str, xla: bool, batch_size: int, config: BenchmarkConfig, hand_written: bool = True
-) -> Workload:
-    """The row's workload, built by the model's task as training builds it."""
-    task = _row_task(spec, batch_size, config)
-    return build_workload(task, precision, xla, task.config.steps_per_epoch, hand_written=hand_written)
-
-
-# The epoch of a row whose step count is decided while it is timed: longer than any such row runs.
-_OPEN_EPOCH = 10_000
 # Steps per path of the launch count when --steps is unset: per-step counts, the same every step.
 _LAUNCH_STEPS = 5
-
-
-def _unit(spec: tasks.Task) -> str:
-    """What the model's throughput counts, as printed: `img/s` or `ex/s`."""
-    return f"{spec.example_unit}/s"
 
 
 def _kept(float32_layers: int) -> str:
@@ -228,7 +139,7 @@ def _counts_launches(config: BenchmarkConfig) -> bool:
     return config.count_launches
 
 
-def _measure_compare_row(
+def measure_row(
     spec: tasks.Task,
     precision: str,
     xla: bool,
@@ -248,7 +159,7 @@ def _measure_compare_row(
         with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
             keras.utils.set_random_seed(config.seed)
             phase("building")
-            workload = _build(spec, precision, xla, batch_size, config)
+            workload = rows.build(spec, precision, xla, batch_size, config)
             dataset = tf.data.Dataset.from_tensors(workload.batch).repeat()
             phase(f"tracing and warm-up ({config.warmup_steps} steps per path)")
             trainer = trainer_driver(
@@ -300,7 +211,7 @@ def _measure_compare_row(
     )
 
 
-def _measure_compare_row_in_own_process(
+def _measure_row_in_own_process(
     spec: tasks.Task,
     precision: str,
     xla: bool,
@@ -308,65 +219,20 @@ def _measure_compare_row_in_own_process(
     config: BenchmarkConfig,
     progress: Progress | None = None,
 ) -> _RowRun:
-    """`_measure_compare_row` in a process of its own; a RuntimeError naming the row if that process dies."""
+    """`measure_row` in a process of its own; a RuntimeError naming the row if that process dies."""
     environment = cpu_bfc_environment() if config.cpu_bfc else {}
     try:
-        with _environment(environment):
+        with rows.environment(environment):
             if progress is not None:
                 progress.phase("starting its process")
-            return _in_fresh_process(_measure_compare_row, spec, precision, xla, batch_size, config, progress)
+            return rows.in_fresh_process(measure_row, spec, precision, xla, batch_size, config, progress)
     except BrokenProcessPool as e:
         raise RuntimeError(
-            f"The process measuring {_label(spec, precision, xla, batch_size)} died before it "
+            f"The process measuring {rows.label(spec, precision, xla, batch_size)} died before it "
             "returned: killed (perhaps for lack of memory: try a smaller batch size), or started "
             "from a script without an `if __name__ == '__main__':` guard, which the fresh process "
             "imports again. isolate=False measures in this process."
         ) from e
-
-
-@contextlib.contextmanager
-def _environment(variables: Mapping[str, str]) -> Iterator[None]:
-    """Sets environment variables for the processes started inside the block, then puts the old values back."""
-    old = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def _in_fresh_process(function: Callable[..., _T], *args: Any) -> _T:
-    """`function(*args)` in a newly spawned Python process; its result, or its exception, comes back pickled.
-
-    Spawned rather than forked: forking a process whose TensorFlow runtime has
-    started its thread pools is unsafe. The process exits when it returns, and
-    with it everything TensorFlow kept. It first imports the task files this
-    process loaded by path (`tfmp.run.task_loader.imported_files`), so that a
-    task defined in one unpickles there.
-    """
-    context = multiprocessing.get_context("spawn")
-    files = task_loader.imported_files()
-    with concurrent.futures.ProcessPoolExecutor(
-        max_workers=1, mp_context=context, initializer=task_loader.import_files, initargs=(files,)
-    ) as pool:
-        return pool.submit(function, *args).result()
-
-
-def _check_picklable(specs: Mapping[str, tasks.Task], names: tuple[str, ...]) -> None:
-    """Raises ValueError, naming the task, if a row's task cannot be sent to a fresh process."""
-    for name in names:
-        try:
-            pickle.dumps(specs[name])
-        except (pickle.PicklingError, AttributeError, TypeError) as e:
-            raise ValueError(
-                f"isolate=True measures each row in a fresh process, so the model's task must pickle, and "
-                f"{name!r}'s does not ({e}). Build it from module-level functions instead of lambdas or "
-                f"local functions, or pass isolate=False (--isolate=false). Received: {specs[name]!r}"
-            ) from None
 
 
 def _spread(values: list[float]) -> tuple[float, float, float]:
@@ -409,7 +275,7 @@ def _record(spec: tasks.Task, precision: str, xla: bool, batch_size: int, runs: 
         ratio_to_hand_written_min=hand_written_min,
         ratio_to_hand_written_max=hand_written_max,
         runs=len(runs),
-        unit=_unit(spec),
+        unit=rows.unit(spec),
         allocator=runs[0].allocator,
         peak_mb=max(peak) if peak else None,
         step_mb=max(step) if step else None,
@@ -465,17 +331,17 @@ def compare(
         RuntimeError: when a row's process dies without returning (for
             example killed for lack of memory), naming the row.
     """
-    config, specs = _check_specs(config, specs, progress)
+    config, specs = rows.check_specs(config, specs, progress)
     if config.isolate:
-        _check_picklable(specs, canonical_models(config.models, specs))
-    measure = _measure_compare_row_in_own_process if config.isolate else _measure_compare_row
-    rows = list(_rows(config, specs))
-    measured: list[list[_RowRun]] = [[] for _ in rows]
+        rows.check_picklable(specs, canonical_models(config.models, specs))
+    measure = _measure_row_in_own_process if config.isolate else measure_row
+    plan = list(rows.plan(config, specs))
+    measured: list[list[_RowRun]] = [[] for _ in plan]
     seconds: list[tuple[str, float]] = []
-    queue = [spec.name for _ in range(config.runs) for spec, *_ in rows]
+    queue = [spec.name for _ in range(config.runs) for spec, *_ in plan]
     for run in range(config.runs):
-        for (spec, batch_size, xla, precision), runs in zip(rows, measured):
-            label = _label(spec, precision, xla, batch_size)
+        for (spec, batch_size, xla, precision), runs in zip(plan, measured):
+            label = rows.label(spec, precision, xla, batch_size)
             of = f" (run {run + 1}/{config.runs})" if config.runs > 1 else ""
             live = progress.row(label + of) if isinstance(progress, Progress) else None
             start = time.perf_counter()
@@ -492,7 +358,7 @@ def compare(
                 else:
                     progress(line)
     records = [
-        _record(spec, precision, xla, batch, runs) for (spec, batch, xla, precision), runs in zip(rows, measured)
+        _record(spec, precision, xla, batch, runs) for (spec, batch, xla, precision), runs in zip(plan, measured)
     ]
     # Each run's ratio to its own float32 row, then the median over the runs.
     float32 = {(r.model, r.xla, r.batch_size): runs for r, runs in zip(records, measured) if r.precision == "float32"}
@@ -531,7 +397,7 @@ def _row_line(label: str, spec: tasks.Task, row_run: _RowRun, seconds: float) ->
     )
     launches = f", launches counted in {row_run.launch_seconds:.0f} s" if row_run.launch_seconds is not None else ""
     return (
-        f"{label}: {statistics.median(row_run.trainer):.1f} {_unit(spec)}{hand}, "
+        f"{label}: {statistics.median(row_run.trainer):.1f} {rows.unit(spec)}{hand}, "
         f"peak RSS {row_run.peak_host_mb:.0f} MB{allocator}, {row_run.rounds} rounds x {row_run.steps} steps"
         f"{launches}, {seconds:.0f} s"
     )
@@ -547,83 +413,3 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
     if value is None or reference is None or reference <= 0:
         return None
     return value / reference
-
-
-def _measure_pipeline_row(
-    spec: tasks.Task, precision: str, xla: bool, batch_size: int, pipeline: Pipeline, config: BenchmarkConfig
-) -> tuple[float, float]:
-    """Times one row; returns (pipeline, synthetic) throughputs, in the model's unit."""
-    with precision_lib.precision_scope(precision), precision_lib.tf32_scope(config.tf32):
-        keras.utils.set_random_seed(config.seed)
-        workload = _build(spec, precision, xla, batch_size, config, hand_written=False)
-        synthetic_data = tf.data.Dataset.from_tensors(workload.batch).repeat()
-        synthetic = trainer_driver(workload, synthetic_data, (batch_size,), config.warmup_steps, first_fit=True)
-        # At least one epoch of warm-up: a partial last batch has its own shape.
-        warmup = max(config.warmup_steps, len(pipeline.epoch_batch_sizes))
-        real = trainer_driver(workload, pipeline.dataset, pipeline.epoch_batch_sizes, warmup, first_fit=False)
-        interleave([real, synthetic], *config.fixed_counts())
-    return real.median_images_per_sec, synthetic.median_images_per_sec
-
-
-def input_pipeline(
-    config: BenchmarkConfig,
-    specs: Mapping[str, tasks.Task] | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> list[PipelineRecord]:
-    """Measures the trainer fed by the real pipeline against in-memory tensors.
-
-    For each (model, batch size, XLA, precision): one trainer, compiled as in
-    `compare`, is fed alternately by `training_pipeline` on `config.dataset`
-    (`tfmp.run.data.load_images` + `tfmp.run.data.make_dataset`, exactly the
-    pipeline a training run's task builds, with `.repeat()`) and by
-    `tf.data.Dataset.from_tensors(batch).repeat()` of the same shape and
-    dtypes, through the same `train_function`, interleaved over `repeats`.
-    The pipeline's warm-up covers at least one epoch, so a partial last batch
-    (the classifier keeps it) is traced, and with XLA compiled, before
-    timing; its images count at their real number.
-
-    Args:
-        config: What to measure; `config.dataset` is the real data.
-        specs: The models' `tfmp.run.tasks.Task`s by name; `default_specs(...)` when None.
-        progress: Called with one line per finished row; silent when None.
-
-    Returns:
-        One `PipelineRecord` per row.
-
-    Raises:
-        ValueError: for an invalid config, naming the value.
-        tfmp.run.data.DatasetNotFoundError: when the dataset needs a download
-            that is not available.
-    """
-    config, specs = _check_specs(config, specs, progress)
-    records = []
-    pipelines: dict[tuple[str, int], Pipeline] = {}
-    dataset = config.dataset.lower()
-    for spec, batch_size, xla, precision in _rows(config, specs):
-        start = time.perf_counter()
-        key = (spec.name, batch_size)
-        if key not in pipelines:
-            # The shipped image models read the benchmark's dataset; a task of your own reads its own data.
-            changes = {"dataset": dataset} if isinstance(spec.config, config_lib.ImageConfig) else {}
-            pipelines[key] = training_pipeline(_row_task(spec, batch_size, config, **changes))
-        gc.collect()
-        real, synthetic = _measure_pipeline_row(spec, precision, xla, batch_size, pipelines[key], config)
-        record = PipelineRecord(
-            model=spec.name,
-            dataset=dataset,
-            precision=precision,
-            xla=xla,
-            batch_size=batch_size,
-            pipeline_images_per_sec=real,
-            synthetic_images_per_sec=synthetic,
-            ratio=real / synthetic,
-            unit=_unit(spec),
-        )
-        records.append(record)
-        if progress is not None:
-            progress(
-                f"{_label(spec, precision, xla, batch_size)} on {dataset}: pipeline {real:.1f} {record.unit}, "
-                f"synthetic {synthetic:.1f} {record.unit}, ratio {record.ratio:.3f}, "
-                f"{time.perf_counter() - start:.0f} s"
-            )
-    return records

@@ -1,4 +1,4 @@
-"""Tests for tfmp/run/benchmark/modes.py (compare, input_pipeline) and the records they return.
+"""Tests for tfmp/run/benchmark/compare_mode.py (compare) and the records it returns.
 
 The record, ratio and JSON logic runs on tiny models (a small CNN on 8x8
 images and a GAN with widths of 2 to 8, benchmark_tiny.py beside this file), so
@@ -36,7 +36,7 @@ from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
 from tfmp.models.small_cnn import build_small_cnn
 from tfmp.run import benchmark, memory_meters, reporting, shipped, tasks
 from tfmp.run import config as config_lib
-from tfmp.run.benchmark import modes
+from tfmp.run.benchmark import compare_mode
 
 
 @pytest.fixture(scope="module")
@@ -251,33 +251,6 @@ def test_the_policy_is_restored_when_a_row_fails():
     assert keras.config.dtype_policy().name == "float32"
 
 
-def test_input_pipeline_mode_compares_the_real_pipeline_with_synthetic_tensors():
-    rows = benchmark.input_pipeline(
-        tiny_config(models=("tiny",), precisions=("bf16",), batch_sizes=(128,), steps=3), tiny_specs()
-    )
-    assert len(rows) == 1
-    row = rows[0].to_json()
-    assert list(row) == [
-        "model",
-        "dataset",
-        "precision",
-        "xla",
-        "batch_size",
-        "pipeline_images_per_sec",
-        "synthetic_images_per_sec",
-        "unit",
-        "ratio",
-    ]
-    assert (row["model"], row["dataset"], row["precision"], row["batch_size"]) == (
-        "tiny",
-        "digits",
-        "mixed_bfloat16",
-        128,
-    )
-    assert row["ratio"] == row["pipeline_images_per_sec"] / row["synthetic_images_per_sec"]
-    assert reporting.markdown_table(rows).count("\n") == 2
-
-
 @pytest.mark.parametrize(
     "changes, message",
     [
@@ -397,11 +370,13 @@ def test_a_row_times_the_trainer_its_task_builds_for_training(monkeypatch):
     monkeypatch.setattr(shipped.ClassifierTask, "build", recording_build)
     timed = []
     monkeypatch.setattr(
-        modes, "trainer_driver", lambda workload, *args, **kwargs: timed.append(workload.trainer) or _FakeDriver()
+        compare_mode,
+        "trainer_driver",
+        lambda workload, *args, **kwargs: timed.append(workload.trainer) or _FakeDriver(),
     )
-    monkeypatch.setattr(modes, "hand_written_driver", lambda *args, **kwargs: _FakeDriver())
-    monkeypatch.setattr(modes, "fit_driver", lambda *args, **kwargs: _FakeDriver())
-    monkeypatch.setattr(modes, "time_rounds", lambda drivers, steps, rule, on_round=None: 1)
+    monkeypatch.setattr(compare_mode, "hand_written_driver", lambda *args, **kwargs: _FakeDriver())
+    monkeypatch.setattr(compare_mode, "fit_driver", lambda *args, **kwargs: _FakeDriver())
+    monkeypatch.setattr(compare_mode, "time_rounds", lambda drivers, steps, rule, on_round=None: 1)
     benchmark.compare(tiny_config(models=("tiny",), precisions=("fp16",), seed=3, count_launches=False), tiny_specs())
     steps = 1 + 2 * 1  # warm-up + steps x repeats of tiny_config
     assert [row[:-1] for row in built] == [("tiny", BATCH, 3, "mixed_float16", "dynamic", steps)]
