@@ -32,7 +32,7 @@ from tfmp.run.data import load_digits
 STEPS = int(os.environ.get("TFMP_EXAMPLE_STEPS", "200"))
 EPOCHS = 2
 BATCH_SIZE = 64
-RUN_DIR = os.path.join("logs", "fit_bfloat16")  # this run's directory; TensorBoard reads it
+RUN_DIR = os.path.join("logs", "fit_bfloat16")  # this run's directory, for TensorBoard
 
 digits = load_digits(image_size=(28, 28))
 train = (
