@@ -32,7 +32,7 @@ from tfmp.run.data import load_digits
 STEPS = int(os.environ.get("TFMP_EXAMPLE_STEPS", "200"))
 EPOCHS = 2
 BATCH_SIZE = 64
-LOGDIR = os.path.join("logs", "fit_bfloat16")
+RUN_DIR = os.path.join("logs", "fit_bfloat16")  # this run's directory, for TensorBoard
 
 digits = load_digits(image_size=(28, 28))
 train = (
@@ -53,7 +53,7 @@ with tfmp.precision_scope("mixed_bfloat16"):
 
 timer = callbacks.StepTimer(images_per_step=BATCH_SIZE, warmup_steps=1)
 fields = (("Loss", "loss"), ("Accuracy", "accuracy"))
-logger = callbacks.ConsoleLogger(timer, fields=fields, log_every=25, logdir=LOGDIR)
+logger = callbacks.ConsoleLogger(timer, fields=fields, log_every=25, run_dir=RUN_DIR)
 
 
 def route(key):
@@ -62,7 +62,7 @@ def route(key):
 
 
 summaries = callbacks.Summaries(
-    LOGDIR,
+    tensorboard_dir=RUN_DIR,
     route=route,
     hparams={"precision": "mixed_bfloat16", "batch_size": BATCH_SIZE},
     log_every=10,

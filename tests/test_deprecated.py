@@ -47,6 +47,49 @@ def test_every_new_module_and_method_the_tables_name_exists():
         assert hasattr(owners[owner], name) or name in {f.name for f in dataclasses.fields(owners[owner])}, new
 
 
+def test_every_renamed_argument_is_taken_under_its_new_name_and_its_old_keyword_is_kept():
+    import inspect
+
+    from tfmp.run import callbacks, diagnostics, shipped, tasks
+
+    functions = {
+        "ConsoleLogger": [callbacks.ConsoleLogger.__init__],
+        "Summaries": [callbacks.Summaries.__init__],
+        "GeneratorSamples": [callbacks.GeneratorSamples.__init__],
+        "GradientDiagnostics": [callbacks.GradientDiagnostics.__init__],
+        "ProfileSteps": [callbacks.ProfileSteps.__init__],
+        "write_gradient_summaries": [diagnostics.write_gradient_summaries],
+        "Task.callbacks": [tasks.Task.callbacks, shipped.GANTask.callbacks],
+    }
+    assert sorted(functions) == sorted(old.partition("(")[0] for old in _deprecated.RENAMED_ARGUMENTS)
+    for old, new in _deprecated.RENAMED_ARGUMENTS.items():
+        name, _, argument = old.partition("(")
+        assert new.startswith(f"{name}("), new
+        for function in functions[name]:
+            parameters = inspect.signature(function).parameters
+            assert (
+                new.partition("(")[2].removesuffix(")") in parameters and argument.removesuffix(")") not in parameters
+            )
+            assert function.__code__.co_name == "with_old_name", (old, function)  # `renamed_argument` keeps the old
+
+
+def test_a_renamed_argument_warns_naming_the_new_one_and_refuses_both():
+    @_deprecated.renamed_argument("Summaries(logdir)")
+    def summaries(tensorboard_dir, route=None):
+        return tensorboard_dir, route
+
+    assert summaries("logs/run", route=len) == ("logs/run", len)
+    with pytest.warns(DeprecationWarning) as caught:
+        assert summaries(logdir="logs/run") == ("logs/run", None)
+    assert [str(w.message) for w in caught] == [
+        "`Summaries(logdir)` is deprecated; use `Summaries(tensorboard_dir)`. It will be removed in tfmp 0.3. "
+        "Received: logdir='logs/run'"
+    ]
+    assert caught[0].filename == __file__  # blames the caller
+    with pytest.raises(TypeError, match=r"Received: tensorboard_dir='a', logdir='b'"):
+        summaries(tensorboard_dir="a", logdir="b")
+
+
 def test_a_removed_argument_warns_naming_what_to_do_and_what_was_received():
     with pytest.warns(DeprecationWarning) as caught:
         _deprecated.warn("gradient_report(print_fn)", received="print_fn=<built-in function print>")

@@ -70,14 +70,14 @@ class _FailingTask(shipped.GANTask):
             raise self.error
         return super().build(*args, **kwargs)
 
-    def callbacks(self, trainer, run_dir):
+    def callbacks(self, trainer, tensorboard_dir):
         task = self
 
         class RaiseAfterFirstStep(keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
                 raise task.error
 
-        return [*super().callbacks(trainer, run_dir), *([RaiseAfterFirstStep()] if self.at == "step" else [])]
+        return [*super().callbacks(trainer, tensorboard_dir), *([RaiseAfterFirstStep()] if self.at == "step" else [])]
 
 
 @pytest.mark.parametrize(
@@ -183,6 +183,7 @@ def test_the_tasks_name_leads_the_first_line_and_names_the_run_directory_and_hpa
     result = runner.Runner(shipped.GANTask(config, name="digits gan/v2"), print_fn=lines.append).run()
     assert lines[0].startswith("training digits gan/v2: precision=float32 loss_scale=none ")
     assert re.fullmatch(r"\d{8}-\d{6}_digits_gan_v2_float32_ls-none", os.path.basename(result.tensorboard_dir))
+    assert lines[0].endswith(f" run_dir={result.tensorboard_dir}")  # the run directory, its TensorBoard folder here
     assert _recorded_hparams(result.tensorboard_dir)["task"] == "digits gan/v2"
 
 

@@ -1,5 +1,7 @@
 """Tests for tfmp/run/tasks.py: the public Task, as small as what a task is, its hooks' defaults, and SupervisedTask."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -198,6 +200,19 @@ def test_with_config_copies_the_task_with_new_settings_and_replace_still_does_wi
     ):
         old = task.replace(seed=7)
     assert old.config == other.config
+
+
+def test_run_dir_is_the_deprecated_name_of_the_callbacks_tensorboard_dir():
+    import types
+
+    plain = tasks.SupervisedTask(tiny.dense_model(), tiny.arrays(), loss="mse")
+    gan = shipped.GANTask(config_lib.GANConfig(dataset="digits", num_samples=4))
+    message = r"`Task\.callbacks\(run_dir\)` is deprecated; use `Task\.callbacks\(tensorboard_dir\)`"
+    with pytest.warns(DeprecationWarning, match=message):
+        assert plain.callbacks(None, run_dir="logs/run") == []
+    with pytest.warns(DeprecationWarning, match=message):
+        (samples,) = gan.callbacks(types.SimpleNamespace(generator=None), run_dir="logs/run")
+    assert samples.summary_dir == os.path.join("logs/run", "generator")
 
 
 # --- the hooks' defaults -----------------------------------------------------------------

@@ -18,6 +18,9 @@ and the version that removes it. The table says which:
 * `RENAMED_METHODS` and `REMOVED_ARGUMENTS`: a method's or attribute's old
   name and a documented argument that is gone; the code keeping them (a
   method, or a property under the old name) calls `warn`.
+* `RENAMED_ARGUMENTS`: an argument's old keyword (`Summaries(logdir=...)`);
+  the function that takes it under its new name is decorated with
+  `renamed_argument`, which warns and passes the value on.
 * `RENAMED_VALUES`: an argument's value whose meaning has another name now
   (`precision="auto"` outside a run); the function reading it calls `warn`.
 
@@ -28,6 +31,7 @@ warn("Task.replace")   # DeprecationWarning: `Task.replace` is deprecated; use `
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -42,11 +46,13 @@ __all__ = [
     "MOVED_NAMES",
     "REMOVED_ARGUMENTS",
     "REMOVED_IN",
+    "RENAMED_ARGUMENTS",
     "RENAMED_METHODS",
     "RENAMED_VALUES",
     "alias",
     "message",
     "module_getattr",
+    "renamed_argument",
     "warn",
 ]
 
@@ -131,6 +137,18 @@ REMOVED_ARGUMENTS: dict[str, str] = {
     "ClassifierTask(cpu_bfloat16_float32_layers)": "use auto_float32_layers, the attribute float32_layers='auto' reads",
 }
 
+# Arguments renamed: "function(old)" -> "function(new)". A folder argument is named for the folder it is
+# (architecture guide, "One name per thing"): the config's `logdir` is the parent of every run's directory.
+RENAMED_ARGUMENTS: dict[str, str] = {
+    "ConsoleLogger(logdir)": "ConsoleLogger(run_dir)",
+    "Summaries(logdir)": "Summaries(tensorboard_dir)",
+    "GeneratorSamples(logdir)": "GeneratorSamples(summary_dir)",
+    "GradientDiagnostics(logdir)": "GradientDiagnostics(tensorboard_dir)",
+    "ProfileSteps(logdir)": "ProfileSteps(tensorboard_dir)",
+    "write_gradient_summaries(logdir)": "write_gradient_summaries(tensorboard_dir)",
+    "Task.callbacks(run_dir)": "Task.callbacks(tensorboard_dir)",
+}
+
 # Argument values renamed: "argument=value" -> why, and the value to use instead.
 RENAMED_VALUES: dict[str, str] = {
     'precision="auto"': (
@@ -151,6 +169,8 @@ def message(old: str) -> str:
         return f"`{old}` is deprecated; use `{MOVED_NAMES[old]}`. It will be removed in tfmp {REMOVED_IN}."
     if old in RENAMED_METHODS:
         return f"`{old}` is deprecated; use `{RENAMED_METHODS[old]}`. It will be removed in tfmp {REMOVED_IN}."
+    if old in RENAMED_ARGUMENTS:
+        return f"`{old}` is deprecated; use `{RENAMED_ARGUMENTS[old]}`. It will be removed in tfmp {REMOVED_IN}."
     if old in REMOVED_ARGUMENTS:
         return f"`{old}` is deprecated and will be removed in tfmp {REMOVED_IN}: {REMOVED_ARGUMENTS[old]}."
     if old in RENAMED_VALUES:
@@ -168,6 +188,50 @@ def warn(old: str, received: str = "", stacklevel: int = 3) -> None:
     """
     text = message(old) + (f" Received: {received}" if received else "")
     warnings.warn(text, DeprecationWarning, stacklevel=stacklevel)
+
+
+def _argument(call: str) -> str:
+    """`logdir` of `"Summaries(logdir)"`."""
+    return call.partition("(")[2].removesuffix(")")
+
+
+def renamed_argument(old: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Keeps the old keyword of a renamed argument working, with its warning.
+
+    `old` is a key of `RENAMED_ARGUMENTS`; the decorated function takes the
+    argument under its new name, at the same position, so a positional call
+    is unchanged:
+
+    ```python
+    @_deprecated.renamed_argument("Summaries(logdir)")
+    def __init__(self, tensorboard_dir: str, ...): ...
+    ```
+
+    `Summaries(logdir=path)` then warns and passes `tensorboard_dir=path`.
+
+    Raises:
+        KeyError: for an `old` that is not a key of `RENAMED_ARGUMENTS`.
+        TypeError: from the decorated function, when both names are given.
+    """
+    old_name, new_name = _argument(old), _argument(RENAMED_ARGUMENTS[old])
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def with_old_name(*args: Any, **kwargs: Any) -> Any:
+            if old_name in kwargs:
+                value = kwargs.pop(old_name)
+                if new_name in kwargs:
+                    raise TypeError(
+                        f"{RENAMED_ARGUMENTS[old]} was given under its new and its old name ({old_name}). "
+                        f"Received: {new_name}={kwargs[new_name]!r}, {old_name}={value!r}"
+                    )
+                warn(old, received=f"{old_name}={value!r}")
+                kwargs[new_name] = value
+            return function(*args, **kwargs)
+
+        return with_old_name
+
+    return decorate
 
 
 def module_getattr(module: str) -> Callable[[str], Any]:

@@ -223,8 +223,8 @@ class TrainConfig:
     )
     profile_steps: tuple[int, int] | None = option(
         None,
-        "START,END: capture a TensorFlow profiler trace of these steps (from 1, inclusive) into the run's "
-        "logdir, for TensorBoard's Profile tab. Start after the warm-up steps.",
+        "START,END: capture a TensorFlow profiler trace of these steps (from 1, inclusive) into the run "
+        "directory, for TensorBoard's Profile tab. Start after the warm-up steps.",
         "logs and console",
         check=_profile_steps,
         resumable=True,

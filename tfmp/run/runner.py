@@ -327,26 +327,26 @@ class Runner:
         The checkpointing comes last, from `build_preemption`.
         """
         settled, task, position = self.settled, self.task, self.position
-        config, data, logdir = task.config, settled.data, self.directories.tensorboard_dir
+        config, data, tensorboard_dir = task.config, settled.data, self.directories.tensorboard_dir
         # At the global step, so that a resumed run continues its per-step curves.
         summaries = callbacks_lib.Summaries(
-            logdir, task.summary_route, self._hparams(), settled.log_every, position, self.timer
+            tensorboard_dir, task.summary_route, self._hparams(), settled.log_every, position, self.timer
         )
         # First of the callbacks that read the weights: every replica then holds the same BatchNorm statistics.
         callbacks = [self.timer, self.console, summaries, distribute.AverageReplicaStatistics()]
-        callbacks += [*task.callbacks(self.trainer, logdir), *self.extra_callbacks]
+        callbacks += [*task.callbacks(self.trainer, tensorboard_dir), *self.extra_callbacks]
         if config.diagnose_every:
             probe = task.probe(data)
-            callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, logdir))
+            callbacks.append(callbacks_lib.GradientDiagnostics(probe, config.diagnose_every, tensorboard_dir))
         if config.profile_steps:
-            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, logdir))
+            callbacks.append(callbacks_lib.ProfileSteps(*config.profile_steps, tensorboard_dir))
         if config.on_nonfinite == "stop":
             callbacks.append(
                 callbacks_lib.NonFiniteStop(lambda step: next(iter(task.stream(data, step).take(1))), position)
             )
         allocator = memory_meters.AllocatorMemory.of_this_process()
         if allocator is not None:  # a GPU, or a CPU with TF_CPU_ALLOCATOR_USE_BFC=true
-            callbacks.append(callbacks_lib.PeakMemory(logdir, allocator))
+            callbacks.append(callbacks_lib.PeakMemory(tensorboard_dir, allocator))
         return callbacks
 
     def build_preemption(self, guard: preemption.PreemptionGuard) -> callbacks_lib.Checkpointing:
@@ -413,7 +413,7 @@ class Runner:
             f"training {self.task.name}: precision={settled.precision} loss_scale={settled.loss_scale} "
             f"xla={settled.xla} tf32={config.tf32} {described_data}batch_size={config.batch_size} "
             f"strategy={config.strategy} replicas={self.strategy.num_replicas_in_sync} "
-            f"steps/epoch={settled.steps_per_epoch} logdir={self.directories.tensorboard_dir}"
+            f"steps/epoch={settled.steps_per_epoch} run_dir={self.directories.run_dir}"
         )
         if settled.precision != "float32":
             warnings = diagnostics.startup_warnings(self.trainer, config.batch_size)

@@ -218,8 +218,16 @@ class Task(abc.ABC):
         """The model's hyperparameters for TensorBoard's HParams (beside the run's settings)."""
         return {}
 
-    def callbacks(self, trainer: trainers.MixedPrecisionTrainer, run_dir: str) -> list[keras.callbacks.Callback]:
-        """The model's own callbacks of a run writing to `run_dir`."""
+    @_deprecated.renamed_argument("Task.callbacks(run_dir)")
+    def callbacks(
+        self, trainer: trainers.MixedPrecisionTrainer, tensorboard_dir: str
+    ) -> list[keras.callbacks.Callback]:
+        """The model's own callbacks of a run whose TensorBoard directory is `tensorboard_dir`.
+
+        The runner calls it once, after the trainer is built and before
+        `fit()`, with the run's `Directories.tensorboard_dir` (the run
+        directory on the chief); `run_dir=` is its deprecated name.
+        """
         return []
 
     def loss(self) -> Any:

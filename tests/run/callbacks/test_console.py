@@ -13,7 +13,7 @@ def test_console_logger_prints_the_tutorials_line_and_a_summary():
         (("G Loss", "g_loss"), ("D Loss", "d_loss")),
         ("g_", "d_"),
         log_every=2,
-        logdir="logs/run1",
+        run_dir="logs/run1",
     )
     console.set_params({"epochs": 1, "steps": 3})
     logs = {
@@ -40,7 +40,16 @@ def test_console_logger_prints_the_tutorials_line_and_a_summary():
     assert "3 steps; mean throughput 1365.3 img/s over 2 steps (first 1 steps excluded as warm-up)" in summary
     assert "skipped steps: G 0, D 1;" in summary
     assert "final G Loss 0.6991, D Loss 0.6123" in summary
-    assert "tensorboard --logdir logs" in summary
+    assert "  logs: logs/run1  (view: tensorboard --logdir logs)" in summary
+
+
+def test_console_logger_logdir_is_the_deprecated_name_of_run_dir():
+    timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0)
+    with pytest.warns(
+        DeprecationWarning, match=r"`ConsoleLogger\(logdir\)` is deprecated; use `ConsoleLogger\(run_dir\)`"
+    ):
+        console = callbacks.ConsoleLogger(timer, (("Loss", "loss"),), logdir="logs/run1")
+    assert console.run_dir == "logs/run1"
 
 
 def _one_step_console(logs):

@@ -50,7 +50,7 @@ def test_each_epochs_peak_goes_to_tensorboard_and_the_highest_to_the_console(tmp
     lines = []
     with output.lines_to(lines.append):
         allocator = _Allocator([120.0, 180.5, 150.0])
-        callback = callbacks.PeakMemory(str(tmp_path), allocator)
+        callback = callbacks.PeakMemory(tensorboard_dir=str(tmp_path), allocator=allocator)
         _run(callback, 3)
         assert allocator.resets == 3 and callback.peaks_mb == [120.0, 180.5, 150.0]
         assert _scalars(tmp_path)["memory/peak_mb"] == [(0, 120.0), (1, 180.5), (2, 150.0)]

@@ -112,6 +112,43 @@ def test_image_grid_separates_tiles_with_gaps_of_a_constant_value():
         callbacks.image_grid(images, gap=-1)
 
 
+def test_generator_samples_write_a_grid_of_each_epoch_to_their_summary_dir(tmp_path):
+    import keras
+
+    generator = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Reshape((2, 2, 1))])
+    samples = callbacks.GeneratorSamples(str(tmp_path / "generator"), generator, np.zeros((4, 3)), gap=1)
+    samples.on_epoch_end(0)
+    samples.on_epoch_end(1)
+    samples.on_train_end()
+    images = [(event.step, value.tag) for event, value in _summary_values(tmp_path / "generator")]
+    assert images == [(0, "samples"), (1, "samples")]
+
+
+def test_logdir_is_the_deprecated_name_of_summaries_tensorboard_dir(tmp_path):
+    with pytest.warns(
+        DeprecationWarning, match=r"`Summaries\(logdir\)` is deprecated; use `Summaries\(tensorboard_dir\)`"
+    ):
+        summaries = callbacks.Summaries(logdir=str(tmp_path), route=lambda key: ("", key))
+    assert summaries.tensorboard_dir == str(tmp_path)
+
+
+def test_logdir_is_the_deprecated_name_of_generator_samples_summary_dir(tmp_path):
+    with pytest.warns(
+        DeprecationWarning, match=r"`GeneratorSamples\(logdir\)` is deprecated; use `GeneratorSamples\(summary_dir\)`"
+    ):
+        samples = callbacks.GeneratorSamples(logdir=str(tmp_path), generator=None, noise=np.zeros((1, 3)))
+    assert samples.summary_dir == str(tmp_path)
+
+
+def test_logdir_is_the_deprecated_name_of_gradient_diagnostics_tensorboard_dir(tmp_path):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"`GradientDiagnostics\(logdir\)` is deprecated; use `GradientDiagnostics\(tensorboard_dir\)`",
+    ):
+        diagnostics = callbacks.GradientDiagnostics(probe=None, every=5, logdir=str(tmp_path))
+    assert (diagnostics.tensorboard_dir, diagnostics.every) == (str(tmp_path), 5)
+
+
 def test_the_learning_rate_is_described_as_the_rate_of_the_next_step():
     assert "the one its next step applies" in callbacks.describe("g_learning_rate", per_step=True)
     assert "end of the epoch" in callbacks.describe("learning_rate", per_step=False)

@@ -91,7 +91,7 @@ def test_gan_report_has_both_objectives_at_the_current_scale(float16_gan, digits
     for old, new in zip(before, float16_gan.variables):
         np.testing.assert_array_equal(old, new.numpy())
 
-    diagnostics.write_gradient_summaries(report, str(tmp_path), step=7)
+    diagnostics.write_gradient_summaries(report, tensorboard_dir=str(tmp_path), step=7)
     tags = set()
     for root, _, files in os.walk(tmp_path / "diagnostics"):
         for name in files:
@@ -101,3 +101,12 @@ def test_gan_report_has_both_objectives_at_the_current_scale(float16_gan, digits
     assert ("discriminator/overflow_fraction_at_loss_scale", 7) in tags
     assert ("generator/log2_abs_grad", 7) in tags
     assert ("discriminator/log2_abs_grad/conv_1/kernel", 7) in tags
+
+
+def test_logdir_is_the_deprecated_name_of_write_gradient_summaries_tensorboard_dir(tmp_path):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"`write_gradient_summaries\(logdir\)` is deprecated; use `write_gradient_summaries\(tensorboard_dir\)`",
+    ):
+        diagnostics.write_gradient_summaries(diagnostics.GradientReport([], batch_size=8), logdir=str(tmp_path), step=0)
+    assert os.listdir(tmp_path) == ["diagnostics"]

@@ -133,15 +133,15 @@ def profile(run_steps: Callable[[int], Any], steps: int) -> Any:
         run_steps: Runs the given number of (warmed-up) steps and waits for them.
         steps: Steps to profile.
     """
-    with tempfile.TemporaryDirectory() as logdir:
-        tf.profiler.experimental.start(logdir)
+    with tempfile.TemporaryDirectory() as trace_dir:
+        tf.profiler.experimental.start(trace_dir)
         try:
             run_steps(steps)
         finally:
             tf.profiler.experimental.stop()
-        paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+        paths = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
         if not paths:
-            raise RuntimeError(f"The TensorFlow profiler wrote no trace. Received: files under {logdir}: none")
+            raise RuntimeError(f"The TensorFlow profiler wrote no trace. Received: files under {trace_dir}: none")
         space = _private_apis.xplane_pb2.XSpace()
         with open(paths[0], "rb") as f:
             space.ParseFromString(f.read())

@@ -10,6 +10,7 @@ from typing import Any
 
 import keras
 
+from tfmp import _deprecated
 from tfmp.run.callbacks.step_timer import StepTimer
 from tfmp.run.config import CONSOLE_MODES  # defined with the setting it checks; still importable from here
 
@@ -60,20 +61,22 @@ class ConsoleLogger(keras.callbacks.Callback):
         fields: `(label, log key)` pairs to print, e.g. `(("G Loss", "g_loss"),)`.
         loss_scale_prefixes: Log-key prefixes of the loss-scale entries.
         log_every: Print every this many steps (and the last step of each epoch).
-        logdir: Where the run's logs are, for the summary.
+        run_dir: The run's directory, which the summary names (with the
+            `tensorboard --logdir` of its parent); `logdir=` is its deprecated name.
         progress: Show a progress bar rather than the step lines.
         unit: What the throughput counts, per second: `"img"` (images), or
             `"ex"` (examples) for a model that does not take images; None:
             the timer's (`StepTimer.unit`), so the console and TensorBoard agree.
     """
 
+    @_deprecated.renamed_argument("ConsoleLogger(logdir)")
     def __init__(
         self,
         timer: StepTimer,
         fields: Sequence[tuple[str, str]],
         loss_scale_prefixes: Sequence[str] = ("",),
         log_every: int = 1,
-        logdir: str | None = None,
+        run_dir: str | None = None,
         progress: bool = False,
         unit: str | None = None,
     ):
@@ -84,7 +87,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         self.fields = tuple(fields)
         self.loss_scale_prefixes = tuple(loss_scale_prefixes)
         self.log_every = int(log_every)
-        self.logdir = logdir
+        self.run_dir = run_dir
         self.progress = bool(progress)
         self.unit = f"{timer.unit if unit is None else unit}/s"
         self.final_logs: dict[str, Any] = {}
@@ -172,8 +175,8 @@ class ConsoleLogger(keras.callbacks.Callback):
             f"summary: {len(timer.step_times)} steps; mean throughput {throughput}",
             f"  skipped steps: {skipped or 'none (no loss scaling)'}; final {finals}",
         ]
-        if self.logdir:
-            parent = os.path.dirname(os.path.normpath(self.logdir)) or "."
-            lines.append(f"  logs: {self.logdir}  (view: tensorboard --logdir {parent})")
+        if self.run_dir:
+            parent = os.path.dirname(os.path.normpath(self.run_dir)) or "."
+            lines.append(f"  logs: {self.run_dir}  (view: tensorboard --logdir {parent})")
         for line in lines:
             log.info(line)

@@ -21,7 +21,7 @@ class PeakMemory(keras.callbacks.Callback):
     The peak is what the allocator held at most during the epoch: the
     weights, optimizer slots and data resident between steps, plus the
     step's activations, gradients and workspaces. It is written as the
-    scalar `memory/peak_mb` (MiB, at the epoch index) to `logdir`, and the
+    scalar `memory/peak_mb` (MiB, at the epoch index) to `tensorboard_dir`, and the
     run's highest is logged (`tfmp.run.output`) at the end of training (`memory: peak ... MiB
     (GPU:0 allocator)`).
 
@@ -32,7 +32,8 @@ class PeakMemory(keras.callbacks.Callback):
     it the callback writes and logs nothing.
 
     Args:
-        logdir: The run's directory; None writes no TensorBoard scalar.
+        tensorboard_dir: The run's TensorBoard directory; None writes no
+            TensorBoard scalar.
         allocator: The allocator to read; None: `AllocatorMemory.of_this_process()`
             when training begins.
 
@@ -42,11 +43,11 @@ class PeakMemory(keras.callbacks.Callback):
 
     def __init__(
         self,
-        logdir: str | None = None,
+        tensorboard_dir: str | None = None,
         allocator: AllocatorMemory | None = None,
     ):
         super().__init__()
-        self.logdir = logdir
+        self.tensorboard_dir = tensorboard_dir
         self.allocator = allocator
         self.peaks_mb: list[float] = []
         self._writer = None
@@ -54,8 +55,8 @@ class PeakMemory(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if self.allocator is None:
             self.allocator = AllocatorMemory.of_this_process()
-        if self.allocator is not None and self.logdir is not None:
-            self._writer = tf.summary.create_file_writer(os.path.join(self.logdir, ""))
+        if self.allocator is not None and self.tensorboard_dir is not None:
+            self._writer = tf.summary.create_file_writer(os.path.join(self.tensorboard_dir, ""))
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.allocator is not None:

@@ -7,6 +7,7 @@ import logging
 import keras
 import tensorflow as tf
 
+from tfmp import _deprecated
 from tfmp.run import _private_apis
 
 __all__ = ["ProfileSteps"]
@@ -20,7 +21,7 @@ class ProfileSteps(keras.callbacks.Callback):
     Steps are counted from 1 across epochs, both ends included, as Keras's
     `TensorBoard(profile_batch=(start, end))` counts them; start after the
     warm-up so tracing and compilation stay out of the trace (the GAN tutorial's
-    DLProf `--iter_start`). The trace goes to `<logdir>/plugins/profile/`,
+    DLProf `--iter_start`). The trace goes to `<tensorboard_dir>/plugins/profile/`,
     where TensorBoard's profile plugin (`pip install tensorboard-plugin-profile`)
     opens it; each step is marked with `tf.profiler.experimental.Trace`, so
     the plugin's step-time view works. A run shorter than `end` stops the
@@ -31,15 +32,17 @@ class ProfileSteps(keras.callbacks.Callback):
     Args:
         start: First profiled step (>= 1).
         end: Last profiled step (>= start).
-        logdir: The run's directory.
+        tensorboard_dir: The run's TensorBoard directory; `logdir=` is its
+            deprecated name.
     """
 
-    def __init__(self, start: int, end: int, logdir: str):
+    @_deprecated.renamed_argument("ProfileSteps(logdir)")
+    def __init__(self, start: int, end: int, tensorboard_dir: str):
         super().__init__()
         if not 1 <= start <= end:
             raise ValueError(f"Profile steps must satisfy 1 <= start <= end. Received: start={start!r}, end={end!r}")
         self.start, self.end = int(start), int(end)
-        self.logdir = logdir
+        self.tensorboard_dir = tensorboard_dir
         self.profiled_steps: list[int] = []
         self._step = 0
         self._active = False
@@ -52,7 +55,7 @@ class ProfileSteps(keras.callbacks.Callback):
         self._step += 1
         if self._step == self.start:
             try:
-                tf.profiler.experimental.start(self.logdir)
+                tf.profiler.experimental.start(self.tensorboard_dir)
                 self._active = True
             except (tf.errors.AlreadyExistsError, tf.errors.UnavailableError) as e:
                 log.warning(f"warning: the profiler could not start ({e.message}); no trace is written.")
@@ -76,4 +79,4 @@ class ProfileSteps(keras.callbacks.Callback):
             tf.profiler.experimental.stop()
             self._active = False
             steps = f"{self.profiled_steps[0]}-{self.profiled_steps[-1]}"
-            log.info(f"profiled steps {steps}: tensorboard --logdir {self.logdir} (Profile tab)")
+            log.info(f"profiled steps {steps}: tensorboard --logdir {self.tensorboard_dir} (Profile tab)")

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
+from tfmp import _deprecated
 from tfmp.run import _private_apis, diagnostics
 from tfmp.run.callbacks.step_timer import THROUGHPUT_KEYS, StepTimer
 
@@ -101,15 +102,17 @@ class Summaries(keras.callbacks.Callback):
     step, so a resumed run continues its curves), and `epoch_<name>` at the
     end of each epoch, at the epoch index (from 0). Each log key is sent
     where `route(key)` says: a `(sub-run, name)` pair, the sub-run being a
-    directory under `logdir` ("" for `logdir` itself). Every scalar carries a
-    description (`describe`). With a `StepTimer`, `batch_images_per_sec`
-    (`batch_examples_per_sec` for a timer counting examples: its `log_key`)
-    is the throughput since the previous point, warm-up steps excluded (not
-    written while every step since is warm-up). The hyperparameters go to
-    `logdir` with the HParams plugin, so runs can be compared in its table.
+    directory under `tensorboard_dir` ("" for `tensorboard_dir` itself).
+    Every scalar carries a description (`describe`). With a `StepTimer`,
+    `batch_images_per_sec` (`batch_examples_per_sec` for a timer counting
+    examples: its `log_key`) is the throughput since the previous point,
+    warm-up steps excluded (not written while every step since is warm-up).
+    The hyperparameters go to `tensorboard_dir` with the HParams plugin, so
+    runs can be compared in its table.
 
     Args:
-        logdir: The run's directory.
+        tensorboard_dir: The run's TensorBoard directory (`Directories.tensorboard_dir`);
+            `logdir=` is its deprecated name.
         route: Maps a log key to `(sub-run, name)`; a task's
             `summary_route` (`tfmp.run.callbacks.display`).
         hparams: Hyperparameters to record (str, bool, int or float values).
@@ -119,9 +122,10 @@ class Summaries(keras.callbacks.Callback):
             per-step throughput; None writes none.
     """
 
+    @_deprecated.renamed_argument("Summaries(logdir)")
     def __init__(
         self,
-        logdir: str,
+        tensorboard_dir: str,
         route: Callable[[str], tuple[str, str]],
         hparams: Mapping[str, Any] | None = None,
         log_every: int = 1,
@@ -131,7 +135,7 @@ class Summaries(keras.callbacks.Callback):
         super().__init__()
         if log_every < 1 or step < 0:
             raise ValueError(f"log_every must be >= 1 and step >= 0. Received: log_every={log_every!r}, step={step!r}")
-        self.logdir = logdir
+        self.tensorboard_dir = tensorboard_dir
         self.route = route
         self.hparams = dict(hparams or {})
         self.log_every = int(log_every)
@@ -143,14 +147,14 @@ class Summaries(keras.callbacks.Callback):
     def writer(self, run: str):
         """The summary writer of a sub-run, created on first use."""
         if run not in self._writers:
-            self._writers[run] = tf.summary.create_file_writer(os.path.join(self.logdir, run))
+            self._writers[run] = tf.summary.create_file_writer(os.path.join(self.tensorboard_dir, run))
         return self._writers[run]
 
     def on_train_begin(self, logs=None):
         self._timed = 0
         if self.hparams:
             with self.writer("").as_default():
-                hparams_api.hparams(self.hparams, trial_id=os.path.basename(os.path.normpath(self.logdir)))
+                hparams_api.hparams(self.hparams, trial_id=os.path.basename(os.path.normpath(self.tensorboard_dir)))
 
     def _write(self, logs: Mapping[str, Any], prefix: str, step: int) -> None:
         for key, value in logs.items():
@@ -220,17 +224,20 @@ class GeneratorSamples(keras.callbacks.Callback):
     generator runs in inference mode (BatchNorm uses its moving statistics).
 
     Args:
-        logdir: Directory of the summary (e.g. the run's `generator/`).
+        summary_dir: The folder the image summary is written to, a sub-run
+            of the run's TensorBoard directory (the GAN's `generator/`);
+            `logdir=` is its deprecated name.
         generator: The generator model.
         noise: Fixed noise, `(n, latent_dim)`.
         tag: The image summary's tag.
         gap: Pixels between tiles.
     """
 
-    def __init__(self, logdir: str, generator: keras.Model, noise: np.ndarray, tag: str = "samples", gap: int = 2):
+    @_deprecated.renamed_argument("GeneratorSamples(logdir)")
+    def __init__(self, summary_dir: str, generator: keras.Model, noise: np.ndarray, tag: str = "samples", gap: int = 2):
         super().__init__()
         self.gap = int(gap)
-        self.logdir = logdir
+        self.summary_dir = summary_dir
         self.generator = generator
         self.noise = np.asarray(noise, np.float32)
         self.tag = tag
@@ -240,7 +247,7 @@ class GeneratorSamples(keras.callbacks.Callback):
         images = keras.ops.convert_to_numpy(self.generator(self.noise, training=False)).astype(np.float32)
         grid = image_grid(np.clip(images, 0.0, 1.0), gap=self.gap, gap_value=1.0)
         if self._writer is None:
-            self._writer = tf.summary.create_file_writer(self.logdir)
+            self._writer = tf.summary.create_file_writer(self.summary_dir)
         with self._writer.as_default():
             tf.summary.image(self.tag, grid[None], step=epoch)
         self._writer.flush()
@@ -265,16 +272,18 @@ class GradientDiagnostics(keras.callbacks.Callback):
     Args:
         probe: One training batch, as `fit()` receives it.
         every: Steps between reports, >= 1.
-        logdir: The run's directory.
+        tensorboard_dir: The run's TensorBoard directory; `logdir=` is its
+            deprecated name.
     """
 
-    def __init__(self, probe: Any, every: int, logdir: str):
+    @_deprecated.renamed_argument("GradientDiagnostics(logdir)")
+    def __init__(self, probe: Any, every: int, tensorboard_dir: str):
         super().__init__()
         if every < 1:
             raise ValueError(f"every must be >= 1. Received: every={every!r}")
         self.probe = probe
         self.every = int(every)
-        self.logdir = logdir
+        self.tensorboard_dir = tensorboard_dir
         self.reports: list[tuple[int, Any]] = []
         self._step = 0
         self._reference = None
@@ -287,5 +296,5 @@ class GradientDiagnostics(keras.callbacks.Callback):
         if self._step % self.every:
             return
         report = diagnostics.gradient_report(self.model, self.probe, reference=self._reference)
-        diagnostics.write_gradient_summaries(report, self.logdir, self._step)
+        diagnostics.write_gradient_summaries(report, self.tensorboard_dir, self._step)
         self.reports.append((self._step, report))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfmp import _deprecated
 from tfmp import trainers as trainers_lib
 from tfmp.float32_layers import layer_paths
 from tfmp.run.diagnostics import _report
@@ -305,17 +306,19 @@ def gradient_report(
     return report
 
 
-def write_gradient_summaries(report: GradientReport, logdir: str, step: int) -> None:
+@_deprecated.renamed_argument("write_gradient_summaries(logdir)")
+def write_gradient_summaries(report: GradientReport, tensorboard_dir: str, step: int) -> None:
     """Writes a report's fractions as scalars and log2|g| as histograms.
 
-    Everything goes to the `diagnostics` sub-run of `logdir`:
+    Everything goes to the `diagnostics` sub-run of `tensorboard_dir` (the
+    run's TensorBoard directory; `logdir=` is its deprecated name):
     `<objective>/underflow_fraction`, `.../subnormal_fraction`,
     `.../overflow_fraction` (and `..._at_loss_scale` when scaled),
     `<objective>/suggested_loss_scale_log2`, and histograms
     `<objective>/log2_abs_grad` (all variables) and
     `<objective>/log2_abs_grad/<variable>`.
     """
-    writer = tf.summary.create_file_writer(os.path.join(logdir, "diagnostics"))
+    writer = tf.summary.create_file_writer(os.path.join(tensorboard_dir, "diagnostics"))
     with writer.as_default(step=step):
         for obj in report.objectives:
             for field in ("underflow", "subnormal", "overflow"):

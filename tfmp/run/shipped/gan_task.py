@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfmp import trainers
+from tfmp import _deprecated, trainers
 from tfmp.models.gan import build_discriminator, build_generator
 from tfmp.run import data as data_lib
 from tfmp.run.callbacks.tensorboard import GeneratorSamples
@@ -91,11 +91,15 @@ class GANTask(ImageTask):
             "discriminator_learning_rate": c.discriminator_learning_rate,
         }
 
-    def callbacks(self, trainer: trainers.MixedPrecisionTrainer, run_dir: str) -> list[keras.callbacks.Callback]:
-        """A grid of generated images per epoch, from fixed noise (`tfmp.run.callbacks.GeneratorSamples`)."""
+    @_deprecated.renamed_argument("Task.callbacks(run_dir)")
+    def callbacks(
+        self, trainer: trainers.MixedPrecisionTrainer, tensorboard_dir: str
+    ) -> list[keras.callbacks.Callback]:
+        """A grid of generated images per epoch, from fixed noise, in the `generator` sub-run
+        (`tfmp.run.callbacks.GeneratorSamples`)."""
         c = self.config
         noise = np.random.default_rng(c.seed).uniform(-1, 1, (c.num_samples, c.latent_dim))
-        return [GeneratorSamples(os.path.join(run_dir, "generator"), trainer.generator, noise)]
+        return [GeneratorSamples(os.path.join(tensorboard_dir, "generator"), trainer.generator, noise)]
 
     # -- how the run framework shows it (see tfmp.run.tasks) --------------------
 
