@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["Arguments", "check_count", "check_jit_compile", "check_positive_number", "checked"]
+__all__ = ["Arguments", "check_count", "check_positive_number", "check_xla_update", "checked"]
 
 # LossScaleOptimizer's defaults, which tf.keras 2 and Keras 3 share.
 DEFAULT_INITIAL_SCALE = 2.0**15
@@ -114,7 +114,7 @@ def checked(inner_optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_s
     return Arguments(dynamic, scale, growth_steps, growth, backoff, hysteresis, low, high)
 
 
-def check_jit_compile(jit_compile: Any) -> bool | str:
-    if jit_compile is True or jit_compile is False or jit_compile == "auto":
-        return jit_compile
-    raise ValueError(f'jit_compile must be True, False or "auto". Received: jit_compile={jit_compile!r}')
+def check_xla_update(xla_update: Any) -> bool | str:
+    if xla_update is True or xla_update is False or xla_update == "auto":
+        return xla_update
+    raise ValueError(f'`xla_update` must be True, False or "auto". Received: xla_update={xla_update!r}')
