@@ -173,7 +173,7 @@ def tf_keras2_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: 
 
 
 # tfmp's own frames are skipped along with Keras's and TensorFlow's, so that a warning points at the user's line.
-_INTERNAL_FOLDERS = tuple(os.path.dirname(module.__file__) + os.sep for module in (keras, tf, sys.modules[__package__]))
+_INTERNAL_FOLDERS = tuple(os.path.dirname(path) + os.sep for path in (keras.__file__, tf.__file__, __file__))
 
 
 def _warn(message: str) -> None:

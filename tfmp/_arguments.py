@@ -27,8 +27,12 @@ _FLOAT32_MAX = float(tf.float32.max)
 
 
 def check_positive_number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 or value == float("inf"):
-        raise ValueError(f"`{name}` must be a finite positive number. Received: {name}={value!r}")
+    """`value` as a float, if it is a positive number that float32 (the loss scale's dtype) holds; else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= _FLOAT32_MAX:
+        raise ValueError(
+            f"`{name}` must be a positive number within float32's range (at most {_FLOAT32_MAX:g}). "
+            f"Received: {name}={value!r}"
+        )
     return float(value)
 
 
@@ -98,18 +102,9 @@ def checked(inner_optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_s
     low, high = check_positive_number("min_scale", low), check_positive_number("max_scale", high)
     _require(low <= high, f"`min_scale` must not exceed `max_scale`. Received: min_scale={low!r}, max_scale={high!r}")
     _require(
-        high <= _FLOAT32_MAX,
-        f"`max_scale` must be representable in float32 (at most {_FLOAT32_MAX:g}). Received: max_scale={high!r}",
-    )
-    _require(
-        dynamic or scale <= high,
-        f"A fixed `initial_scale` must not exceed `max_scale` = {high!r}; raise `max_scale` if you "
-        f"really mean it. Received: initial_scale={scale!r}",
-    )
-    _require(
-        not dynamic or low <= scale <= high,
-        f"A dynamic `initial_scale` must lie within [min_scale, max_scale] = [{low!r}, {high!r}]. "
-        f"Received: initial_scale={scale!r}",
+        scale <= high and (low <= scale or not dynamic),
+        f"`initial_scale` must not exceed `max_scale` = {high!r} (raise `max_scale` if you really mean it), nor, "
+        f"for a dynamic scale, lie below `min_scale` = {low!r}. Received: initial_scale={scale!r}",
     )
     return Arguments(dynamic, scale, growth_steps, growth, backoff, hysteresis, low, high)
 

@@ -234,8 +234,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def _apply(self, grads, trainable_variables, entry: str, step: Step | None = None) -> None:
         grads = list(grads)
-        if trainable_variables is not None:
-            trainable_variables = list(trainable_variables)
+        trainable_variables = None if trainable_variables is None else list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
@@ -329,7 +328,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
         def update(grads: list[Any], values: list[list[tf.Tensor]]) -> None:
             written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
-            choices = [*((variable, *pair) for variable, pair in zip(chosen, values)), *written]
+            choices = [(variable, *pair) for variable, pair in zip(chosen, values)] + written
             apply = lambda: self._apply_inner(grads, trainable_variables, unscale, keep)  # noqa: E731
             self._decide(all_finite(grads), apply, choices, [], True)
 
