@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+import tfmp
 from tfmp import _deprecated
 
 LIBRARY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tfmp")
@@ -36,11 +37,16 @@ def test_every_moved_name_is_its_new_object_with_one_warning_naming_the_new_plac
 def test_every_new_module_and_method_the_tables_name_exists():
     for new in _deprecated.MOVED_MODULES.values():
         importlib.import_module(new)
+    import keras
+
+    from tfmp.loss_scale import LossScaleOptimizer
     from tfmp.run.directories import Directories
     from tfmp.run.runner import RunResult
     from tfmp.run.tasks import Task
 
-    owners = {"Task": Task, "RunResult": RunResult, "Directories": Directories}
+    # An instance where the attribute is set in __init__.
+    lso = LossScaleOptimizer(keras.optimizers.SGD())
+    owners = {"Task": Task, "RunResult": RunResult, "Directories": Directories, "LossScaleOptimizer": lso}
     for old, new in _deprecated.RENAMED_METHODS.items():
         owner, _, name = new.partition(".")
         assert old.partition(".")[0] == owner, old
@@ -60,6 +66,7 @@ def test_every_renamed_argument_is_taken_under_its_new_name_and_its_old_keyword_
         "ProfileSteps": [callbacks.ProfileSteps.__init__],
         "write_gradient_summaries": [diagnostics.write_gradient_summaries],
         "Task.callbacks": [tasks.Task.callbacks, shipped.GANTask.callbacks],
+        "LossScaleOptimizer": [tfmp.LossScaleOptimizer.__init__],
     }
     assert sorted(functions) == sorted(old.partition("(")[0] for old in _deprecated.RENAMED_ARGUMENTS)
     for old, new in _deprecated.RENAMED_ARGUMENTS.items():

@@ -550,19 +550,19 @@ def test_scale_loss_traced_before_build_reads_the_variable():
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
 def test_a_compiled_update_keeps_the_scale_trajectory_and_the_weights(mode):
-    """jit_compile=True selects new or old values in one XLA cluster; the numbers are the branching update's."""
+    """xla_update=True selects new or old values in one XLA cluster; the numbers are the branching update's."""
     kwargs = {"initial_scale": 4, "dynamic_growth_steps": 2, "hysteresis": 2}
-    compiled, c_var = _run(_sgd_lso(jit_compile=True, **kwargs), "FFNFnNFF", mode)
-    branched, b_var = _run(_sgd_lso(jit_compile=False, **kwargs), "FFNFnNFF", mode)
+    compiled, c_var = _run(_sgd_lso(xla_update=True, **kwargs), "FFNFnNFF", mode)
+    branched, b_var = _run(_sgd_lso(xla_update=False, **kwargs), "FFNFnNFF", mode)
     assert compiled == branched
     assert compiled[2] == (8.0, 1, True) and compiled[5] == (2.0, 3, True)
     np.testing.assert_array_equal(c_var.numpy(), b_var.numpy())
 
 
-def _adam_steps(jit_compile, batches):
+def _adam_steps(xla_update, batches):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
-    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.01), initial_scale=2.0**10, jit_compile=jit_compile)
+    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.01), initial_scale=2.0**10, xla_update=xla_update)
     opt.build(model.trainable_variables)
 
     @tf.function
@@ -594,11 +594,26 @@ def test_a_compiled_adam_update_matches_the_uncompiled_one_and_a_skip_changes_no
         np.testing.assert_array_equal(x, y)
 
 
-def test_jit_compile_takes_true_false_or_auto():
-    assert _sgd_lso().jit_compile == "auto"
-    assert tfmp.LossScaleOptimizer.from_config(_sgd_lso(jit_compile=False).get_config()).jit_compile is False
-    with pytest.raises(ValueError, match=r'jit_compile must be True, False or "auto"\. Received: jit_compile=\'yes\''):
-        _sgd_lso(jit_compile="yes")
+def test_xla_update_takes_true_false_or_auto():
+    assert _sgd_lso().xla_update == "auto"
+    assert tfmp.LossScaleOptimizer.from_config(_sgd_lso(xla_update=False).get_config()).xla_update is False
+    with pytest.raises(ValueError, match=r'`xla_update` must be True, False or "auto"\. Received: xla_update=\'yes\''):
+        _sgd_lso(xla_update="yes")
+
+
+def test_tfmp_0_1s_jit_compile_is_xla_update_with_a_deprecation_warning():
+    expected = "`LossScaleOptimizer(jit_compile)` is deprecated; use `LossScaleOptimizer(xla_update)`. It will be"
+    with pytest.warns(DeprecationWarning) as caught:
+        opt = _sgd_lso(jit_compile=False)
+    assert opt.xla_update is False and [str(w.message)[: len(expected)] for w in caught] == [expected]
+    assert caught[0].filename == __file__  # the caller's line
+    config = opt.get_config()
+    assert "jit_compile" not in config and config["xla_update"] is False
+    config["jit_compile"] = config.pop("xla_update")  # a config tfmp 0.1 wrote
+    with pytest.warns(DeprecationWarning, match=r"LossScaleOptimizer\(jit_compile\)"):
+        assert tfmp.LossScaleOptimizer.from_config(config).xla_update is False
+    with pytest.warns(DeprecationWarning, match=r"`LossScaleOptimizer.jit_compile` is deprecated; use `Loss"):
+        assert opt.jit_compile is False
 
 
 # -- state: config, checkpoints, .keras files -------------------------------------

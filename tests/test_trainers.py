@@ -396,15 +396,15 @@ def test_a_skipped_step_leaves_batch_norm_statistics_and_weights_bit_for_bit(pre
 
 @pytest.mark.parametrize("precision, bad", [("float32", "nan"), ("mixed_float16", "overflow")])
 def test_the_compiled_update_a_gpu_runs_skips_a_step_bit_for_bit_too(precision, bad):
-    """`jit_compile=True` (the default on a GPU): no branch, each variable selected; a skip still changes nothing."""
+    """`xla_update=True` (the default on a GPU): no branch, each variable selected; a skip still changes nothing."""
     x, y = _images(4, 8)
     with tfmp.precision_scope(precision):
         trainer = trainers.Trainer(_bn_classifier())
         if bad == "overflow":
-            optimizer = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.1), initial_scale=2.0**24, jit_compile=True)
+            optimizer = tfmp.LossScaleOptimizer(keras.optimizers.Adam(0.1), initial_scale=2.0**24, xla_update=True)
         else:
             optimizer = tfmp.LossScaleOptimizer(
-                keras.optimizers.Adam(0.1), dynamic=False, initial_scale=1.0, jit_compile=True
+                keras.optimizers.Adam(0.1), dynamic=False, initial_scale=1.0, xla_update=True
             )
             x[2, 5, 5, 1] = np.nan
         trainer.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
@@ -422,7 +422,7 @@ def test_the_compiled_update_keeps_a_skipped_steps_loss_and_metrics_out_of_the_m
     def history(x, y):
         trainer = trainers.Trainer(_linear_classifier())
         optimizer = tfmp.LossScaleOptimizer(
-            keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1.0, jit_compile=True
+            keras.optimizers.SGD(0.1), dynamic=False, initial_scale=1.0, xla_update=True
         )
         trainer.compile(optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         return trainer.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0).history
@@ -774,7 +774,7 @@ def _own_trainer_fit(path, bad, rows, strategy=None):
             network, keras.losses.MeanSquaredError(), keras.metrics.MeanAbsoluteError(name="mae")
         )
         optimizer = tfmp.LossScaleOptimizer(
-            keras.optimizers.SGD(0.1), initial_scale=256.0, jit_compile=path == "compiled update"
+            keras.optimizers.SGD(0.1), initial_scale=256.0, xla_update=path == "compiled update"
         )
         trainer.compile(optimizer, jit_compile=path == "xla step")
     history = trainer.fit(x[rows], y[rows], batch_size=4, epochs=1, verbose=0, shuffle=False).history

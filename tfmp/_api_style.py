@@ -52,6 +52,34 @@ FLOWS = {
 # The two complete, unambiguous flows: switching between them is not a mistake.
 CLEAN_FLOWS = ("keras3", "tf_keras2")
 
+# tfmp's warning about a step of each unclear flow, and of any other mixed one ("mixed"), by whether it divides.
+_WARNINGS = {
+    "none": "{entry}() saw no scale_loss() (Keras 3), get_scaled_loss() or get_unscaled_gradients() (tf.keras 2) call "
+    "in this step, so nothing says whether the gradients are scaled. tfmp {}. If they are gradients of a scale_loss() "
+    "result, call scale_loss() in the same tf.function (or eagerly) as {entry}(); if of an unscaled loss, scale the "
+    "loss, or {}.",
+    "scaled_inputs": "{entry}() received the very gradients that went into get_unscaled_gradients() (still scaled), "
+    "not its output. tfmp divides them by the loss scale once, as Keras 3 does (tf.keras 2 would have applied them "
+    "scaled). Apply the output of get_unscaled_gradients(), or use scale_loss() without it.",
+    "mixed": "this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: {entry}() saw {seen}. tfmp {}. Use one "
+    "API: Keras 3 (scale_loss(), then apply() or apply_gradients() divides) or tf.keras 2 (get_scaled_loss(), "
+    "get_unscaled_gradients(), then apply_gradients()).",
+}
+# What tfmp does, by (warning, whether it divides), to fill in the warnings above.
+_DOES = {
+    ("none", True): (
+        "divides them by the loss scale, as Keras 3's apply() does",
+        "the update is the loss scale times too small",
+    ),
+    ("none", False): (
+        "applies them as given, not divided by the loss scale (tf.keras 2's behaviour; Keras 3 divides)",
+        "float16 gradients may underflow",
+    ),
+    ("mixed", True): ("divides the gradients by the loss scale",),
+    ("mixed", False): ("applies the gradients as given, without dividing them by the loss scale",),
+}
+_DID = {True: "divided them by the loss scale", False: "applied them as given"}
+
 
 class StepCalls:
     """The scaling calls one context made since its last update."""
@@ -82,16 +110,15 @@ class Decision(NamedTuple):
 
 def flow_of(calls: StepCalls, grads: Sequence[Any]) -> str:
     """Names the flow of a step that made `calls` and applies `grads` (a key of `FLOWS`)."""
-    seen = calls.seen
-    if GET_UNSCALED_GRADIENTS in seen:
-        scaled_ids = {id(g) for g in calls.scaled if g is not None}
-        if any(id(g) in scaled_ids for g in grads if g is not None):
-            return "scaled_inputs"
-        if SCALE_LOSS in seen:
-            return "mixed_unscaled"
-        return "tf_keras2" if GET_SCALED_LOSS in seen else "tf_keras2_unscaled_only"
+    seen, scaled_ids = calls.seen, {id(g) for g in calls.scaled if g is not None}
+    if any(id(g) in scaled_ids for g in grads if g is not None):
+        return "scaled_inputs"
+    if SCALE_LOSS in seen and GET_UNSCALED_GRADIENTS in seen:
+        return "mixed_unscaled"
     if SCALE_LOSS in seen:
         return "mixed_scaled" if GET_SCALED_LOSS in seen else "keras3"
+    if GET_UNSCALED_GRADIENTS in seen:
+        return "tf_keras2" if GET_SCALED_LOSS in seen else "tf_keras2_unscaled_only"
     return "tf_keras2_scaled_only" if GET_SCALED_LOSS in seen else "none"
 
 
@@ -135,10 +162,8 @@ def tf_keras2_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: 
     """
     if loss_has_been_scaled and gradients_have_been_unscaled:
         return None
-    if loss_has_been_scaled:
-        forgot, did = GET_UNSCALED_GRADIENTS, GET_SCALED_LOSS
-    else:
-        forgot, did = GET_SCALED_LOSS, GET_UNSCALED_GRADIENTS
+    calls = (GET_SCALED_LOSS, GET_UNSCALED_GRADIENTS)
+    did, forgot = calls if loss_has_been_scaled else reversed(calls)
     return (
         f"You forgot to call LossScaleOptimizer.{forgot}() before calling LossScaleOptimizer.apply_gradients() "
         f"(you did call {did}() however). This will likely result in worse model quality, so please call "
@@ -147,20 +172,14 @@ def tf_keras2_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: 
     )
 
 
-# The loss-scaling modules' own frames are skipped along with Keras's and
-# TensorFlow's, so that a warning points at the user's line.
-_LOSS_SCALING_FILES = (__file__, os.path.join(os.path.dirname(__file__), "loss_scale.py"))
-_INTERNAL_PREFIXES = tuple(
-    os.path.dirname(module.__file__) + os.sep for module in (keras, tf) if getattr(module, "__file__", None)
-)
+# tfmp's own frames are skipped along with Keras's and TensorFlow's, so that a warning points at the user's line.
+_INTERNAL_FOLDERS = tuple(os.path.dirname(path) + os.sep for path in (keras.__file__, tf.__file__, __file__))
 
 
 def _warn(message: str) -> None:
-    """Issues a `RuntimeWarning` attributed to the first frame outside tfmp's loss scaling, Keras and TensorFlow."""
+    """Issues a `RuntimeWarning` attributed to the first frame outside tfmp, Keras and TensorFlow."""
     frame, level = sys._getframe(0), 1
-    while frame is not None and (
-        frame.f_code.co_filename in _LOSS_SCALING_FILES or frame.f_code.co_filename.startswith(_INTERNAL_PREFIXES)
-    ):
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_FOLDERS):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, RuntimeWarning, stacklevel=level)
 
@@ -222,49 +241,16 @@ class ApiStyle:
             message = tf_keras2_warning(self.loss_has_been_scaled, self.gradients_have_been_unscaled)
             if message:
                 tf.get_logger().warning(message)
-        elif flow == "none":
-            if unscale:
-                did = "divides them by the loss scale, as Keras 3's apply() does"
-                or_else = "the update is the loss scale times too small"
-            else:
-                did = "applies them as given, not divided by the loss scale (tf.keras 2's behaviour; Keras 3 divides)"
-                or_else = "float16 gradients may underflow"
-            _warn(
-                f"LossScaleOptimizer '{name}': {entry}() saw no scale_loss() (Keras 3), get_scaled_loss() or "
-                "get_unscaled_gradients() (tf.keras 2) call in this step, so nothing says whether the gradients are "
-                f"scaled. tfmp {did}. If they are gradients of a scale_loss() result, call scale_loss() in the same "
-                f"tf.function (or eagerly) as {entry}(); if of an unscaled loss, scale the loss, or {or_else}."
-            )
-        elif flow == "scaled_inputs":
-            _warn(
-                f"LossScaleOptimizer '{name}': {entry}() received the very gradients that went into "
-                "get_unscaled_gradients() (still scaled), not its output. tfmp divides them by the loss scale "
-                "once, as Keras 3 does (tf.keras 2 would have applied them scaled). Apply the output of "
-                "get_unscaled_gradients(), or use scale_loss() without it."
-            )
         elif flow != "keras3":
-            did = (
-                "divides the gradients by the loss scale"
-                if unscale
-                else "applies the gradients as given, without dividing them by the loss scale"
-            )
-            _warn(
-                f"LossScaleOptimizer '{name}': this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: "
-                f"{entry}() saw {FLOWS[flow].seen}. tfmp {did}. Use one API: Keras 3 (scale_loss(), then apply() "
-                "or apply_gradients() divides) or tf.keras 2 (get_scaled_loss(), get_unscaled_gradients(), then "
-                "apply_gradients())."
-            )
+            kind = flow if flow in _WARNINGS else "mixed"
+            does = _DOES.get((kind, unscale), ())
+            _warn(f"LossScaleOptimizer '{name}': " + _WARNINGS[kind].format(*does, entry=entry, seen=FLOWS[flow].seen))
         last, self._last = self._last, (flow, unscale, entry)
         if last is not None and last[1] != unscale and not (last[0] in CLEAN_FLOWS and flow in CLEAN_FLOWS):
-
-            def treatment(flow: str, unscale: bool) -> str:
-                did = "divided them by the loss scale" if unscale else "applied them as given"
-                return f"saw {FLOWS[flow].seen} and {did}"
-
             this = "this one" if last[2] == entry else f"this {entry}()"
             _warn(
-                f"LossScaleOptimizer '{name}' changed how it treats gradients: the previous {last[2]}() "
-                f"{treatment(*last[:2])}; {this} {treatment(flow, unscale)}. Scaling calls are only seen in the "
-                "context of the update (eagerly, or in the same tf.function trace): keep them in the same function "
-                f"as {entry}()."
+                f"LossScaleOptimizer '{name}' changed how it treats gradients: the previous {last[2]}() saw "
+                f"{FLOWS[last[0]].seen} and {_DID[last[1]]}; {this} saw {FLOWS[flow].seen} and {_DID[unscale]}. "
+                "Scaling calls are only seen in the context of the update (eagerly, or in the same tf.function "
+                f"trace): keep them in the same function as {entry}()."
             )

@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["Arguments", "check_count", "check_jit_compile", "check_positive_number", "checked"]
+__all__ = ["Arguments", "check_count", "check_positive_number", "check_xla_update", "checked"]
 
 # LossScaleOptimizer's defaults, which tf.keras 2 and Keras 3 share.
 DEFAULT_INITIAL_SCALE = 2.0**15
@@ -27,8 +27,12 @@ _FLOAT32_MAX = float(tf.float32.max)
 
 
 def check_positive_number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 or value == float("inf"):
-        raise ValueError(f"`{name}` must be a finite positive number. Received: {name}={value!r}")
+    """`value` as a float, if it is a positive number that float32 (the loss scale's dtype) holds; else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= _FLOAT32_MAX:
+        raise ValueError(
+            f"`{name}` must be a positive number within float32's range (at most {_FLOAT32_MAX:g}). "
+            f"Received: {name}={value!r}"
+        )
     return float(value)
 
 
@@ -98,23 +102,14 @@ def checked(inner_optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_s
     low, high = check_positive_number("min_scale", low), check_positive_number("max_scale", high)
     _require(low <= high, f"`min_scale` must not exceed `max_scale`. Received: min_scale={low!r}, max_scale={high!r}")
     _require(
-        high <= _FLOAT32_MAX,
-        f"`max_scale` must be representable in float32 (at most {_FLOAT32_MAX:g}). Received: max_scale={high!r}",
-    )
-    _require(
-        dynamic or scale <= high,
-        f"A fixed `initial_scale` must not exceed `max_scale` = {high!r}; raise `max_scale` if you "
-        f"really mean it. Received: initial_scale={scale!r}",
-    )
-    _require(
-        not dynamic or low <= scale <= high,
-        f"A dynamic `initial_scale` must lie within [min_scale, max_scale] = [{low!r}, {high!r}]. "
-        f"Received: initial_scale={scale!r}",
+        scale <= high and (low <= scale or not dynamic),
+        f"`initial_scale` must not exceed `max_scale` = {high!r} (raise `max_scale` if you really mean it), nor, "
+        f"for a dynamic scale, lie below `min_scale` = {low!r}. Received: initial_scale={scale!r}",
     )
     return Arguments(dynamic, scale, growth_steps, growth, backoff, hysteresis, low, high)
 
 
-def check_jit_compile(jit_compile: Any) -> bool | str:
-    if jit_compile is True or jit_compile is False or jit_compile == "auto":
-        return jit_compile
-    raise ValueError(f'jit_compile must be True, False or "auto". Received: jit_compile={jit_compile!r}')
+def check_xla_update(xla_update: Any) -> bool | str:
+    if xla_update is True or xla_update is False or xla_update == "auto":
+        return xla_update
+    raise ValueError(f'`xla_update` must be True, False or "auto". Received: xla_update={xla_update!r}')

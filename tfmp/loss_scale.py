@@ -8,14 +8,13 @@ replicas agree on. The arithmetic (`next_loss_scale`, `all_finite`) is
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from tfmp import _api_style, _arguments, _compat
+from tfmp import _api_style, _arguments, _compat, _deprecated
 from tfmp._arguments import DEFAULT_MAX_SCALE
 from tfmp.scaling import LossScaleState, agreed_finite, all_finite, map_gradients, next_loss_scale, scale_loss
 from tfmp.transaction import Step, choose, current_step, recorded
@@ -58,7 +57,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         min_scale: float, the lowest scale backoff may reach.
         max_scale: float, the highest scale growth may reach, and the
             highest fixed scale accepted.
-        jit_compile: Whether the update (finite check, inner optimizer,
+        xla_update: Whether the update (finite check, inner optimizer,
             loss-scale state) is compiled with XLA into a few kernels, as
             tf.keras 2 compiled its optimizers on a GPU. `"auto"` (the
             default) compiles on a GPU, where an uncompiled update is
@@ -67,7 +66,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             new or the old values instead of branching, so it never waits
             on the host for the finite check. Inside a step that XLA
             compiles whole (`compile(jit_compile=True)`) the update is
-            compiled with it whatever this says.
+            compiled with it whatever this says. tfmp 0.1 called it
+            `jit_compile`, a name that still works until tfmp 0.3, with a
+            `DeprecationWarning`.
         name: Optional name of the optimizer.
         **kwargs: Passed to `keras.optimizers.LossScaleOptimizer`.
 
@@ -81,6 +82,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         ```
     """
 
+    @_deprecated.renamed_argument("LossScaleOptimizer(jit_compile)")
     def __init__(
         self,
         inner_optimizer: keras.optimizers.Optimizer,
@@ -93,7 +95,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         hysteresis: int = 1,
         min_scale: float = 1.0,
         max_scale: float = DEFAULT_MAX_SCALE,
-        jit_compile: bool | str = "auto",
+        xla_update: bool | str = "auto",
         name: str | None = None,
         **kwargs: Any,
     ):
@@ -102,7 +104,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
         for setting in _OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
-        self.jit_compile = _arguments.check_jit_compile(jit_compile)
+        self.xla_update = _arguments.check_xla_update(xla_update)
         self.undoes_forward_writes = False  # set by `tfmp.undo_if_skipped`, for `tfmp.LogLossScale`'s warning
         self._api_style = _api_style.ApiStyle()
         self._create_state_variables()
@@ -154,6 +156,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     def dynamic_counter(self) -> tf.Tensor:
         """int64 scalar tensor: finite steps since the last growth (tf.keras 2)."""
         return tf.convert_to_tensor(self.step_counter)
+
+    jit_compile = _deprecated.renamed_attribute("LossScaleOptimizer.jit_compile")
 
     def scale_loss(self, loss: Any) -> tf.Tensor:
         """Returns `loss` times the loss scale (Keras 3 API); the next apply divides the gradients.
@@ -230,8 +234,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def _apply(self, grads, trainable_variables, entry: str, step: Step | None = None) -> None:
         grads = list(grads)
-        if trainable_variables is not None:
-            trainable_variables = list(trainable_variables)
+        trainable_variables = None if trainable_variables is None else list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
@@ -239,8 +242,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
         keep = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
         decision = self._api_style.end_step(grads, self.name, entry)
-        if any(keep) and decision.calls.unscaled:
-            grads = decision.calls.handed_back(grads, keep)
+        grads = decision.calls.handed_back(grads, keep)
         step = step or current_step(self) or Step(self)
         choices, updates, step.done = list(step.choices), list(step.updates), True
         if tf.distribute.in_cross_replica_context():
@@ -254,13 +256,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             self._decide(finite, apply, choices, updates, True)
         elif context.num_replicas_in_sync > 1 or not (_compat.tracing_for_xla() or self._compiles()):
             self._decide(agreed_finite(grads, context), lambda: self._apply_inner(*inner), choices, updates, False)
-        elif _compat.tracing_for_xla():
-            self._select_update(*inner, [*choices, *recorded(updates)])
         else:
-            # A choice's None (the variable's value then) is read here: the inner update does not write it.
+            # One replica, selecting: under XLA, or in an update compiled here. A choice's None (the variable's
+            # value then) is read here: the inner update does not write it.
             choices += recorded(updates)
             values = [[tf.convert_to_tensor(v) if x is None else x for x in pair] for v, *pair in choices]
-            self._compiled_update(*inner[1:], choices)(grads, values)
+            self._selecting_update(variables, *inner[1:], [variable for variable, _, _ in choices])(grads, values)
 
     def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, updates: list, select: bool) -> None:
         """The one rule of a step, on every path: applied whole when `finite`, else nothing written, the skip counted.
@@ -280,19 +281,16 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             self._count(tf.cast(tf.logical_not(finite), tf.int64))
         else:
 
-            def branch(applied: bool) -> Callable[[], tf.Tensor]:
-                def run() -> tf.Tensor:
-                    for run_it in [apply, *updates] if applied else ():
-                        run_it()
-                    for variable, *values in choices:
-                        if values[0 if applied else 1] is not None:
-                            variable.assign(values[0 if applied else 1])
-                    self._count(0 if applied else 1)
-                    return tf.constant(applied)
+            def branch(applied: bool) -> tf.Tensor:
+                for run in [apply, *updates] if applied else ():
+                    run()
+                for variable, *values in choices:
+                    if (value := values[0 if applied else 1]) is not None:
+                        variable.assign(value)
+                self._count(0 if applied else 1)
+                return tf.constant(applied)
 
-                return run
-
-            tf.cond(finite, branch(True), branch(False))
+            tf.cond(finite, lambda: branch(True), lambda: branch(False))
         self._update_scale(finite)
 
     def _count(self, skipped: int | tf.Tensor) -> None:
@@ -302,8 +300,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self.last_skipped_flag.assign(skipped)
 
     def _compiles(self) -> bool:
-        """Whether `jit_compile` asks for the update compiled with XLA on its own, here."""
-        return self.jit_compile is True or (self.jit_compile == "auto" and bool(tf.config.list_physical_devices("GPU")))
+        """Whether `xla_update` asks for the update compiled with XLA on its own, here."""
+        return self.xla_update is True or (self.xla_update == "auto" and bool(tf.config.list_physical_devices("GPU")))
 
     def _apply_if(self, distribution: tf.distribute.Strategy, finite: Any, *inner: Any) -> None:
         """merge_call's cross-replica part: the inner update on every replica, when `finite` (the same on each).
@@ -318,32 +316,27 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
         tf.cond(distribution.experimental_local_results(finite)[0], applied, lambda: tf.constant(False))
 
-    def _select_update(self, grads, trainable_variables, unscale, keep, choices) -> None:
-        """The step without a branch, for one replica (under XLA, or compiled alone): `_decide` selecting.
+    def _selecting_update(self, variables, trainable_variables, unscale, keep, chosen) -> Callable[[list, list], None]:
+        """The step without a branch, for one replica: `_decide` selecting, as a function of the gradients and of
+        the values of the choices of the variables `chosen`; compiled by XLA unless it is traced for XLA already.
 
-        What the inner optimizer writes (the weights, its slots and `iterations`) is read before and joins the
-        choices. Compiled by XLA, the reads, the update and the selection fuse into a few kernels.
+        What the inner optimizer writes (`variables`, its slots and `iterations`) is read before and joins the
+        choices. Compiled by XLA, the reads, the update and the selection fuse into a few kernels. The variables
+        are captured, not passed: a Keras variable given as an argument would become a tensor. One compiled
+        function per set of variables, so eager steps do not trace it anew each time.
         """
-        variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
-        written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
-        apply = lambda: self._apply_inner(grads, trainable_variables, unscale, keep)  # noqa: E731
-        self._decide(all_finite(grads), apply, [*choices, *written], [], True)
 
-    def _compiled_update(self, trainable_variables, unscale, keep, choices) -> Callable[[list, list], None]:
-        """`_select_update` as one XLA-compiled function of the gradients and the choices' values, made once per use.
+        def update(grads: list[Any], values: list[list[tf.Tensor]]) -> None:
+            written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
+            choices = [(variable, *pair) for variable, pair in zip(chosen, values)] + written
+            apply = lambda: self._apply_inner(grads, trainable_variables, unscale, keep)  # noqa: E731
+            self._decide(all_finite(grads), apply, choices, [], True)
 
-        The variables are captured, not passed: a Keras variable given as an argument would become a tensor.
-        One function per set of variables, so eager steps do not trace it anew each time.
-        """
-        variables = [variable for variable, _, _ in choices]
-        key = (tuple(map(id, trainable_variables or ())), unscale, tuple(keep), tuple(map(id, variables)))
+        if _compat.tracing_for_xla():
+            return update
+        key = (tuple(map(id, trainable_variables or ())), unscale, tuple(keep), tuple(map(id, chosen)))
         cache = self.__dict__.setdefault("_compiled_updates", {})
         if key not in cache:
-
-            def update(grads: list[Any], values: list[list[tf.Tensor]]) -> None:
-                rebuilt = [(variable, *pair) for variable, pair in zip(variables, values)]
-                self._select_update(grads, trainable_variables, unscale, keep, rebuilt)
-
             cache[key] = tf.function(update, jit_compile=True, autograph=False)
         return cache[key]
 
@@ -374,17 +367,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         raise NotImplementedError("tfmp.LossScaleOptimizer runs on the TensorFlow backend only: no stateless_apply.")
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), **self._own_settings(), "jit_compile": self.jit_compile}
+        return {**super().get_config(), **self._own_settings(), "xla_update": self.xla_update}
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> LossScaleOptimizer:
-        """Rebuilds the optimizer from `get_config()`, also from a config of an earlier tfmp."""
-        config = dict(config)
-        # Earlier releases had an opt-in speculative update, with the same results as the gated one.
-        if config.pop("speculative_update", False):
-            warnings.warn(
-                f"LossScaleOptimizer {config.get('name')!r}: speculative_update no longer exists; the gated update "
-                "(waiting for the finite check, with the same results) is used. Received: speculative_update=True",
-                stacklevel=2,
-            )
+        """Rebuilds the optimizer from `get_config()`, also from a config of an earlier tfmp (`tfmp._deprecated`)."""
+        config = _deprecated.without_removed_keys("LossScaleOptimizer", config)
         return super().from_config(config, custom_objects=custom_objects)

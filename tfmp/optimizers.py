@@ -9,12 +9,12 @@ TF Model Garden's `performance.configure_optimizer`, for tfmp's optimizer.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import keras
 
 from tfmp import precision as precision_lib
-from tfmp._arguments import check_positive_number
 from tfmp.loss_scale import DEFAULT_MAX_SCALE, LossScaleOptimizer
 
 __all__ = ["LOSS_SCALE_NAMES", "parse_loss_scale", "wrap_optimizer"]
@@ -37,35 +37,27 @@ def parse_loss_scale(loss_scale: str | float | int | None, max_scale: float = DE
     Raises:
         ValueError: for an unknown string, or a number outside (0, max_scale].
     """
-    if loss_scale is None:
-        return "none"
-    if isinstance(loss_scale, str):
-        text = loss_scale.strip().lower()
-        if text in LOSS_SCALE_NAMES:
-            return text
+    value = "none" if loss_scale is None else loss_scale
+    if isinstance(value, str):
+        value = value.strip().lower()
+        if value in LOSS_SCALE_NAMES:
+            return value
         try:
-            value = float(text)
+            value = float(value)
         except ValueError:
             raise ValueError(
-                "Unknown loss scale. Expected 'dynamic', 'none' or a positive "
-                f"number. Received: loss_scale={loss_scale!r}"
+                "Unknown loss scale. Expected 'dynamic', 'none' or a positive number. "
+                f"Received: loss_scale={loss_scale!r}"
             ) from None
-    else:
-        value = loss_scale
-    try:
-        value = check_positive_number("loss_scale", value)
-    except ValueError:
-        value = None
-    if value is None or value > max_scale:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= max_scale:
         bound = "2**24" if max_scale == DEFAULT_MAX_SCALE else f"max_scale={max_scale!r}"
         raise ValueError(
-            f"A fixed loss scale must be a number in (0, {max_scale:.0f}] ({bound}), "
-            "or 'dynamic' / 'none'. The bound is the largest scale dynamic loss "
-            f"scaling reaches: at {max_scale:.0f}, any float16 gradient above "
-            f"65504 / {max_scale:.0f} already overflows, so a larger scale would skip "
-            f"nearly every step. Received: loss_scale={loss_scale!r}"
+            f"A fixed loss scale must be a number in (0, {max_scale:.0f}] ({bound}), or 'dynamic' / 'none'. The "
+            f"bound is the largest scale dynamic loss scaling reaches: at {max_scale:.0f}, any float16 gradient above "
+            f"65504 / {max_scale:.0f} already overflows, so a larger scale would skip nearly every step. "
+            f"Received: loss_scale={loss_scale!r}"
         )
-    return value
+    return float(value)
 
 
 def wrap_optimizer(

@@ -56,19 +56,10 @@ def state_variables(models: keras.layers.Layer | Sequence[keras.layers.Layer]) -
     Returns:
         The variables, each once, in the models' order.
     """
-    if isinstance(models, keras.layers.Layer):
-        models = [models]
-    seen: set[int] = set()
-    state = []
-    for model in models:
-        for layer in all_layers(model):
-            if not layer.trainable:
-                seen.update(id(w) for w in layer.weights)
-        for weight in model.non_trainable_weights:
-            if id(weight) not in seen:
-                seen.add(id(weight))
-                state.append(weight)
-    return state
+    models = [models] if isinstance(models, keras.layers.Layer) else models
+    frozen = {id(w) for model in models for layer in all_layers(model) if not layer.trainable for w in layer.weights}
+    state = {id(w): w for model in models for w in model.non_trainable_weights if id(w) not in frozen}
+    return list(state.values())
 
 
 class _Recording(keras.StatelessScope):
@@ -149,27 +140,14 @@ def choose(finite: tf.Tensor, choices: Iterable[tuple[keras.Variable, Any, Any]]
         variable.assign(tf.where(finite, now if applied is None else applied, now if skipped is None else skipped))
 
 
-# The one per-thread record of the loss-scaling modules: the `Step` of each `tfmp.undo_if_skipped` block open in
-# this thread, by optimizer. A custom loop's `apply()` cannot be handed the block's step; a tf.distribute replica
+# The one per-thread record of the loss-scaling modules: the `Step` of each `undo_if_skipped` block open in this
+# thread, by optimizer. A custom loop's `apply()` cannot be handed the block's step; a tf.distribute replica
 # traces in a thread of its own. The trainers pass their steps instead.
 _OPEN_STEPS = threading.local()
 
 
-@contextlib.contextmanager
-def open_step(optimizer: keras.optimizers.Optimizer) -> Iterator[Step]:
-    """A `Step` that `optimizer`'s next update in this block takes when it is given none; blocks nest into one."""
-    steps = _OPEN_STEPS.__dict__.setdefault("by_optimizer", {})
-    outer = steps.get(id(optimizer))
-    steps[id(optimizer)] = step = outer or Step(optimizer)
-    try:
-        yield step
-    finally:
-        if outer is None:
-            del steps[id(optimizer)]
-
-
 def current_step(optimizer: keras.optimizers.Optimizer) -> Step | None:
-    """The `Step` of the `open_step` block of `optimizer` open in this thread, or None."""
+    """The `Step` of the `undo_if_skipped` block of `optimizer` open in this thread, or None."""
     return _OPEN_STEPS.__dict__.get("by_optimizer", {}).get(id(optimizer))
 
 
@@ -209,20 +187,25 @@ def undo_if_skipped(
         return loss
     ```
 
-    With an optimizer that never skips (not a `tfmp.LossScaleOptimizer`)
-    nothing is read or restored.
+    With an optimizer that never skips (one without `last_step_skipped`, not
+    a `tfmp.LossScaleOptimizer`) nothing is read or restored.
 
     Args:
         models: The model(s) whose forward pass the step runs.
         optimizer: The optimizer whose `last_step_skipped` decides.
     """
-    from tfmp.loss_scale import LossScaleOptimizer  # which imports this module
-
-    if not isinstance(optimizer, LossScaleOptimizer):
+    # An optimizer that skips steps says whether it skipped the last one (read on the class: no op is made).
+    if not hasattr(type(optimizer), "last_step_skipped"):
         yield
         return
     optimizer.undoes_forward_writes = True
-    with open_step(optimizer) as step:
+    steps = _OPEN_STEPS.__dict__.setdefault("by_optimizer", {})
+    outer = steps.get(id(optimizer))  # an enclosing block's: the blocks nest into one step
+    steps[id(optimizer)] = step = outer or Step(optimizer)
+    try:
         step.keep(state_variables(models))
         yield
         step.close()
+    finally:
+        if outer is None:
+            del steps[id(optimizer)]

@@ -17,10 +17,14 @@ and the version that removes it. The table says which:
   deprecated name.
 * `RENAMED_METHODS` and `REMOVED_ARGUMENTS`: a method's or attribute's old
   name and a documented argument that is gone; the code keeping them (a
-  method, or a property under the old name) calls `warn`.
+  method, or a property under the old name) calls `warn`. An attribute's
+  property can be `renamed_attribute(old)`.
 * `RENAMED_ARGUMENTS`: an argument's old keyword (`Summaries(logdir=...)`);
   the function that takes it under its new name is decorated with
   `renamed_argument`, which warns and passes the value on.
+* `REMOVED_CONFIG_KEYS`: a setting an earlier tfmp wrote into a saved config
+  and this one no longer has; `from_config` drops it with
+  `without_removed_keys`, which says so when it was on.
 * `RENAMED_VALUES`: an argument's value whose meaning has another name now
   (`precision="auto"` outside a run); the function reading it calls `warn`.
 
@@ -45,6 +49,7 @@ __all__ = [
     "MOVED_MODULES",
     "MOVED_NAMES",
     "REMOVED_ARGUMENTS",
+    "REMOVED_CONFIG_KEYS",
     "REMOVED_IN",
     "RENAMED_ARGUMENTS",
     "RENAMED_METHODS",
@@ -53,7 +58,9 @@ __all__ = [
     "message",
     "module_getattr",
     "renamed_argument",
+    "renamed_attribute",
     "warn",
+    "without_removed_keys",
 ]
 
 # The release that removes every name below.
@@ -126,6 +133,7 @@ RENAMED_METHODS: dict[str, str] = {
     "RunResult.logdir": "RunResult.tensorboard_dir",
     "RunResult.jit_compile": "RunResult.xla",
     "Directories.writes": "Directories.tensorboard_dir",
+    "LossScaleOptimizer.jit_compile": "LossScaleOptimizer.xla_update",
 }
 
 # Documented arguments removed: "function(argument)" -> what to do instead.
@@ -147,6 +155,16 @@ RENAMED_ARGUMENTS: dict[str, str] = {
     "ProfileSteps(logdir)": "ProfileSteps(tensorboard_dir)",
     "write_gradient_summaries(logdir)": "write_gradient_summaries(tensorboard_dir)",
     "Task.callbacks(run_dir)": "Task.callbacks(tensorboard_dir)",
+    "LossScaleOptimizer(jit_compile)": "LossScaleOptimizer(xla_update)",
+}
+
+# Settings of a saved config that are gone: "Class.key" -> what is done instead. Only a config of an earlier tfmp
+# holds them (the constructor refuses them); loading one drops them, and says so when the setting was on.
+REMOVED_CONFIG_KEYS: dict[str, str] = {
+    # Earlier releases had an opt-in speculative update, with the same results as the gated one.
+    "LossScaleOptimizer.speculative_update": (
+        "the gated update (waiting for the finite check, with the same results) is used"
+    ),
 }
 
 # Argument values renamed: "argument=value" -> why, and the value to use instead.
@@ -167,10 +185,9 @@ def message(old: str) -> str:
         )
     if old in MOVED_NAMES:
         return f"`{old}` is deprecated; use `{MOVED_NAMES[old]}`. It will be removed in tfmp {REMOVED_IN}."
-    if old in RENAMED_METHODS:
-        return f"`{old}` is deprecated; use `{RENAMED_METHODS[old]}`. It will be removed in tfmp {REMOVED_IN}."
-    if old in RENAMED_ARGUMENTS:
-        return f"`{old}` is deprecated; use `{RENAMED_ARGUMENTS[old]}`. It will be removed in tfmp {REMOVED_IN}."
+    if old in RENAMED_METHODS or old in RENAMED_ARGUMENTS:
+        new = RENAMED_METHODS.get(old) or RENAMED_ARGUMENTS[old]
+        return f"`{old}` is deprecated; use `{new}`. It will be removed in tfmp {REMOVED_IN}."
     if old in REMOVED_ARGUMENTS:
         return f"`{old}` is deprecated and will be removed in tfmp {REMOVED_IN}: {REMOVED_ARGUMENTS[old]}."
     if old in RENAMED_VALUES:
@@ -232,6 +249,41 @@ def renamed_argument(old: str) -> Callable[[Callable[..., Any]], Callable[..., A
         return with_old_name
 
     return decorate
+
+
+def renamed_attribute(old: str) -> property:
+    """A property under the old name `old` ("Class.attribute", a key of `RENAMED_METHODS`) of the new attribute.
+
+    Reading or setting it warns and reads or sets the new attribute.
+    """
+    new = RENAMED_METHODS[old].rpartition(".")[2]
+
+    def get(instance: Any) -> Any:
+        warn(old)
+        return getattr(instance, new)
+
+    def set_(instance: Any, value: Any) -> None:
+        warn(old)
+        setattr(instance, new, value)
+
+    return property(get, set_, doc=f"Deprecated: {message(old)}")
+
+
+def without_removed_keys(owner: str, config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the saved config of a class `owner` without the settings `REMOVED_CONFIG_KEYS` lists for it.
+
+    A setting that was on (true) says what is done instead, with a `UserWarning`: the file still loads, and
+    there is nothing for its owner to change but to save it again.
+    """
+    config = dict(config)
+    for key, instead in REMOVED_CONFIG_KEYS.items():
+        cls, _, setting = key.partition(".")
+        if cls == owner and config.pop(setting, False):
+            warnings.warn(
+                f"{owner} {config.get('name')!r}: {setting} no longer exists; {instead}. Received: {setting}=True",
+                stacklevel=3,
+            )
+    return config
 
 
 def module_getattr(module: str) -> Callable[[str], Any]:
