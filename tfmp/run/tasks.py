@@ -56,6 +56,7 @@ from typing import Any
 
 import keras
 import tensorflow as tf
+from keras.callbacks import Callback
 
 from tfmp import _deprecated, float32_layers, trainers
 from tfmp.run import baseline
@@ -129,10 +130,7 @@ class Task(abc.ABC):
         other.config = dataclasses.replace(self.config, **changes)
         return other
 
-    def replace(self, **changes: Any) -> Task:
-        """Deprecated name of `with_config` (it replaced the config, not the task); removed in tfmp 0.3."""
-        _deprecated.warn("Task.replace", received=f"replace(**{changes!r})")
-        return self.with_config(**changes)
+    replace = _deprecated.renamed_attribute("Task.replace")  # it replaced the config, not the task
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -219,15 +217,8 @@ class Task(abc.ABC):
         return {}
 
     @_deprecated.renamed_argument("Task.callbacks(run_dir)")
-    def callbacks(
-        self, trainer: trainers.MixedPrecisionTrainer, tensorboard_dir: str
-    ) -> list[keras.callbacks.Callback]:
-        """The model's own callbacks of a run whose TensorBoard directory is `tensorboard_dir`.
-
-        The runner calls it once, after the trainer is built and before
-        `fit()`, with the run's `Directories.tensorboard_dir` (the run
-        directory on the chief); `run_dir=` is its deprecated name.
-        """
+    def callbacks(self, trainer: trainers.MixedPrecisionTrainer, tensorboard_dir: str) -> list[Callback]:
+        """The model's own callbacks: called once before `fit()` with the run's TensorBoard folder (once `run_dir=`)."""
         return []
 
     def loss(self) -> Any:
