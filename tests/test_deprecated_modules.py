@@ -3,39 +3,19 @@
 import os
 
 import pytest
-from fresh_python import run_json
+from fresh_python import imports_in_order
 
 from tfmp import _deprecated
 
 
 def test_importing_tfmp_installs_no_import_hook_and_loads_no_run_module():
-    unchanged, hooks_unchanged, loaded = run_json(
-        "import json, sys\n"
-        "import keras, tensorflow\n"  # what they install is theirs
-        "finders, hooks = list(sys.meta_path), list(sys.path_hooks)\n"
-        "import tfmp\n"
-        "print(json.dumps([sys.meta_path == finders, sys.path_hooks == hooks,\n"
-        "                  sorted(m for m in sys.modules if m.startswith(('tfmp.run', 'tfmp._deprecated.')))]))\n"
-    )
+    unchanged, hooks_unchanged, _, loaded = imports_in_order()["tfmp"]
     assert unchanged and hooks_unchanged
-    assert loaded == []
+    assert [m for m in loaded if m.startswith(("tfmp.run", "tfmp._deprecated."))] == []
 
 
 def test_every_old_path_is_the_new_module_with_a_warning_naming_it():
-    found = run_json(
-        "import importlib, json, sys, warnings\n"
-        "import tfmp\n"
-        "found = {}\n"
-        f"for name in {list(_deprecated.MOVED)!r}:\n"
-        "    with warnings.catch_warnings(record=True) as caught:\n"
-        "        warnings.simplefilter('always')\n"
-        "        old = importlib.import_module('tfmp.' + name)\n"
-        f"    new = importlib.import_module({_deprecated.MOVED_MODULES!r}['tfmp.' + name])\n"
-        "    found[name] = [old is new, getattr(tfmp, name) is new,\n"
-        "                   [str(w.message) for w in caught if w.category is DeprecationWarning]]\n"
-        "print(json.dumps(found))\n"
-    )
-    modules = found
+    modules = imports_in_order()["old_paths"]
     assert sorted(modules) == sorted(_deprecated.MOVED) and len(_deprecated.MOVED) == 16
     for name, (same, attribute, messages) in modules.items():
         assert same and attribute, name

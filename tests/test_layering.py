@@ -11,35 +11,16 @@ import ast
 import os
 
 import pytest
-from fresh_python import run_json
+from fresh_python import imports_in_order
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBRARY = os.path.join(ROOT, "tfmp")
 MODELS = os.path.join(ROOT, "models")
-CORE_MODULES = (
-    "tfmp",
-    "tfmp.precision",
-    "tfmp.float32_layers",
-    "tfmp.loss_scale",
-    "tfmp.scaling",
-    "tfmp.optimizers",
-    "tfmp.trainers",
-    "tfmp.transaction",
-    "tfmp.fit_logs",
-    "tfmp.layers",
-    "tfmp.mixed_precision",
-)
 
 
 def test_importing_the_core_loads_neither_the_run_framework_nor_the_models():
-    loaded = run_json(
-        "import json, sys\n"
-        f"for name in {CORE_MODULES!r}:\n"
-        "    __import__(name)\n"
-        "import tfmp\n"
-        "print(json.dumps([tfmp.__file__, sorted(sys.modules)]))\n"
-    )
-    tfmp_file, modules = loaded
+    *_, tfmp_file, _ = imports_in_order()["tfmp"]
+    modules = imports_in_order()["core"]
     assert tfmp_file == os.path.join(LIBRARY, "__init__.py")  # this checkout's core, not another install
     assert "tfmp.trainers.gan" in modules  # the import ran
     assert [m for m in modules if m.split(".")[:2] in (["tfmp", "run"], ["tfmp", "models"])] == []
@@ -322,14 +303,7 @@ def test_no_two_modules_of_tfmp_share_a_name():
 
 
 def test_an_old_import_path_is_the_new_module_with_a_deprecation_warning():
-    same, messages = run_json(
-        "import json, warnings\n"
-        "with warnings.catch_warnings(record=True) as caught:\n"
-        "    warnings.simplefilter('always')\n"
-        "    import tfmp.training as old\n"
-        "import tfmp.run.training as new\n"
-        "print(json.dumps([old is new, [str(w.message) for w in caught if w.category is DeprecationWarning]]))\n"
-    )
+    same, _, messages = imports_in_order()["old_paths"]["training"]
     assert same
     assert [m for m in messages if "tfmp.run.training" in m] == [
         "`tfmp.training` moved to `tfmp.run.training` in tfmp 0.2; import it from there. "

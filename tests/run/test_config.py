@@ -4,11 +4,10 @@ import ast
 import dataclasses
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from fresh_python import imports_in_order
 
 from tfmp.run import config as config_lib
 from tfmp.run import options
@@ -315,9 +314,7 @@ def test_the_config_module_imports_no_model_and_no_trainer():
         for alias in node.names
     ]
     assert not [name for name in imported if "models" in name or "trainers" in name], imported
-    code = "import sys, tfmp.run.config; print(sorted(m for m in sys.modules if m.startswith('tfmp.models')))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "[]"
+    assert [m for m in imports_in_order()["tfmp.run.config"] if m.startswith("tfmp.models")] == []
 
 
 def test_the_literal_defaults_agree_with_the_model_and_the_trainer_and_the_data():

@@ -11,6 +11,7 @@ however the run ends, the callbacks and hyperparameters it assembles, the
 import dataclasses
 import os
 import re
+import shutil
 
 import keras
 import numpy as np
@@ -225,6 +226,15 @@ def test_a_task_of_your_own_counts_examples_in_the_console_tensorboard_and_its_l
     assert "ex/s" in shown and "img/s" not in shown and "images_per_sec" not in shown
 
 
+@pytest.fixture(scope="module")
+def stopped_at_step_3(tmp_path_factory):
+    """The directory of a tiny GAN run of one 3-step epoch, which both cases below resume (a copy of it each)."""
+    logdir = tmp_path_factory.mktemp("stopped")
+    config = dataclasses.replace(TINY_GAN, logdir=str(logdir), run_name="run", steps_per_epoch=3)
+    runner.Runner(shipped.GANTask(config), print_fn=quiet).run()  # stops at step 3
+    return logdir / "run"
+
+
 @pytest.mark.parametrize(
     "steps_per_epoch, epochs, expected_fits",
     [
@@ -243,10 +253,10 @@ def test_a_task_of_your_own_counts_examples_in_the_console_tensorboard_and_its_l
     ids=["mid-epoch", "epoch-boundary"],
 )
 def test_a_resumed_run_finishes_a_partial_epoch_in_its_own_fit(
-    steps_per_epoch, epochs, expected_fits, tmp_path, monkeypatch
+    steps_per_epoch, epochs, expected_fits, stopped_at_step_3, tmp_path, monkeypatch
 ):
     config = dataclasses.replace(TINY_GAN, logdir=str(tmp_path), run_name="run", steps_per_epoch=3)
-    runner.Runner(shipped.GANTask(config), print_fn=quiet).run()  # stops at step 3
+    shutil.copytree(stopped_at_step_3, tmp_path / "run")  # a copy: each resume writes into its run
     fits = _record_fits(monkeypatch)
     lines = []
     resumed = dataclasses.replace(config, resume=True, steps_per_epoch=steps_per_epoch, epochs=epochs)

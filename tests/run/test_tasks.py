@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tiny
-from fresh_python import run_json
+from fresh_python import imports_in_order
 
 import tfmp
 from tfmp import trainers
@@ -64,11 +64,7 @@ def test_tasks_imports_nothing_above_it_and_nothing_by_name():
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "importlib" not in imported and not any(m.startswith("tfmp.run.shipped") for m in imported)
     assert not any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
-    found, loaded = run_json(
-        "import json, sys\n"
-        "import tfmp.run.tasks as tasks\n"
-        "print(json.dumps([hasattr(tasks, 'GANTask'), sorted(m for m in sys.modules if m.startswith('tfmp.run'))]))\n"
-    )
+    found, loaded = imports_in_order()["tfmp.run.tasks"]
     assert not found and not [m for m in loaded if m.startswith(("tfmp.run.shipped", "tfmp.run.task_loader"))]
 
 

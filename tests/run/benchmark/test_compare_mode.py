@@ -34,7 +34,7 @@ from record_keys import COMPARE_KEYS
 import tfmp
 from tfmp.models.mobilenet_v2 import cpu_bfloat16_float32_layers
 from tfmp.models.small_cnn import build_small_cnn
-from tfmp.run import benchmark, memory_meters, reporting, shipped, tasks
+from tfmp.run import baseline, benchmark, memory_meters, reporting, shipped, tasks
 from tfmp.run import config as config_lib
 from tfmp.run.benchmark import compare_mode
 
@@ -170,6 +170,9 @@ def _clocked_compare(durations, **changes):
         assert timing, "no benchmark module reads time.perf_counter: update _Clock"
         for module in timing:
             patch.setattr(module, "time", clock)
+        # No plain fit() path: these tests script the trainer's and the hand-written step's rounds only, and
+        # the plain fit() path is measured by test_records_have_exactly_the_json_keys_and_types.
+        patch.setattr(baseline, "plain_fit_model", lambda *args: None)
         # The launches are counted by running more steps than the scripted ones: not here.
         records = benchmark.compare(
             tiny_config(models=("tiny",), steps=2, count_launches=False, **changes),
@@ -320,8 +323,10 @@ def test_a_row_whose_process_dies_is_an_error_naming_the_row():
         benchmark.compare(config, {"dying": spec})
 
 
-def test_rows_apply_the_per_layer_precision_training_applies():
+def test_rows_apply_the_per_layer_precision_training_applies(monkeypatch):
     # The tiny CNN advises conv2 in float32 for bfloat16 on a CPU, as MobileNetV2 advises its depthwise convs.
+    # The rows' trainers are checked, not their plain fit() path (test_records_have_exactly_the_json_keys_and_types).
+    monkeypatch.setattr(baseline, "plain_fit_model", lambda *args: None)
     spec = tiny_classifier(auto_float32_layers="conv2$")
     lines = []
     benchmark.compare(tiny_config(models=("tiny",)), {"tiny": spec}, progress=lines.append)

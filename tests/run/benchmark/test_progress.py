@@ -6,7 +6,7 @@ import re
 import pytest
 from benchmark_tiny import tiny_config, tiny_specs
 
-from tfmp.run import benchmark
+from tfmp.run import baseline, benchmark
 from tfmp.run.benchmark.progress import Progress, remaining_estimate
 
 
@@ -67,7 +67,9 @@ def test_the_estimate_of_the_rest_takes_each_models_own_rows_first():
         remaining_estimate([], ["gan"])
 
 
-def test_compare_piped_shows_each_rows_phases_its_end_and_the_estimate_of_the_rest(capsys):
+def test_compare_piped_shows_each_rows_phases_its_end_and_the_estimate_of_the_rest(capsys, monkeypatch):
+    # No plain fit() path, which no line names: tests/run/benchmark/test_compare_mode.py measures it.
+    monkeypatch.setattr(baseline, "plain_fit_model", lambda *args: None)
     config = tiny_config(models=("tiny",), precisions=(), runs=2, count_launches=False)
     records = benchmark.compare(config, tiny_specs(), progress=Progress("lines", every=0))
     err = capsys.readouterr().err.splitlines()
