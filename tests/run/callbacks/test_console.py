@@ -79,6 +79,14 @@ def test_console_summary_keeps_one_bare_count_for_one_optimizer():
     assert "  skipped steps: 2; final Loss 1.0000" in lines
 
 
+def test_the_epoch_line_gives_four_significant_digits_and_a_large_throughput_whole():
+    lines = []
+    with output.lines_to(lines.append):
+        console = _one_step_console({"loss": 1.0})
+        console.on_epoch_end(0, {"loss": 0.123456, "examples_per_sec": 12474.6, "learning_rate": 1e-05})
+    assert lines[-1] == "epoch 1/1: loss 0.1235, examples_per_sec 12475, learning_rate 1e-05"
+
+
 class _Stream:
     def __init__(self, tty):
         self.tty = tty

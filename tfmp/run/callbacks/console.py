@@ -42,6 +42,11 @@ def _format_number(value: float) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.3g}"
 
 
+def _format_log(value: float) -> str:
+    """An epoch log's value: four significant digits, a large one (a throughput) whole, never in e-notation."""
+    return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+
+
 class ConsoleLogger(keras.callbacks.Callback):
     """Logs the GAN tutorial's step line every `log_every` steps, and a summary.
 
@@ -153,7 +158,8 @@ class ConsoleLogger(keras.callbacks.Callback):
             self._bar.update(self._bar_step, finalize=True)
             self._bar = None
         shown = ", ".join(
-            f"{k} {_format_number(v) if 'loss_scale' in k or 'skipped' in k else f'{v:.4g}'}" for k, v in logs.items()
+            f"{k} {_format_number(v) if 'loss_scale' in k or 'skipped' in k else _format_log(v)}"
+            for k, v in logs.items()
         )
         log.info(f"epoch {epoch + 1}/{self.params.get('epochs', '?')}: {shown}")
 
