@@ -110,30 +110,21 @@ class Decision(NamedTuple):
 
 def flow_of(calls: StepCalls, grads: Sequence[Any]) -> str:
     """Names the flow of a step that made `calls` and applies `grads` (a key of `FLOWS`)."""
-    seen, scaled_ids = calls.seen, {id(g) for g in calls.scaled if g is not None}
+    # A gradient get_unscaled_gradients returned as it was given (at the fixed scale 1) is not still scaled.
+    scaled_ids = {id(s) for s, u in zip(calls.scaled, calls.unscaled) if s is not None and s is not u}
     if any(id(g) in scaled_ids for g in grads if g is not None):
         return "scaled_inputs"
-    if SCALE_LOSS in seen and GET_UNSCALED_GRADIENTS in seen:
+    if SCALE_LOSS in calls.seen and GET_UNSCALED_GRADIENTS in calls.seen:
         return "mixed_unscaled"
-    if SCALE_LOSS in seen:
-        return "mixed_scaled" if GET_SCALED_LOSS in seen else "keras3"
-    if GET_UNSCALED_GRADIENTS in seen:
-        return "tf_keras2" if GET_SCALED_LOSS in seen else "tf_keras2_unscaled_only"
-    return "tf_keras2_scaled_only" if GET_SCALED_LOSS in seen else "none"
+    if SCALE_LOSS in calls.seen:
+        return "mixed_scaled" if GET_SCALED_LOSS in calls.seen else "keras3"
+    if GET_UNSCALED_GRADIENTS in calls.seen:
+        return "tf_keras2" if GET_SCALED_LOSS in calls.seen else "tf_keras2_unscaled_only"
+    return "tf_keras2_scaled_only" if GET_SCALED_LOSS in calls.seen else "none"
 
 
-class _Eager:
-    """The context of eager calls, as a key beside the traced graphs (a weak reference to it is kept)."""
-
-
-_EAGER = _Eager()
-
-
-def _context() -> Any:
-    """`_EAGER` when eager; else the outermost graph being traced (nested tf.functions and
-    control-flow branches trace into graphs of their own, but belong to the same step)."""
-    if tf.executing_eagerly():
-        return _EAGER
+def _outermost_graph() -> tf.Graph:
+    """The outermost graph being traced: nested tf.functions and control-flow branches belong to its step."""
     graph = tf.compat.v1.get_default_graph()
     while getattr(getattr(graph, "outer_graph", None), "building_function", False):
         graph = graph.outer_graph
@@ -232,14 +223,12 @@ class ApiStyle:
         # Weak keys: a trace that scales a loss but never applies does not
         # keep its graph alive (unless it holds its gradients).
         contexts = self._local.__dict__.setdefault("contexts", weakref.WeakKeyDictionary())
-        if pop:
-            return contexts.pop(_context(), None) or StepCalls()
-        return contexts.setdefault(_context(), StepCalls())
+        context = self if tf.executing_eagerly() else _outermost_graph()  # eager calls: keyed by the record itself
+        return (contexts.pop(context, None) or StepCalls()) if pop else contexts.setdefault(context, StepCalls())
 
     def _report(self, flow: str, unscale: bool, entry: str, name: str) -> None:
         if flow.startswith("tf_keras2") and not unscale:
-            message = tf_keras2_warning(self.loss_has_been_scaled, self.gradients_have_been_unscaled)
-            if message:
+            if message := tf_keras2_warning(self.loss_has_been_scaled, self.gradients_have_been_unscaled):
                 tf.get_logger().warning(message)
         elif flow != "keras3":
             kind = flow if flow in _WARNINGS else "mixed"

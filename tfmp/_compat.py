@@ -33,6 +33,7 @@ __all__ = [
     "PRIVATE_APIS",
     "ModelWorkarounds",
     "PrivateAPI",
+    "all_layers",
     "check",
     "child_layers",
     "gradient_function",
@@ -72,7 +73,7 @@ PRIVATE_APIS = (
     PrivateAPI(
         "keras.Model", "_make_function", "overridden: shape scalar step logs (1,) across workers (ModelWorkarounds)"
     ),
-    PrivateAPI("keras.Model", "_flatten_layers", "child layers in creation order (child_layers)"),
+    PrivateAPI("keras.Model", "_flatten_layers", "the layers inside a layer (child_layers, all_layers)"),
     PrivateAPI("keras.Model", "_distribute_strategy", "the strategy a model was made under, or None"),
     PrivateAPI("keras.optimizers.LossScaleOptimizer", "_trainable_variables", "the built optimizer's variables"),
     PrivateAPI(
@@ -167,6 +168,15 @@ def child_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
     sub-layers have no public list.
     """
     return list(layer._flatten_layers(include_self=False, recursive=False))
+
+
+def all_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """`layer` and every layer nested in it, at any depth, each once.
+
+    Public alternative: `model.layers` lists a model's own layers only, and
+    a plain layer's sub-layers have no public list.
+    """
+    return list(layer._flatten_layers(include_self=True, recursive=True))
 
 
 def gradient_function(op_type: str) -> Callable[..., Any]:

@@ -197,13 +197,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         Returns:
             The list of unscaled gradients.
         """
-        grads = list(grads)
-        if self._scale_or_none is None:
-            # Returned as given (the same tensors): nothing to tell apart.
-            self._api_style.note(_api_style.GET_UNSCALED_GRADIENTS)
-            return grads
-        reciprocal = 1.0 / tf.convert_to_tensor(self.dynamic_scale)
-        unscaled = map_gradients(grads, lambda x: x * tf.cast(reciprocal, x.dtype))
+        unscaled = grads = list(grads)  # the fixed scale 1 returns them as given, at no cost
+        if self._scale_or_none is not None:
+            reciprocal = 1.0 / tf.convert_to_tensor(self.dynamic_scale)
+            unscaled = map_gradients(grads, lambda x: x * tf.cast(reciprocal, x.dtype))
         self._api_style.note(_api_style.GET_UNSCALED_GRADIENTS, scaled=grads, unscaled=unscaled)
         return unscaled
 
@@ -273,12 +270,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         `merge_call` update, which branches on its own): `apply` always runs, the `updates` run without writing
         (`recorded`), then every choice gets its applied or its skipped value by `tf.where`, so XLA sees no
         conditional and the step never waits on the host. The skipped-step count and the last-step flag are
-        written with the rest (`_count`); the scale moves without a branch (`next_loss_scale`).
+        written after either; the scale moves without a branch (`next_loss_scale`).
         """
         if select:
             apply()
             choose(finite, [*choices, *recorded(updates)])
-            self._count(tf.cast(tf.logical_not(finite), tf.int64))
+            skipped = tf.cast(tf.logical_not(finite), tf.int64)
         else:
 
             def branch(applied: bool) -> tf.Tensor:
@@ -287,17 +284,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 for variable, *values in choices:
                     if (value := values[0 if applied else 1]) is not None:
                         variable.assign(value)
-                self._count(0 if applied else 1)
-                return tf.constant(applied)
+                return tf.constant(0 if applied else 1, tf.int64)
 
-            tf.cond(finite, lambda: branch(True), lambda: branch(False))
-        self._update_scale(finite)
-
-    def _count(self, skipped: int | tf.Tensor) -> None:
-        """Counts the step: `skipped` is 0 or 1 (an int64 tensor where the step selects)."""
-        if not isinstance(skipped, int) or skipped:
-            self.skipped_counter.assign_add(skipped)
+            skipped = tf.cond(finite, lambda: branch(True), lambda: branch(False))
+        self.skipped_counter.assign_add(skipped)
         self.last_skipped_flag.assign(skipped)
+        self._update_scale(finite)
 
     def _compiles(self) -> bool:
         """Whether `xla_update` asks for the update compiled with XLA on its own, here."""
@@ -335,10 +327,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         if _compat.tracing_for_xla():
             return update
         key = (tuple(map(id, trainable_variables or ())), unscale, tuple(keep), tuple(map(id, chosen)))
-        cache = self.__dict__.setdefault("_compiled_updates", {})
-        if key not in cache:
-            cache[key] = tf.function(update, jit_compile=True, autograph=False)
-        return cache[key]
+        compiled = self.__dict__.setdefault("_compiled_updates", {})
+        return compiled.setdefault(key, tf.function(update, jit_compile=True, autograph=False))
 
     def _apply_inner(self, grads, trainable_variables, unscale, keep) -> None:
         if unscale and self._scale_or_none is not None:
@@ -358,10 +348,6 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def _own_settings(self) -> dict[str, Any]:
         return {setting: getattr(self, setting) for setting in _OWN_SETTINGS}
-
-    def check_finite(self, grads: Sequence[Any]) -> tf.Tensor:
-        """Returns a bool scalar: whether every gradient is finite."""
-        return all_finite(grads)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
         raise NotImplementedError("tfmp.LossScaleOptimizer runs on the TensorFlow backend only: no stateless_apply.")

@@ -97,17 +97,12 @@ def all_finite(grads: Iterable[Any]) -> tf.Tensor:
     number of variables (on a GPU, a handful of kernel launches; under XLA,
     one fused reduction), where a check per gradient costs two ops each.
     """
-    by_dtype: dict[tf.DType, list[tf.Tensor]] = {}
+    flat: dict[tf.DType, list[tf.Tensor]] = {}  # each dtype's gradients, as vectors
     for g in grads:
-        if g is None:
-            continue
-        values = tf.convert_to_tensor(g.values if isinstance(g, tf.IndexedSlices) else g)
-        flat = values if values.shape.rank == 1 else tf.reshape(values, [-1])
-        by_dtype.setdefault(values.dtype, []).append(flat)
-    checks = [
-        tf.reduce_all(tf.math.is_finite(parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)))
-        for parts in by_dtype.values()
-    ]
+        if g is not None:
+            x = tf.convert_to_tensor(g.values if isinstance(g, tf.IndexedSlices) else g)
+            flat.setdefault(x.dtype, []).append(x if x.shape.rank == 1 else tf.reshape(x, [-1]))
+    checks = [tf.reduce_all(tf.math.is_finite(v[0] if len(v) == 1 else tf.concat(v, 0))) for v in flat.values()]
     if not checks:
         return tf.constant(True)
     return checks[0] if len(checks) == 1 else tf.reduce_all(tf.stack(checks))
@@ -134,20 +129,14 @@ def map_gradients(grads: Sequence[Any], fn: Callable[[tf.Tensor], tf.Tensor], ke
     inf, and a reciprocal of 1/2**25 or less would flush to zero.
     """
 
-    def in_float32(x: tf.Tensor) -> tf.Tensor:
-        if x.dtype in (tf.float16, tf.bfloat16):
-            return tf.cast(fn(tf.cast(x, tf.float32)), x.dtype)
-        return fn(x)
+    def mapped(g: Any) -> Any:
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(mapped(g.values), g.indices, g.dense_shape)
+        x = tf.convert_to_tensor(g)
+        return tf.cast(fn(tf.cast(x, tf.float32)), x.dtype) if x.dtype in (tf.float16, tf.bfloat16) else fn(x)
 
-    keep = list(keep) + [False] * (len(grads) - len(keep))
-    return [
-        g
-        if g is None or kept
-        else tf.IndexedSlices(in_float32(g.values), g.indices, g.dense_shape)
-        if isinstance(g, tf.IndexedSlices)
-        else in_float32(tf.convert_to_tensor(g))
-        for g, kept in zip(grads, keep)
-    ]
+    kept = [*keep, *[False] * len(grads)]  # `keep`, padded with False
+    return [g if g is None or kept[i] else mapped(g) for i, g in enumerate(grads)]
 
 
 def scale_loss(loss: Any, scale: tf.Tensor | None) -> tf.Tensor:

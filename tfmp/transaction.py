@@ -28,15 +28,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["Step", "all_layers", "is_guarded", "state_variables", "undo_if_skipped"]
+from tfmp import _compat
 
-
-def all_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
-    """`layer` and every layer nested in it, depth first."""
-    layers = [layer]
-    for inner in getattr(layer, "layers", ()):
-        layers.extend(all_layers(inner))
-    return layers
+__all__ = ["Step", "is_guarded", "state_variables", "undo_if_skipped"]
 
 
 def state_variables(models: keras.layers.Layer | Sequence[keras.layers.Layer]) -> list[keras.Variable]:
@@ -57,7 +51,8 @@ def state_variables(models: keras.layers.Layer | Sequence[keras.layers.Layer]) -
         The variables, each once, in the models' order.
     """
     models = [models] if isinstance(models, keras.layers.Layer) else models
-    frozen = {id(w) for model in models for layer in all_layers(model) if not layer.trainable for w in layer.weights}
+    layers = [layer for model in models for layer in _compat.all_layers(model)]
+    frozen = {id(w) for layer in layers if not layer.trainable for w in layer.weights}
     state = {id(w): w for model in models for w in model.non_trainable_weights if id(w) not in frozen}
     return list(state.values())
 

@@ -24,7 +24,7 @@ __all__ = ["MixedPrecisionTrainer", "Objective", "computes_in_float16", "prepare
 
 def computes_in_float16(model: keras.layers.Layer) -> bool:
     """Whether any layer of `model` computes in float16 (and so needs loss scaling)."""
-    return any(layer.compute_dtype == "float16" for layer in transaction.all_layers(model))
+    return any(layer.compute_dtype == "float16" for layer in _compat.all_layers(model))
 
 
 def prepare_optimizer(
