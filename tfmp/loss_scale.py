@@ -270,12 +270,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         `merge_call` update, which branches on its own): `apply` always runs, the `updates` run without writing
         (`recorded`), then every choice gets its applied or its skipped value by `tf.where`, so XLA sees no
         conditional and the step never waits on the host. The skipped-step count and the last-step flag are
-        written after either; the scale moves without a branch (`next_loss_scale`).
+        written with the rest (`_count`); the scale moves without a branch (`next_loss_scale`).
         """
         if select:
             apply()
             choose(finite, [*choices, *recorded(updates)])
-            skipped = tf.cast(tf.logical_not(finite), tf.int64)
+            self._count(tf.cast(tf.logical_not(finite), tf.int64))
         else:
 
             def branch(applied: bool) -> tf.Tensor:
@@ -284,12 +284,17 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 for variable, *values in choices:
                     if (value := values[0 if applied else 1]) is not None:
                         variable.assign(value)
-                return tf.constant(0 if applied else 1, tf.int64)
+                self._count(0 if applied else 1)
+                return tf.constant(applied)
 
-            skipped = tf.cond(finite, lambda: branch(True), lambda: branch(False))
-        self.skipped_counter.assign_add(skipped)
-        self.last_skipped_flag.assign(skipped)
+            tf.cond(finite, lambda: branch(True), lambda: branch(False))
         self._update_scale(finite)
+
+    def _count(self, skipped: int | tf.Tensor) -> None:
+        """Counts the step: `skipped` is 0 or 1 (an int64 tensor where the step selects)."""
+        if not isinstance(skipped, int) or skipped:
+            self.skipped_counter.assign_add(skipped)
+        self.last_skipped_flag.assign(skipped)
 
     def _compiles(self) -> bool:
         """Whether `xla_update` asks for the update compiled with XLA on its own, here."""
