@@ -295,6 +295,28 @@ def test_bad_arguments_name_the_value(kwargs, fragment):
     assert fragment in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "args, kwargs, fragment",
+    [
+        ((64.0, 10, 3), {}, "may only be initial_scale, dynamic_growth_steps. Received: args=(64.0, 10, 3)"),
+        ((True, 64.0, 10, 3), {}, "dynamic, initial_scale, dynamic_growth_steps. Received: args=(True, 64.0, 10, 3)"),
+        ((), dict(initial_scale=0.5), "Received: initial_scale=0.5, min_scale=1.0"),
+        ((), dict(initial_scale=2**21, max_scale=2.0**20), "(0, 1048576] (max_scale=1048576.0): `max_scale`, the"),
+        ((), dict(initial_scale="128"), "Received: initial_scale='128'"),
+        ((), dict(growth_factor=INF), "(0, 3.40282347e+38] (float32's range). Received: growth_factor=inf"),
+    ],
+)
+def test_bad_arguments_give_the_bound_and_the_values(args, kwargs, fragment):
+    with pytest.raises(ValueError) as info:
+        tfmp.LossScaleOptimizer(keras.optimizers.SGD(), *args, **kwargs)
+    assert fragment in str(info.value)
+
+
+def test_only_a_dynamic_scale_starts_at_min_scale_or_above():
+    opt = tfmp.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=0.5)
+    assert (opt.dynamic, float(opt.loss_scale)) == (False, 0.5)
+
+
 def test_rejects_wrapping_twice_and_non_optimizers():
     with pytest.raises(ValueError, match="already a LossScaleOptimizer"):
         tfmp.LossScaleOptimizer(tfmp.LossScaleOptimizer(keras.optimizers.SGD()))

@@ -26,25 +26,38 @@ DEFAULT_MAX_SCALE = 2.0**24
 _FLOAT32_MAX = float(tf.float32.max)
 
 
-def check_positive_number(name: str, value: Any) -> float:
-    """`value` as a float, if it is a positive number that float32 (the loss scale's dtype) holds; else ValueError."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= _FLOAT32_MAX:
-        raise ValueError(
-            f"`{name}` must be a positive number within float32's range (at most {_FLOAT32_MAX:g}). "
-            f"Received: {name}={value!r}"
-        )
+def _require(ok: bool, name: str, value: Any, problem: str, **others: Any) -> None:
+    """Unless `ok`, raises ValueError: "`name` problem. Received: name=value, other=value, ..."."""
+    if not ok:
+        received = ", ".join(f"{key}={item!r}" for key, item in {name: value, **others}.items())
+        raise ValueError(f"`{name}` {problem}. Received: {received}")
+
+
+def check_positive_number(name: str, value: Any, max_scale: float | None = None, received: Any = None) -> float:
+    """`value` as a float, if it is a positive number that float32 (the loss scale's dtype) holds; else ValueError.
+
+    Given `max_scale`, `value` is a loss scale and the bound is `max_scale`
+    instead, which the message explains. The message names `received` when
+    given (the string `parse_loss_scale` parsed), else `value`.
+    """
+    high = _FLOAT32_MAX if max_scale is None else max_scale
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= high:
+        bound, why = "float32's range", ""
+        if max_scale is not None:
+            bound = "2**24" if max_scale == DEFAULT_MAX_SCALE else f"max_scale={max_scale!r}"
+            why = (
+                f": `max_scale`, the largest scale dynamic loss scaling reaches. At {high:.9g}, any float16 gradient "
+                f"above 65504 / {high:.9g} already overflows, so a larger scale would skip nearly every step"
+            )
+        received = value if received is None else received
+        raise ValueError(f"`{name}` must be a number in (0, {high:.9g}] ({bound}){why}. Received: {name}={received!r}")
     return float(value)
 
 
 def check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
+    is_integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    _require(is_integer and value >= 1, name, value, "must be an integer >= 1")
     return int(value)
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
 
 
 Arguments = collections.namedtuple(
@@ -53,59 +66,43 @@ Arguments = collections.namedtuple(
 )
 
 
-def checked(inner_optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: Any, *rest: Any) -> Arguments:
+def checked(optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: Any, *rest: Any) -> Arguments:
     """Checks `LossScaleOptimizer`'s arguments; returns them normalised, defaults filled in.
 
-    `rest` is `dynamic_growth_steps, growth_factor, backoff_factor,
-    hysteresis, min_scale, max_scale`. Positional arguments after
-    `inner_optimizer` follow tf.keras 2 (`dynamic, initial_scale,
-    dynamic_growth_steps`) when the first is a bool and Keras 3
-    (`initial_scale, dynamic_growth_steps`) otherwise.
+    `optimizer` is `inner_optimizer`; `rest` is `dynamic_growth_steps,
+    growth_factor, backoff_factor, hysteresis, min_scale, max_scale`.
+    Positional arguments after `inner_optimizer` follow tf.keras 2
+    (`dynamic, initial_scale, dynamic_growth_steps`) when the first is a bool
+    and Keras 3 (`initial_scale, dynamic_growth_steps`) otherwise.
     """
-    names = ("dynamic", "initial_scale", "dynamic_growth_steps")[0 if args and isinstance(args[0], bool) else 1 :]
-    _require(
-        len(args) <= len(names),
-        f"LossScaleOptimizer takes at most {len(names)} positional arguments "
-        f"after inner_optimizer ({', '.join(names)}). Received: {args!r}",
-    )
-    values = dict(zip(("dynamic", "initial_scale", "dynamic_growth_steps"), (dynamic, initial_scale, rest[0])))
+    given = {"dynamic": dynamic, "initial_scale": initial_scale, "dynamic_growth_steps": rest[0]}
+    names = list(given)[0 if args and isinstance(args[0], bool) else 1 :]
+    _require(len(args) <= len(names), "args", args, f"after inner_optimizer may only be {', '.join(names)}")
     for name, value in zip(names, args):
-        _require(
-            values[name] is None,
-            f"`{name}` was given both positionally and by keyword. "
-            f"Received: {name}={value!r} and {name}={values[name]!r}",
+        _require(given[name] is None, name, value, f"was also given by keyword ({name}={given[name]!r}): pass it once")
+        given[name] = value
+    dynamic, initial_scale, growth_steps, growth, backoff, hysteresis, low, high = *given.values(), *rest[1:]
+    _require(
+        isinstance(optimizer, keras.optimizers.Optimizer), "inner_optimizer", optimizer, "must be a Keras optimizer"
+    )
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        raise ValueError(
+            "`inner_optimizer` is already a LossScaleOptimizer; wrapping it again would scale the loss twice. "
+            f"Pass its `inner_optimizer` instead. Received: inner_optimizer={optimizer.name!r}"
         )
-        values[name] = value
-    (dynamic, initial_scale, growth_steps), (growth, backoff, hysteresis, low, high) = values.values(), rest[1:]
-    _require(
-        isinstance(inner_optimizer, keras.optimizers.Optimizer),
-        f"`inner_optimizer` must be a keras.optimizers.Optimizer. Received: inner_optimizer={inner_optimizer!r}",
-    )
-    _require(
-        not isinstance(inner_optimizer, keras.optimizers.LossScaleOptimizer),
-        "`inner_optimizer` is already a LossScaleOptimizer; wrapping it again would scale the loss twice. "
-        f"Pass its `inner_optimizer` instead. Received: inner_optimizer={getattr(inner_optimizer, 'name', None)!r}",
-    )
     dynamic = True if dynamic is None else dynamic
-    _require(isinstance(dynamic, bool), f"`dynamic` must be a bool. Received: dynamic={dynamic!r}")
-    _require(
-        initial_scale is not None or dynamic,
-        "A fixed loss scale needs a value: pass `initial_scale` with `dynamic=False`. "
-        "Received: dynamic=False, initial_scale=None",
-    )
-    scale = check_positive_number("initial_scale", DEFAULT_INITIAL_SCALE if initial_scale is None else initial_scale)
+    _require(isinstance(dynamic, bool), "dynamic", dynamic, "must be a bool")
+    _require(initial_scale is not None or dynamic, "initial_scale", None, "is needed for a fixed scale", dynamic=False)
     growth_steps = check_count("dynamic_growth_steps", DEFAULT_GROWTH_STEPS if growth_steps is None else growth_steps)
     growth, backoff = check_positive_number("growth_factor", growth), check_positive_number("backoff_factor", backoff)
-    _require(growth > 1, f"`growth_factor` must be > 1. Received: growth_factor={growth!r}")
-    _require(backoff < 1, f"`backoff_factor` must be in (0, 1). Received: backoff_factor={backoff!r}")
+    _require(growth > 1, "growth_factor", growth, "must be > 1")
+    _require(backoff < 1, "backoff_factor", backoff, "must be in (0, 1)")
     hysteresis = check_count("hysteresis", hysteresis)
     low, high = check_positive_number("min_scale", low), check_positive_number("max_scale", high)
-    _require(low <= high, f"`min_scale` must not exceed `max_scale`. Received: min_scale={low!r}, max_scale={high!r}")
-    _require(
-        scale <= high and (low <= scale or not dynamic),
-        f"`initial_scale` must not exceed `max_scale` = {high!r} (raise `max_scale` if you really mean it), nor, "
-        f"for a dynamic scale, lie below `min_scale` = {low!r}. Received: initial_scale={scale!r}",
-    )
+    _require(low <= high, "min_scale", low, "must not exceed `max_scale`", max_scale=high)
+    scale = DEFAULT_INITIAL_SCALE if initial_scale is None else initial_scale
+    scale = check_positive_number("initial_scale", scale, max_scale=high)
+    _require(scale >= low or not dynamic, "initial_scale", scale, "must be >= `min_scale` when dynamic", min_scale=low)
     return Arguments(dynamic, scale, growth_steps, growth, backoff, hysteresis, low, high)
 
 

@@ -9,11 +9,11 @@ TF Model Garden's `performance.configure_optimizer`, for tfmp's optimizer.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import keras
 
+from tfmp import _arguments
 from tfmp import precision as precision_lib
 from tfmp.loss_scale import DEFAULT_MAX_SCALE, LossScaleOptimizer
 
@@ -46,18 +46,9 @@ def parse_loss_scale(loss_scale: str | float | int | None, max_scale: float = DE
             value = float(value)
         except ValueError:
             raise ValueError(
-                "Unknown loss scale. Expected 'dynamic', 'none' or a positive number. "
-                f"Received: loss_scale={loss_scale!r}"
+                f"Unknown loss scale. Use 'dynamic', 'none' or a positive number. Received: loss_scale={loss_scale!r}"
             ) from None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= max_scale:
-        bound = "2**24" if max_scale == DEFAULT_MAX_SCALE else f"max_scale={max_scale!r}"
-        raise ValueError(
-            f"A fixed loss scale must be a number in (0, {max_scale:.0f}] ({bound}), or 'dynamic' / 'none'. The "
-            f"bound is the largest scale dynamic loss scaling reaches: at {max_scale:.0f}, any float16 gradient above "
-            f"65504 / {max_scale:.0f} already overflows, so a larger scale would skip nearly every step. "
-            f"Received: loss_scale={loss_scale!r}"
-        )
-    return float(value)
+    return _arguments.check_positive_number("loss_scale", value, max_scale, received=loss_scale)
 
 
 def wrap_optimizer(
