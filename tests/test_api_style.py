@@ -172,7 +172,7 @@ def test_tf_keras2_flags_are_sticky_as_in_tf_keras2():
             False,
             "LossScaleOptimizer 'opt': this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: "
             "apply_gradients() saw scale_loss() (Keras 3) and get_unscaled_gradients() (tf.keras 2). tfmp applies "
-            "the gradients as given, without dividing them by the loss scale. Use one API",
+            "the gradients as given, not divided by the loss scale. Use one API",
         ),
         (
             (SCALE_LOSS, GET_SCALED_LOSS),

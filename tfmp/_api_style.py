@@ -52,32 +52,24 @@ FLOWS = {
 # The two complete, unambiguous flows: switching between them is not a mistake.
 CLEAN_FLOWS = ("keras3", "tf_keras2")
 
-# tfmp's warning about a step of each unclear flow, and of any other mixed one ("mixed"), by whether it divides.
+# tfmp's warning about a step of each unclear flow, and of any other mixed one ("mixed").
 _WARNINGS = {
     "none": "{entry}() saw no scale_loss() (Keras 3), get_scaled_loss() or get_unscaled_gradients() (tf.keras 2) call "
-    "in this step, so nothing says whether the gradients are scaled. tfmp {}. If they are gradients of a scale_loss() "
-    "result, call scale_loss() in the same tf.function (or eagerly) as {entry}(); if of an unscaled loss, scale the "
-    "loss, or {}.",
+    "in this step, so nothing says whether the gradients are scaled. tfmp {does}{why}. If they are gradients of a "
+    "scale_loss() result, call scale_loss() in the same tf.function (or eagerly) as {entry}(); if of an unscaled loss, "
+    "scale the loss, or {risk}.",
     "scaled_inputs": "{entry}() received the very gradients that went into get_unscaled_gradients() (still scaled), "
     "not its output. tfmp divides them by the loss scale once, as Keras 3 does (tf.keras 2 would have applied them "
     "scaled). Apply the output of get_unscaled_gradients(), or use scale_loss() without it.",
-    "mixed": "this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: {entry}() saw {seen}. tfmp {}. Use one "
-    "API: Keras 3 (scale_loss(), then apply() or apply_gradients() divides) or tf.keras 2 (get_scaled_loss(), "
+    "mixed": "this step mixed the Keras 3 and tf.keras 2 loss-scaling APIs: {entry}() saw {seen}. tfmp {does}. Use "
+    "one API: Keras 3 (scale_loss(), then apply() or apply_gradients() divides) or tf.keras 2 (get_scaled_loss(), "
     "get_unscaled_gradients(), then apply_gradients()).",
 }
-# What tfmp does, by (warning, whether it divides), to fill in the warnings above.
-_DOES = {
-    ("none", True): (
-        "divides them by the loss scale, as Keras 3's apply() does",
-        "the update is the loss scale times too small",
-    ),
-    ("none", False): (
-        "applies them as given, not divided by the loss scale (tf.keras 2's behaviour; Keras 3 divides)",
-        "float16 gradients may underflow",
-    ),
-    ("mixed", True): ("divides the gradients by the loss scale",),
-    ("mixed", False): ("applies the gradients as given, without dividing them by the loss scale",),
-}
+# What fills them in, by whether the step divides the gradients: what tfmp does, and for a step with no call, why
+# and the risk.
+_DOES = {True: "divides {} by the loss scale", False: "applies {} as given, not divided by the loss scale"}
+_WHY = {True: ", as Keras 3's apply() does", False: " (tf.keras 2's behaviour; Keras 3 divides)"}
+_RISK = {True: "the update is the loss scale times too small", False: "float16 gradients may underflow"}
 _DID = {True: "divided them by the loss scale", False: "applied them as given"}
 
 
@@ -138,7 +130,6 @@ _TF_KERAS2_EXAMPLE = """
     scaled_grads = tape.gradient(scaled_loss, vars)
     grads = opt.get_unscaled_gradients(scaled_grads)
     opt.apply_gradients([(grads, var)])"""
-_TF_KERAS2_DOCS = "https://www.tensorflow.org/api_docs/python/tf/tf_keras/mixed_precision/LossScaleOptimizer"
 
 
 def tf_keras2_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: bool) -> str | None:
@@ -159,7 +150,7 @@ def tf_keras2_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: 
         f"You forgot to call LossScaleOptimizer.{forgot}() before calling LossScaleOptimizer.apply_gradients() "
         f"(you did call {did}() however). This will likely result in worse model quality, so please call "
         f"{forgot}() in the correct place! For example:{_TF_KERAS2_EXAMPLE}\nFor more information, see "
-        f"{_TF_KERAS2_DOCS}"
+        "https://www.tensorflow.org/api_docs/python/tf/tf_keras/mixed_precision/LossScaleOptimizer"
     )
 
 
@@ -232,8 +223,11 @@ class ApiStyle:
                 tf.get_logger().warning(message)
         elif flow != "keras3":
             kind = flow if flow in _WARNINGS else "mixed"
-            does = _DOES.get((kind, unscale), ())
-            _warn(f"LossScaleOptimizer '{name}': " + _WARNINGS[kind].format(*does, entry=entry, seen=FLOWS[flow].seen))
+            does = _DOES[unscale].format("them" if kind == "none" else "the gradients")
+            text = _WARNINGS[kind].format(
+                entry=entry, seen=FLOWS[flow].seen, does=does, why=_WHY[unscale], risk=_RISK[unscale]
+            )
+            _warn(f"LossScaleOptimizer '{name}': {text}")
         last, self._last = self._last, (flow, unscale, entry)
         if last is not None and last[1] != unscale and not (last[0] in CLEAN_FLOWS and flow in CLEAN_FLOWS):
             this = "this one" if last[2] == entry else f"this {entry}()"

@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["Arguments", "check_count", "check_positive_number", "check_xla_update", "checked"]
+__all__ = ["OWN_SETTINGS", "Arguments", "check_count", "check_positive_number", "check_xla_update", "checked"]
 
 # LossScaleOptimizer's defaults, which tf.keras 2 and Keras 3 share.
 DEFAULT_INITIAL_SCALE = 2.0**15
@@ -60,10 +60,9 @@ def check_count(name: str, value: Any) -> int:
     return int(value)
 
 
-Arguments = collections.namedtuple(
-    "Arguments",
-    "dynamic initial_scale dynamic_growth_steps growth_factor backoff_factor hysteresis min_scale max_scale",
-)
+# tfmp's settings beyond Keras 3's `initial_scale` and `dynamic_growth_steps`.
+OWN_SETTINGS = ("dynamic", "growth_factor", "backoff_factor", "hysteresis", "min_scale", "max_scale")
+Arguments = collections.namedtuple("Arguments", ("initial_scale", "dynamic_growth_steps", *OWN_SETTINGS))
 
 
 def checked(optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: Any, *rest: Any) -> Arguments:
@@ -82,9 +81,8 @@ def checked(optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: 
         _require(given[name] is None, name, value, f"was also given by keyword ({name}={given[name]!r}): pass it once")
         given[name] = value
     dynamic, initial_scale, growth_steps, growth, backoff, hysteresis, low, high = *given.values(), *rest[1:]
-    _require(
-        isinstance(optimizer, keras.optimizers.Optimizer), "inner_optimizer", optimizer, "must be a Keras optimizer"
-    )
+    is_optimizer = isinstance(optimizer, keras.optimizers.Optimizer)
+    _require(is_optimizer, "inner_optimizer", optimizer, "must be a keras.optimizers.Optimizer")
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise ValueError(
             "`inner_optimizer` is already a LossScaleOptimizer; wrapping it again would scale the loss twice. "
@@ -103,7 +101,7 @@ def checked(optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: 
     scale = DEFAULT_INITIAL_SCALE if initial_scale is None else initial_scale
     scale = check_positive_number("initial_scale", scale, max_scale=high)
     _require(scale >= low or not dynamic, "initial_scale", scale, "must be >= `min_scale` when dynamic", min_scale=low)
-    return Arguments(dynamic, scale, growth_steps, growth, backoff, hysteresis, low, high)
+    return Arguments(scale, growth_steps, dynamic, growth, backoff, hysteresis, low, high)
 
 
 def check_xla_update(xla_update: Any) -> bool | str:

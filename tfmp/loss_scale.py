@@ -15,14 +15,11 @@ import keras
 import tensorflow as tf
 
 from tfmp import _api_style, _arguments, _compat, _deprecated
-from tfmp._arguments import DEFAULT_MAX_SCALE
+from tfmp._arguments import DEFAULT_MAX_SCALE, OWN_SETTINGS
 from tfmp.scaling import LossScaleState, agreed_finite, all_finite, map_gradients, next_loss_scale, scale_loss
 from tfmp.transaction import Step, choose, current_step, recorded
 
 __all__ = ["LossScaleOptimizer", "LossScaleState", "Step", "next_loss_scale"]
-
-# tfmp's settings beyond Keras 3's `initial_scale` and `dynamic_growth_steps`.
-_OWN_SETTINGS = ("dynamic", "growth_factor", "backoff_factor", "hysteresis", "min_scale", "max_scale")
 
 
 @keras.saving.register_keras_serializable(package="tfmp")
@@ -102,7 +99,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         own = (dynamic_growth_steps, growth_factor, backoff_factor, hysteresis, min_scale, max_scale)
         checked = _arguments.checked(inner_optimizer, args, dynamic, initial_scale, *own)
         super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
-        for setting in _OWN_SETTINGS:
+        for setting in OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
         self.xla_update = _arguments.check_xla_update(xla_update)
         self.undoes_forward_writes = False  # set by `tfmp.undo_if_skipped`, for `tfmp.LogLossScale`'s warning
@@ -231,12 +228,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def _apply(self, grads, trainable_variables, entry: str, step: Step | None = None) -> None:
         grads = list(grads)
-        trainable_variables = None if trainable_variables is None else list(trainable_variables)
+        variables = _compat.optimizer_variables(self) if trainable_variables is None else list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):
-                self.build(trainable_variables)
+                self.build(variables)
             self.built = True
-        variables = trainable_variables if trainable_variables is not None else _compat.optimizer_variables(self)
         keep = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
         decision = self._api_style.end_step(grads, self.name, entry)
         grads = decision.calls.handed_back(grads, keep)
@@ -245,7 +241,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         if tf.distribute.in_cross_replica_context():
             raise ValueError("apply() must be called in a replica context.")
         context = tf.distribute.get_replica_context()
-        inner = (grads, trainable_variables, decision.unscale, keep)
+        inner = (grads, variables, decision.unscale, keep)
         if not _compat.strategy_supports_no_merge_call():
             # The inner update goes through merge_call, and branches there: the rest is selected.
             finite = agreed_finite(grads, context)
@@ -258,7 +254,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             # value then) is read here: the inner update does not write it.
             choices += recorded(updates)
             values = [[tf.convert_to_tensor(v) if x is None else x for x in pair] for v, *pair in choices]
-            self._selecting_update(variables, *inner[1:], [variable for variable, _, _ in choices])(grads, values)
+            self._selecting_update(*inner[1:], [variable for variable, _, _ in choices])(grads, values)
 
     def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, updates: list, select: bool) -> None:
         """The one rule of a step, on every path: applied whole when `finite`, else nothing written, the skip counted.
@@ -278,14 +274,13 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             self._count(tf.cast(tf.logical_not(finite), tf.int64))
         else:
 
-            def branch(applied: bool) -> tf.Tensor:
+            def branch(applied: bool) -> None:
                 for run in [apply, *updates] if applied else ():
                     run()
                 for variable, *values in choices:
                     if (value := values[0 if applied else 1]) is not None:
                         variable.assign(value)
                 self._count(0 if applied else 1)
-                return tf.constant(applied)
 
             tf.cond(finite, lambda: branch(True), lambda: branch(False))
         self._update_scale(finite)
@@ -307,13 +302,10 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         optimizer's apply does) is not supported by tf.distribute.
         """
 
-        def applied() -> tf.Tensor:
-            distribution.extended.call_for_each_replica(self._apply_inner, args=inner)
-            return tf.constant(True)
+        apply = lambda: distribution.extended.call_for_each_replica(self._apply_inner, args=inner)  # noqa: E731
+        tf.cond(distribution.experimental_local_results(finite)[0], apply, lambda: None)
 
-        tf.cond(distribution.experimental_local_results(finite)[0], applied, lambda: tf.constant(False))
-
-    def _selecting_update(self, variables, trainable_variables, unscale, keep, chosen) -> Callable[[list, list], None]:
+    def _selecting_update(self, variables, unscale, keep, chosen) -> Callable[[list, list], None]:
         """The step without a branch, for one replica: `_decide` selecting, as a function of the gradients and of
         the values of the choices of the variables `chosen`; compiled by XLA unless it is traced for XLA already.
 
@@ -326,12 +318,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         def update(grads: list[Any], values: list[list[tf.Tensor]]) -> None:
             written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
             choices = [(variable, *pair) for variable, pair in zip(chosen, values)] + written
-            apply = lambda: self._apply_inner(grads, trainable_variables, unscale, keep)  # noqa: E731
+            apply = lambda: self._apply_inner(grads, variables, unscale, keep)  # noqa: E731
             self._decide(all_finite(grads), apply, choices, [], True)
 
         if _compat.tracing_for_xla():
             return update
-        key = (tuple(map(id, trainable_variables or ())), unscale, tuple(keep), tuple(map(id, chosen)))
+        key = (tuple(map(id, variables)), unscale, tuple(keep), tuple(map(id, chosen)))
         compiled = self.__dict__.setdefault("_compiled_updates", {})
         return compiled.setdefault(key, tf.function(update, jit_compile=True, autograph=False))
 
@@ -352,7 +344,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             variable.assign(value)
 
     def _own_settings(self) -> dict[str, Any]:
-        return {setting: getattr(self, setting) for setting in _OWN_SETTINGS}
+        return {setting: getattr(self, setting) for setting in OWN_SETTINGS}
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
         raise NotImplementedError("tfmp.LossScaleOptimizer runs on the TensorFlow backend only: no stateless_apply.")

@@ -84,6 +84,5 @@ def wrap_optimizer(
         optimizer = optimizer.inner_optimizer
     if policy != "mixed_float16" or loss_scale == "none":
         return optimizer
-    if loss_scale == "dynamic":
-        return LossScaleOptimizer(optimizer, **loss_scale_kwargs)
-    return LossScaleOptimizer(optimizer, dynamic=False, initial_scale=loss_scale, **loss_scale_kwargs)
+    fixed = {} if loss_scale == "dynamic" else {"dynamic": False, "initial_scale": loss_scale}
+    return LossScaleOptimizer(optimizer, **fixed, **loss_scale_kwargs)

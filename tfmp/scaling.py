@@ -82,9 +82,8 @@ def next_loss_scale(
     lowered = tf.maximum(scale * backoff_factor, min_scale)
     scale = tf.where(grow, grown, tf.where(back_off, lowered, scale))
     count = tf.where(grow, tf.zeros_like(count), count)
-    refill = tf.constant(hysteresis, dtype=hyst.dtype)
     spend = tf.logical_and(overflow, hyst > 1)
-    hyst = tf.where(grow, refill, tf.where(spend, hyst - 1, hyst))
+    hyst = tf.where(grow, tf.constant(hysteresis, hyst.dtype), tf.where(spend, hyst - 1, hyst))
     return LossScaleState(scale, count, hyst)
 
 

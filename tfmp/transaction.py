@@ -32,8 +32,10 @@ from tfmp import _compat
 
 __all__ = ["Step", "is_guarded", "state_variables", "undo_if_skipped"]
 
+Models = keras.layers.Layer | Sequence[keras.layers.Layer]  # a Keras model or layer, or several
 
-def state_variables(models: keras.layers.Layer | Sequence[keras.layers.Layer]) -> list[keras.Variable]:
+
+def state_variables(models: Models) -> list[keras.Variable]:
     """The variables a training-mode forward pass of `models` may write.
 
     The non-trainable weights of their trainable layers: BatchNormalization's
@@ -152,9 +154,7 @@ def is_guarded(optimizer: keras.optimizers.Optimizer) -> bool:
 
 
 @contextlib.contextmanager
-def undo_if_skipped(
-    models: keras.layers.Layer | Sequence[keras.layers.Layer], optimizer: keras.optimizers.Optimizer
-) -> Iterator[None]:
+def undo_if_skipped(models: Models, optimizer: keras.optimizers.Optimizer) -> Iterator[None]:
     """Runs one training step as a transaction: if `optimizer` skips it, the forward pass's writes are undone.
 
     Enter it before the forward pass and leave it after `optimizer`'s
