@@ -177,8 +177,7 @@ class ApiStyle:
         self._local = threading.local()
         # tf.keras 2's flags: whether get_scaled_loss / get_unscaled_gradients
         # were ever called. Only its warnings depend on them.
-        self.loss_has_been_scaled = False
-        self.gradients_have_been_unscaled = False
+        self.loss_has_been_scaled = self.gradients_have_been_unscaled = False
         self._last: tuple[str, bool, str] | None = None  # the previous update's flow, unscale and entry
 
     def note(self, call: str, scaled: Sequence[Any] = (), unscaled: Sequence[Any] = ()) -> None:
@@ -224,10 +223,8 @@ class ApiStyle:
         elif flow != "keras3":
             kind = flow if flow in _WARNINGS else "mixed"
             does = _DOES[unscale].format("them" if kind == "none" else "the gradients")
-            text = _WARNINGS[kind].format(
-                entry=entry, seen=FLOWS[flow].seen, does=does, why=_WHY[unscale], risk=_RISK[unscale]
-            )
-            _warn(f"LossScaleOptimizer '{name}': {text}")
+            fill = dict(does=does, why=_WHY[unscale], risk=_RISK[unscale], seen=FLOWS[flow].seen, entry=entry)
+            _warn(f"LossScaleOptimizer '{name}': " + _WARNINGS[kind].format(**fill))
         last, self._last = self._last, (flow, unscale, entry)
         if last is not None and last[1] != unscale and not (last[0] in CLEAN_FLOWS and flow in CLEAN_FLOWS):
             this = "this one" if last[2] == entry else f"this {entry}()"

@@ -170,13 +170,13 @@ def child_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
     return list(layer._flatten_layers(include_self=False, recursive=False))
 
 
-def all_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
-    """`layer` and every layer nested in it, at any depth, each once.
+def all_layers(*layers: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """`layers` and every layer nested in them, at any depth.
 
     Public alternative: `model.layers` lists a model's own layers only, and
     a plain layer's sub-layers have no public list.
     """
-    return list(layer._flatten_layers(include_self=True, recursive=True))
+    return [nested for layer in layers for nested in layer._flatten_layers(include_self=True, recursive=True)]
 
 
 def gradient_function(op_type: str) -> Callable[..., Any]:

@@ -15,7 +15,6 @@ import keras
 import tensorflow as tf
 
 from tfmp import _api_style, _arguments, _compat, _deprecated
-from tfmp._arguments import DEFAULT_MAX_SCALE, OWN_SETTINGS
 from tfmp.scaling import LossScaleState, agreed_finite, all_finite, map_gradients, next_loss_scale, scale_loss
 from tfmp.transaction import Step, choose, current_step, recorded
 
@@ -91,7 +90,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         backoff_factor: float = 0.5,
         hysteresis: int = 1,
         min_scale: float = 1.0,
-        max_scale: float = DEFAULT_MAX_SCALE,
+        max_scale: float = _arguments.DEFAULT_MAX_SCALE,
         xla_update: bool | str = "auto",
         name: str | None = None,
         **kwargs: Any,
@@ -99,7 +98,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         own = (dynamic_growth_steps, growth_factor, backoff_factor, hysteresis, min_scale, max_scale)
         checked = _arguments.checked(inner_optimizer, args, dynamic, initial_scale, *own)
         super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
-        for setting in OWN_SETTINGS:
+        for setting in _arguments.OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
         self.xla_update = _arguments.check_xla_update(xla_update)
         self.undoes_forward_writes = False  # set by `tfmp.undo_if_skipped`, for `tfmp.LogLossScale`'s warning
@@ -238,9 +237,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         grads = decision.calls.handed_back(grads, keep)
         step = step or current_step(self) or Step(self)
         choices, updates, step.done = list(step.choices), list(step.updates), True
-        if tf.distribute.in_cross_replica_context():
+        if (context := tf.distribute.get_replica_context()) is None:  # in a cross-replica context
             raise ValueError("apply() must be called in a replica context.")
-        context = tf.distribute.get_replica_context()
         inner = (grads, variables, decision.unscale, keep)
         if not _compat.strategy_supports_no_merge_call():
             # The inner update goes through merge_call, and branches there: the rest is selected.
@@ -344,7 +342,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             variable.assign(value)
 
     def _own_settings(self) -> dict[str, Any]:
-        return {setting: getattr(self, setting) for setting in OWN_SETTINGS}
+        return {setting: getattr(self, setting) for setting in _arguments.OWN_SETTINGS}
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
         raise NotImplementedError("tfmp.LossScaleOptimizer runs on the TensorFlow backend only: no stateless_apply.")

@@ -13,9 +13,9 @@ from typing import Any
 
 import keras
 
-from tfmp import _arguments
 from tfmp import precision as precision_lib
-from tfmp.loss_scale import DEFAULT_MAX_SCALE, LossScaleOptimizer
+from tfmp._arguments import DEFAULT_MAX_SCALE, check_positive_number
+from tfmp.loss_scale import LossScaleOptimizer
 
 __all__ = ["LOSS_SCALE_NAMES", "parse_loss_scale", "wrap_optimizer"]
 
@@ -48,7 +48,7 @@ def parse_loss_scale(loss_scale: str | float | int | None, max_scale: float = DE
             raise ValueError(
                 f"Unknown loss scale. Use 'dynamic', 'none' or a positive number. Received: loss_scale={loss_scale!r}"
             ) from None
-    return _arguments.check_positive_number("loss_scale", value, max_scale, received=loss_scale)
+    return check_positive_number("loss_scale", value, max_scale, received=loss_scale)
 
 
 def wrap_optimizer(

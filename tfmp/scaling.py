@@ -102,8 +102,7 @@ def all_finite(grads: Iterable[Any]) -> tf.Tensor:
             x = tf.convert_to_tensor(g.values if isinstance(g, tf.IndexedSlices) else g)
             flat.setdefault(x.dtype, []).append(x if x.shape.rank == 1 else tf.reshape(x, [-1]))
     checks = [tf.reduce_all(tf.math.is_finite(v[0] if len(v) == 1 else tf.concat(v, 0))) for v in flat.values()]
-    if not checks:
-        return tf.constant(True)
+    checks = checks or [tf.constant(True)]  # no gradient: nothing non-finite
     return checks[0] if len(checks) == 1 else tf.reduce_all(tf.stack(checks))
 
 

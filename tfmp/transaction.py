@@ -53,8 +53,7 @@ def state_variables(models: Models) -> list[keras.Variable]:
         The variables, each once, in the models' order.
     """
     models = [models] if isinstance(models, keras.layers.Layer) else models
-    layers = [layer for model in models for layer in _compat.all_layers(model)]
-    frozen = {id(w) for layer in layers if not layer.trainable for w in layer.weights}
+    frozen = {id(w) for layer in _compat.all_layers(*models) if not layer.trainable for w in layer.weights}
     state = {id(w): w for model in models for w in model.non_trainable_weights if id(w) not in frozen}
     return list(state.values())
 
@@ -99,10 +98,9 @@ class Step:
     """
 
     def __init__(self, optimizer: keras.optimizers.Optimizer, done: bool = False):
-        self.optimizer = optimizer
+        self.optimizer, self.done = optimizer, done
         self.choices: list[tuple[keras.Variable, tf.Tensor | None, tf.Tensor | None]] = []
         self.updates: list[Callable[[], Any]] = []
-        self.done = done
 
     def keep(self, variables: Iterable[keras.Variable]) -> None:
         """Reads `variables` now; a skipped step puts these values back."""
