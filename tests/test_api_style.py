@@ -78,6 +78,15 @@ def test_none_gradients_are_not_taken_for_scaled_inputs():
     assert style.flow_of(calls, [None]) == "tf_keras2"
 
 
+def test_gradients_returned_as_given_are_not_taken_for_scaled_inputs():
+    # At the fixed scale 1 (a skip-only optimizer) get_unscaled_gradients returns the very gradients it was given.
+    calls, grad = style.StepCalls(), object()
+    calls.seen.update((GET_SCALED_LOSS, GET_UNSCALED_GRADIENTS))
+    calls.scaled.append(grad)
+    calls.unscaled.append(grad)
+    assert style.flow_of(calls, [grad]) == "tf_keras2"
+
+
 @pytest.mark.parametrize("seen, applies_inputs, flow, unscale", _CASES)
 def test_end_step_returns_the_flow_of_the_noted_calls(seen, applies_inputs, flow, unscale):
     api = style.ApiStyle()

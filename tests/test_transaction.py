@@ -102,6 +102,27 @@ def test_state_variables_are_the_statistics_of_trainable_layers_only():
     assert transaction.state_variables([families.gru(), families.transformer()]) == []
 
 
+class _BlockWithAFrozenNorm(keras.layers.Layer):
+    """A custom layer whose sub-layers are attributes, one of them a frozen BatchNormalization."""
+
+    def __init__(self):
+        super().__init__(name="block")
+        self.dense, self.norm = keras.layers.Dense(4), keras.layers.BatchNormalization(name="norm")
+        self.frozen = keras.layers.BatchNormalization(name="frozen")
+        self.frozen.trainable = False
+
+    def call(self, x, training=False):
+        return self.frozen(self.norm(self.dense(x), training=training), training=training)
+
+
+def test_state_variables_see_a_custom_layers_own_sub_layers():
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, _BlockWithAFrozenNorm()(inputs))
+    # The trainable norm's statistics; not the frozen one's four weights, which a forward pass does not write.
+    paths = [v.path for v in transaction.state_variables(model)]
+    assert paths == ["block/norm/moving_mean", "block/norm/moving_variance"]
+
+
 def test_a_plain_optimizer_is_neither_read_nor_restored():
     model = families.bn_cnn()
     optimizer = keras.optimizers.SGD(0.1)
