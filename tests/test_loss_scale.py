@@ -301,7 +301,7 @@ def test_bad_arguments_name_the_value(kwargs, fragment):
         ((64.0, 10, 3), {}, "may only be initial_scale, dynamic_growth_steps. Received: args=(64.0, 10, 3)"),
         ((True, 64.0, 10, 3), {}, "dynamic, initial_scale, dynamic_growth_steps. Received: args=(True, 64.0, 10, 3)"),
         ((), dict(initial_scale=0.5), "Received: initial_scale=0.5, min_scale=1.0"),
-        ((), dict(initial_scale=2**21, max_scale=2.0**20), "(0, 1048576] (max_scale=1048576.0): `max_scale`, the"),
+        ((), dict(initial_scale=2**21, max_scale=2.0**20), "(0, 1048576] (max_scale=1048576.0): the largest scale"),
         ((), dict(initial_scale="128"), "Received: initial_scale='128'"),
         ((), dict(growth_factor=INF), "(0, 3.40282347e+38] (float32's range). Received: growth_factor=inf"),
     ],

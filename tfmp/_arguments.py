@@ -46,7 +46,7 @@ def check_positive_number(name: str, value: Any, max_scale: float | None = None,
         if max_scale is not None:
             bound = "2**24" if max_scale == DEFAULT_MAX_SCALE else f"max_scale={max_scale!r}"
             why = (
-                f": `max_scale`, the largest scale dynamic loss scaling reaches. At {high:.9g}, any float16 gradient "
+                f": the largest scale dynamic loss scaling reaches (`max_scale`). At {high:.9g}, any float16 gradient "
                 f"above 65504 / {high:.9g} already overflows, so a larger scale would skip nearly every step"
             )
         received = value if received is None else received
