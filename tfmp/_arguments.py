@@ -105,6 +105,6 @@ def checked(optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: 
 
 
 def check_xla_update(xla_update: Any) -> bool | str:
-    if xla_update is True or xla_update is False or xla_update == "auto":
-        return xla_update
-    raise ValueError(f'`xla_update` must be True, False or "auto". Received: xla_update={xla_update!r}')
+    valid = xla_update is True or xla_update is False or xla_update == "auto"
+    _require(valid, "xla_update", xla_update, 'must be True, False or "auto"')
+    return xla_update

@@ -323,7 +323,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             return update
         key = (tuple(map(id, variables)), unscale, tuple(keep), tuple(map(id, chosen)))
         compiled = self.__dict__.setdefault("_compiled_updates", {})
-        return compiled.setdefault(key, tf.function(update, jit_compile=True, autograph=False))
+        return compiled.get(key) or compiled.setdefault(key, tf.function(update, jit_compile=True, autograph=False))
 
     def _apply_inner(self, grads, trainable_variables, unscale, keep) -> None:
         if unscale and self._scale_or_none is not None:
