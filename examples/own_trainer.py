@@ -4,7 +4,7 @@ A small GAN on 2-D points, written as a `keras.Model` on
 `tfmp.trainers.MixedPrecisionTrainer`, as the public docstrings describe
 it: `train_step` is model math, `optimize` runs each network's update
 (loss scaling, the finite check and the skip), and each loss tracker is
-updated through `unless_skipped` inside `forward`. Nothing lists which
+updated through the step's `unless_skipped` inside `forward(step)`. Nothing lists which
 variables a metric writes: a skipped step (here a batch with a NaN)
 leaves the weights, the BatchNorm statistics and the epoch's losses as if
 the batch had not been there, on every path (a CPU's branching update, a
@@ -67,19 +67,19 @@ class PointGAN(MixedPrecisionTrainer):
         def noise():
             return keras.random.normal((n, LATENT), seed=self.seed)
 
-        def generator_forward():
+        def generator_forward(step):
             fake = self.generator(noise(), training=True)
             loss = self.bce(tf.ones((n, 1)), self._logits(fake))
-            self.unless_skipped(self.g_optimizer, lambda: self.g_loss.update_state(loss))
+            step.unless_skipped(lambda: self.g_loss.update_state(loss))
             return loss, None
 
-        def discriminator_forward():
+        def discriminator_forward(step):
             fake = tf.stop_gradient(self.generator(noise(), training=True))
             loss = 0.5 * (
                 self.bce(tf.ones((n, 1)), self._logits(real))
                 + self.bce(tf.zeros((n, 1)), self._logits(fake))
             )
-            self.unless_skipped(self.d_optimizer, lambda: self.d_loss.update_state(loss))
+            step.unless_skipped(lambda: self.d_loss.update_state(loss))
             return loss, None
 
         g_variables = self.generator.trainable_variables

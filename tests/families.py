@@ -155,10 +155,10 @@ def optimizer_at_import(
 
 
 class OwnTrainer(trainers.MixedPrecisionTrainer):
-    """A trainer as a user writes it from the docstrings of `optimize` and `unless_skipped`.
+    """A trainer as a user writes it from the docstrings of `optimize` and `Step.unless_skipped`.
 
     A `Mean` loss tracker and one metric, both updated inside `forward`
-    through `unless_skipped`, with no list of the variables they write.
+    through the step's `unless_skipped`, with no list of the variables they write.
     """
 
     def __init__(self, network, loss_fn, metric):
@@ -180,7 +180,7 @@ class OwnTrainer(trainers.MixedPrecisionTrainer):
     def train_step(self, data):
         x, y = data
 
-        def forward():
+        def forward(step):
             prediction = tf.cast(self.network(x, training=True), tf.float32)
             loss = self.loss_fn(y, prediction)
 
@@ -188,7 +188,7 @@ class OwnTrainer(trainers.MixedPrecisionTrainer):
                 self.loss_tracker.update_state(loss)
                 self.metric.update_state(y, prediction)
 
-            self.unless_skipped(self.optimizer, update)
+            step.unless_skipped(update)
             return loss, prediction
 
         self.optimize(self.optimizer, self.network.trainable_variables, forward)

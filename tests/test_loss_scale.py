@@ -370,13 +370,19 @@ def test_skipped_step_leaves_weights_and_slots_bit_identical():
     assert float(opt.loss_scale) == 2.0**9
 
 
-# -- the two custom-loop flows ------------------------------------------------
+# -- the two custom-loop flows: each class keeps one contract ------------------------------------
+
+
+def _optimizer_of(flow, inner, **kwargs):
+    """tf.keras 2's class for its flow, Keras 3's class for its own."""
+    make = tfmp.mixed_precision.LossScaleOptimizer if flow == "tf_keras2" else tfmp.LossScaleOptimizer
+    return make(inner, **kwargs)
 
 
 def test_both_flows_unscale_exactly_once():
     for flow in ("tf_keras2", "keras3"):
         var = keras.Variable(np.zeros(1, np.float32))
-        opt = _sgd_lso(initial_scale=1024)
+        opt = _optimizer_of(flow, keras.optimizers.SGD(1.0), initial_scale=1024)
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(3.0 * var)
             scaled = opt.get_scaled_loss(loss) if flow == "tf_keras2" else opt.scale_loss(loss)
@@ -392,7 +398,7 @@ def test_both_flows_unscale_exactly_once():
 def _train_with_flow(flow, batches):
     with tfmp.precision_scope("mixed_float16"):
         model = _tiny_model(seed=7)
-    opt = tfmp.LossScaleOptimizer(keras.optimizers.Adam(1e-2), initial_scale=2.0**12, dynamic_growth_steps=2)
+    opt = _optimizer_of(flow, keras.optimizers.Adam(1e-2), initial_scale=2.0**12, dynamic_growth_steps=2)
     opt.build(model.trainable_variables)
     variables = model.trainable_variables
 
@@ -430,39 +436,64 @@ def test_both_flows_give_identical_updates():
     assert all(np.array_equal(a, b) for a, b in zip(_bits(state_a), _bits(state_b)))
 
 
-def test_unscaling_a_copy_to_inspect_does_not_stop_apply_from_unscaling():
-    var = keras.Variable(np.zeros(1, np.float32))
-    opt = _sgd_lso(initial_scale=1024)
-    with tf.GradientTape() as tape:
-        scaled = opt.scale_loss(tf.reduce_sum(3.0 * var))
-    grads = tape.gradient(scaled, [var])
-    inspected = opt.get_unscaled_gradients(grads)  # e.g. to log a gradient norm
-    assert float(inspected[0][0]) == 3.0
-    with pytest.warns(RuntimeWarning, match="very gradients that went into get_unscaled_gradients"):
-        opt.apply_gradients(zip(grads, [var]))  # the scaled originals, Keras 3 style
-    assert var.numpy().tolist() == [-3.0]
+def test_scale_loss_in_one_function_and_apply_gradients_in_another_give_keras_3s_update():
+    """Gradient accumulation's layout: the gradients are made in one tf.function, applied in another."""
+
+    def run(optimizer):
+        keras.utils.set_random_seed(3)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+        x = np.random.default_rng(3).normal(size=(16, 4)).astype(np.float32)
+
+        @tf.function
+        def gradients(x):
+            with tf.GradientTape() as tape:
+                scaled = optimizer.scale_loss(tf.reduce_mean(tf.square(model(x))))
+            return tape.gradient(scaled, model.trainable_variables)
+
+        @tf.function
+        def apply(grads):
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+        before = [v.numpy() for v in model.trainable_variables]
+        apply(gradients(x))
+        return [v.numpy() - b for v, b in zip(model.trainable_variables, before)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = run(tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1)))
+    keras3 = run(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)))
+    for a, b in zip(ours, keras3):
+        np.testing.assert_array_equal(a, b)
+    assert 1e-4 < max(np.abs(change).max() for change in ours) < 1.0  # divided by 2**15 once, not 0 or 2**15 times
 
 
-def test_apply_without_any_scaling_call_applies_as_given_and_warns():
-    # Nothing says whether the gradients are scaled: tfmp applies them as
-    # given (tf.keras 2's behaviour), not divided by the scale, and says so.
+def test_apply_divides_gradients_made_without_a_scaling_call_as_keras_3s_does():
+    # What the object is decides: Keras 3's class always divides, with no record of which calls a step made.
     var = keras.Variable(np.zeros(1, np.float32))
     opt = _sgd_lso(initial_scale=8)
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(var)
-    with pytest.warns(RuntimeWarning, match="nothing says whether the gradients are scaled"):
-        opt.apply_gradients(zip(tape.gradient(loss, [var]), [var]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.apply_gradients(zip([tf.constant([8.0])], [var]))
     assert var.numpy().tolist() == [-1.0]
 
 
+def test_tf_keras_2s_calls_on_keras_3s_class_warn_before_the_update_and_divide_once():
+    # tfmp 0.1's tf.keras 2 flow on tfmp.LossScaleOptimizer: the update is right, and the changed meaning is said.
+    var = keras.Variable(np.zeros(1, np.float32))
+    opt = _sgd_lso(initial_scale=1024)
+    with pytest.warns(FutureWarning, match=r"get_scaled_loss` is `scale_loss` on tfmp.LossScaleOptimizer"):
+        with tf.GradientTape() as tape:
+            scaled = opt.get_scaled_loss(tf.reduce_sum(3.0 * var))
+    grads = tape.gradient(scaled, [var])
+    with pytest.warns(FutureWarning, match=r"returns the gradients as given, still scaled.*mixed_precision"):
+        inspected = opt.get_unscaled_gradients(grads)
+    assert float(inspected[0][0]) == 3072.0 and int(opt.iterations) == 0  # said before any update
+    opt.apply_gradients(zip(inspected, [var]))
+    assert var.numpy().tolist() == [-3.0]
+    assert callable(opt.get_scaled_loss(lambda: tf.constant(0.5)))
+
+
 # -- API details ----------------------------------------------------------------
-
-
-def test_get_scaled_loss_accepts_callable():
-    opt = _sgd_lso(initial_scale=16)
-    scaled = opt.get_scaled_loss(lambda: tf.constant(0.5))
-    assert callable(scaled) and float(scaled()) == 8.0
-    assert float(opt.get_scaled_loss(tf.constant(0.5))) == 8.0
 
 
 def test_float16_loss_is_scaled_in_float32_without_overflow():
@@ -476,24 +507,6 @@ def test_float16_loss_is_scaled_in_float32_without_overflow():
     opt.apply_gradients(zip(tape.gradient(scaled, [var]), [var]))
     assert not bool(opt.last_step_skipped)
     assert var.numpy().tolist() == [3.0]
-
-
-def test_float16_gradients_unscale_by_scales_beyond_float16_range():
-    opt = _sgd_lso(initial_scale=2.0**20)
-    g16 = tf.constant([2.0**-4], tf.float16)  # a float16 gradient at scale 2**20
-    (out,) = opt.get_unscaled_gradients([g16])
-    assert out.dtype == tf.float16 and float(out[0]) == 2.0**-24
-
-
-def test_get_unscaled_gradients_passes_none_and_indexed_slices():
-    opt = _sgd_lso(initial_scale=1024)
-    sparse = tf.IndexedSlices(tf.constant([[1024.0, 2048.0]]), tf.constant([1]), tf.constant([3, 2]))
-    out = opt.get_unscaled_gradients([None, sparse, tf.constant([512.0])])
-    assert out[0] is None
-    assert isinstance(out[1], tf.IndexedSlices)
-    np.testing.assert_array_equal(out[1].values.numpy(), [[1.0, 2.0]])
-    np.testing.assert_array_equal(out[1].indices.numpy(), [1])
-    np.testing.assert_array_equal(out[2].numpy(), [0.5])
 
 
 def test_sparse_gradients_are_applied_and_skipped():
@@ -882,15 +895,16 @@ def test_the_fixed_scale_1_adds_no_multiplication_and_keeps_the_values(dtype):
     # A skip-only optimizer (fixed scale 1) leaves loss and gradients as they are: multiplying by 1 is exact,
     # and a step of a bfloat16 or float32 model pays nothing per gradient for it.
     unit = ls.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=1.0)
-    two = ls.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=2.0)
+    unit_tf_keras2 = tfmp.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=1.0)
+    two = tfmp.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(), dynamic=False, initial_scale=2.0)
     loss = tf.constant(3.0, dtype)
     grads = [tf.constant([1.5, -0.0, np.nan], dtype), tf.constant([[2.0]], dtype)]
-    assert "Mul" not in _op_types(lambda g: unit.get_unscaled_gradients(g), grads)
-    assert "Mul" not in _op_types(lambda x: unit.get_scaled_loss(x), loss)
+    assert "Mul" not in _op_types(lambda g: unit_tf_keras2.get_unscaled_gradients(g), grads)
+    assert "Mul" not in _op_types(lambda x: unit.scale_loss(x), loss)
     assert "Mul" in _op_types(lambda g: two.get_unscaled_gradients(g), grads)  # the check can fail
-    scaled = unit.get_scaled_loss(loss)
+    scaled = unit.scale_loss(loss)
     assert scaled.dtype == tf.float32 and float(scaled) == 3.0  # a 16-bit loss comes back in float32, as scaled
-    unscaled = unit.get_unscaled_gradients(grads)
+    unscaled = unit_tf_keras2.get_unscaled_gradients(grads)
     for given, returned in zip(grads, unscaled):
         assert returned.dtype == given.dtype
         np.testing.assert_array_equal(
@@ -900,5 +914,7 @@ def test_the_fixed_scale_1_adds_no_multiplication_and_keeps_the_values(dtype):
     # ...and the step with a NaN is still skipped, the weight untouched.
     var = keras.Variable([1.0, 2.0, 3.0])
     unit.build([var])
-    unit.apply(unit.get_unscaled_gradients([tf.constant([1.0, np.nan, 1.0])]), [var])
+    step = lambda g: unit.apply(g, [var])  # noqa: E731
+    assert not {"Mul", "RealDiv"} & set(_op_types(step, [tf.constant([1.0, 2.0, 3.0])]))
+    step([tf.constant([1.0, np.nan, 1.0])])
     assert int(unit.skipped_steps) == 1 and var.numpy().tolist() == [1.0, 2.0, 3.0]

@@ -184,7 +184,7 @@ def test_set_global_policy_behaves_as_tf_keras_2_21():
 
 
 def test_loss_scale_optimizer_is_tfmps_with_tf_keras_2s_api():
-    assert mixed_precision.LossScaleOptimizer is tfmp.LossScaleOptimizer
+    assert issubclass(mixed_precision.LossScaleOptimizer, tfmp.LossScaleOptimizer)
     opt = mixed_precision.LossScaleOptimizer(keras.optimizers.Adam())
     assert float(opt.loss_scale) == INITIAL_SCALE
     assert float(opt.get_scaled_loss(tf.constant(2.0))) == 2.0 * INITIAL_SCALE
@@ -231,7 +231,7 @@ def _check_loss_scaling(optimizer, steps: int) -> None:
     2000 good steps. So the scale is 2**15 / 2**skipped, exactly, and
     get_scaled_loss multiplies by that scale.
     """
-    assert isinstance(optimizer, tfmp.LossScaleOptimizer)
+    assert isinstance(optimizer, mixed_precision.LossScaleOptimizer)
     applied = int(optimizer.inner_optimizer.iterations)
     skipped = steps - applied
     assert 0 <= skipped < steps, f"{skipped} of {steps} steps skipped"

@@ -51,15 +51,16 @@ def test_discriminator_labels_round_the_swap_count_down():
 
 @pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16", "mixed_float16"])
 @pytest.mark.parametrize("loss_scale", ["none", "dynamic", 128])
-def test_prepare_optimizer_wraps_only_float16_with_a_loss_scale(precision, loss_scale):
+def test_prepare_optimizer_scales_only_float16_and_skips_in_every_precision(precision, loss_scale):
     with tfmp.precision_scope(precision):
         model = _linear_classifier()
     optimizer = trainers.prepare_optimizer(keras.optimizers.SGD(0.1), model, loss_scale)
-    wrapped = precision == "mixed_float16" and loss_scale != "none"
-    assert isinstance(optimizer, tfmp.LossScaleOptimizer) == wrapped
-    if wrapped:
-        assert float(optimizer.loss_scale) == (2.0**15 if loss_scale == "dynamic" else 128.0)
-        assert optimizer.dynamic == (loss_scale == "dynamic")
+    assert type(optimizer) is tfmp.LossScaleOptimizer
+    scaled = precision == "mixed_float16" and loss_scale != "none"
+    assert float(optimizer.loss_scale) == (1.0 if not scaled else 2.0**15 if loss_scale == "dynamic" else 128.0)
+    assert optimizer.dynamic == (scaled and loss_scale == "dynamic")
+    bare = trainers.prepare_optimizer(keras.optimizers.SGD(0.1), model, loss_scale, skip_nonfinite=False)
+    assert isinstance(bare, tfmp.LossScaleOptimizer) == scaled
 
 
 def test_prepare_optimizer_keeps_a_tfmp_optimizer_and_converts_a_keras_one():
@@ -71,6 +72,18 @@ def test_prepare_optimizer_keeps_a_tfmp_optimizer_and_converts_a_keras_one():
     converted = trainers.prepare_optimizer(stock, model)
     assert isinstance(converted, tfmp.LossScaleOptimizer)
     assert float(converted.loss_scale) == 256.0
+
+
+def test_prepare_optimizer_turns_tf_keras_2s_optimizer_into_keras_3s_with_its_settings():
+    # The trainers' step is Keras 3's (scale_loss, then an update that divides): tf.keras 2's class refuses it.
+    with tfmp.precision_scope("mixed_float16"):
+        model = _linear_classifier()
+    inner = keras.optimizers.SGD(0.1)
+    given = tfmp.mixed_precision.LossScaleOptimizer(inner, initial_scale=64, hysteresis=3, xla_update=True)
+    converted = trainers.prepare_optimizer(given, model)
+    assert type(converted) is tfmp.LossScaleOptimizer and converted.inner_optimizer is inner
+    settings = ("initial_scale", "dynamic", "hysteresis", "max_scale", "min_scale", "xla_update")
+    assert [getattr(converted, name) for name in settings] == [64.0, True, 3, 2.0**24, 1.0, True]
 
 
 def test_computes_in_float16_looks_into_nested_models():
@@ -176,13 +189,35 @@ def test_the_gan_logs_each_optimizers_learning_rate_under_its_prefix():
     assert (history.history["g_learning_rate"], history.history["d_learning_rate"]) == ([0.5], [0.25])
 
 
-def test_a_stock_keras_loss_scale_optimizer_is_refused_in_the_step():
+def test_tf_keras_2s_optimizer_is_refused_in_the_step_before_it_updates():
     x, y = _data(8)
-    trainer = trainers.ClassifierTrainer(_linear_classifier())
+    trainer = tfmp.Trainer(_linear_classifier())
     trainer.compile(keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
-    trainer.optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
-    with pytest.raises(TypeError, match="tfmp.LossScaleOptimizer"):
+    before = [v.numpy() for v in trainer.network.variables]
+    trainer.optimizer = tfmp.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    with pytest.raises(TypeError, match=r"scale_loss\(\) is Keras 3's API.*construct tfmp.LossScaleOptimizer"):
         trainer.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    for a, b in zip(before, trainer.network.variables):
+        np.testing.assert_array_equal(a, b.numpy())
+
+
+def test_a_forward_without_the_step_still_works_with_a_deprecation_warning():
+    # tfmp 0.1's forward() took no argument.
+    x, y = _data(8)
+
+    class OldTrainer(tfmp.Trainer):
+        def train_step(self, data):
+            x, y = data
+            loss, _ = self.optimize(
+                self.optimizer, self.trainable_variables, lambda: (self.compute_loss(x=x, y=y, y_pred=self(x)), None)
+            )
+            return {"loss": loss}
+
+    trainer = OldTrainer(_linear_classifier())
+    trainer.compile(keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    with pytest.warns(DeprecationWarning, match=r"optimize\(forward\(\)\)` is deprecated.*forward\(step\)"):
+        history = trainer.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0]) and int(trainer.optimizer.iterations) == 1
 
 
 # --- the GAN step ---------------------------------------------------------------
@@ -300,7 +335,9 @@ def test_skip_nonfinite_wraps_only_what_loss_scaling_does_not():
     assert optimizer.initial_scale == 1
     logs = trainers.MixedPrecisionTrainer.loss_scale_logs(optimizer)
     assert set(logs) == {"skipped_steps"}  # a scale of 1 is not shown as loss scaling
-    assert type(trainers.prepare_optimizer(keras.optimizers.SGD(0.1), model, "none")) is keras.optimizers.SGD
+    assert type(trainers.prepare_optimizer(keras.optimizers.SGD(0.1), model, "none", skip_nonfinite=False)) is (
+        keras.optimizers.SGD
+    )
 
 
 def test_a_nan_batch_under_dynamic_loss_scaling_is_skipped_and_counted():

@@ -91,14 +91,17 @@ def test_the_guard_restores_under_xla_too():
         np.testing.assert_array_equal(a, v.numpy(), err_msg=v.path)
 
 
-def test_state_variables_are_the_statistics_of_trainable_layers_only():
+def test_state_variables_are_the_weights_layers_make_non_trainable_frozen_or_not():
     model = families.bn_cnn()
     assert [v.path.rsplit("/", 1)[1] for v in transaction.state_variables(model)] == [
         "moving_mean",
         "moving_variance",
     ] * 2
-    model.layers[2].trainable = False  # a frozen BatchNormalization: its forward pass writes nothing
-    assert len(transaction.state_variables(model)) == 2
+    # A frozen layer's statistics are kept too (a layer may write them in call whatever its `trainable`);
+    # a frozen layer's kernel and bias, made trainable, are not.
+    model.layers[2].trainable = False
+    model.layers[1].trainable = False
+    assert len(transaction.state_variables(model)) == 4
     assert transaction.state_variables([families.gru(), families.transformer()]) == []
 
 
@@ -118,17 +121,25 @@ class _BlockWithAFrozenNorm(keras.layers.Layer):
 def test_state_variables_see_a_custom_layers_own_sub_layers():
     inputs = keras.Input((3,))
     model = keras.Model(inputs, _BlockWithAFrozenNorm()(inputs))
-    # The trainable norm's statistics; not the frozen one's four weights, which a forward pass does not write.
-    paths = [v.path for v in transaction.state_variables(model)]
-    assert paths == ["block/norm/moving_mean", "block/norm/moving_variance"]
+    paths = sorted(v.path for v in transaction.state_variables(model))
+    assert paths == [f"block/{norm}/moving_{stat}" for norm in ("frozen", "norm") for stat in ("mean", "variance")]
 
 
-def test_a_plain_optimizer_is_neither_read_nor_restored():
+def test_a_plain_optimizer_is_neither_read_nor_restored_and_its_updates_simply_run():
     model = families.bn_cnn()
-    optimizer = keras.optimizers.SGD(0.1)
-    with tfmp.undo_if_skipped(model, optimizer):
-        pass
-    assert not transaction.is_guarded(optimizer)
+    counter = keras.Variable(0.0)
+    with tfmp.undo_if_skipped(model, keras.optimizers.SGD(0.1)) as step:
+        step.unless_skipped(lambda: counter.assign_add(1.0))
+    assert (step.skips, step.choices, step.updates, float(counter)) == (False, [], [], 1.0)
+
+
+def test_a_step_belongs_to_one_update():
+    var = keras.Variable([1.0])
+    optimizer = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    step = transaction.Step(optimizer)
+    optimizer.apply([tf.constant([1.0])], [var], step=step)
+    with pytest.raises(ValueError, match="decided by an update already.*Received: a step of optimizer 'loss_scale"):
+        optimizer.apply([tf.constant([1.0])], [var], step=step)
 
 
 def test_every_replica_keeps_its_statistics_when_one_replica_sees_nan():

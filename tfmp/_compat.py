@@ -42,6 +42,7 @@ __all__ = [
     "no_automatic_dependency_tracking",
     "optimizer_variables",
     "replace_gradient_function",
+    "state_weights",
     "strategy_supports_no_merge_call",
     "tracing_for_xla",
 ]
@@ -74,6 +75,7 @@ PRIVATE_APIS = (
         "keras.Model", "_make_function", "overridden: shape scalar step logs (1,) across workers (ModelWorkarounds)"
     ),
     PrivateAPI("keras.Model", "_flatten_layers", "the layers inside a layer (child_layers, all_layers)"),
+    PrivateAPI("keras.Model", "_non_trainable_variables", "the weights a layer made non-trainable (state_weights)"),
     PrivateAPI("keras.Model", "_distribute_strategy", "the strategy a model was made under, or None"),
     PrivateAPI("keras.optimizers.LossScaleOptimizer", "_trainable_variables", "the built optimizer's variables"),
     PrivateAPI(
@@ -177,6 +179,17 @@ def all_layers(*layers: keras.layers.Layer) -> list[keras.layers.Layer]:
     a plain layer's sub-layers have no public list.
     """
     return [nested for layer in layers for nested in layer._flatten_layers(include_self=True, recursive=True)]
+
+
+def state_weights(*layers: keras.layers.Layer) -> list[keras.Variable]:
+    """The weights `layers`, and every layer nested in them, made non-trainable: the state a forward pass writes.
+
+    BatchNormalization's moving statistics and a custom layer's running
+    state, whether its layer is trainable or frozen; not a frozen layer's
+    kernels. Public alternative: none; `non_trainable_weights` also lists a
+    frozen layer's trainable weights, with nothing to tell them apart.
+    """
+    return [weight for layer in all_layers(*layers) for weight in layer._non_trainable_variables]
 
 
 def gradient_function(op_type: str) -> Callable[..., Any]:

@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 import keras
+import numpy as np
 
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import transaction
@@ -70,9 +71,7 @@ class LogLossScale(keras.callbacks.Callback):
             self._warn_if_state_leaks(optimizer, logs["skipped_steps"])
 
     def _warn_if_state_leaks(self, optimizer: loss_scale_lib.LossScaleOptimizer, skipped: int) -> None:
-        if transaction.is_guarded(optimizer):
-            return
-        state = transaction.state_variables(self.model)
+        state = [v for v in transaction.state_variables(self.model) if not np.isfinite(v.numpy()).all()]
         if not state:
             return
         shown = ", ".join(repr(v.path) for v in state[:2]) + (", ..." if len(state) > 2 else "")

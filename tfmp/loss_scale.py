@@ -1,9 +1,12 @@
-"""Loss scaling for float16 training: `tfmp.LossScaleOptimizer`.
+"""Loss scaling for float16 training: `tfmp.LossScaleOptimizer`, Keras 3's with more.
 
-`LossScaleOptimizer` extends Keras 3's with the tf.keras 2 custom-loop API,
-hysteresis, scale bounds, a skipped-step counter and a finite check all
-replicas agree on. The arithmetic (`next_loss_scale`, `all_finite`) is
-`tfmp.scaling`'s; whether a precision needs loss scaling, `tfmp.optimizers`'s.
+`LossScaleOptimizer` does what Keras 3's does (`apply` divides the gradients
+of a `scale_loss` result by the scale), with hysteresis, scale bounds, a
+skipped-step counter, a finite check all replicas agree on, and a `Step`
+that carries a step's other writes into its one rule. tf.keras 2's class is
+`tfmp.mixed_precision.LossScaleOptimizer` (`tfmp.tf_keras2`). The arithmetic
+(`next_loss_scale`, `all_finite`) is `tfmp.scaling`'s; whether a precision
+needs loss scaling, `tfmp.optimizers`'s.
 """
 
 from __future__ import annotations
@@ -14,23 +17,25 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfmp import _api_style, _arguments, _compat, _deprecated
+from tfmp import _arguments, _compat, _deprecated
 from tfmp.scaling import LossScaleState, agreed_finite, all_finite, map_gradients, next_loss_scale, scale_loss
-from tfmp.transaction import Step, choose, current_step, recorded
+from tfmp.transaction import Step, choose, recorded
 
 __all__ = ["LossScaleOptimizer", "LossScaleState", "Step", "next_loss_scale"]
 
 
 @keras.saving.register_keras_serializable(package="tfmp")
 class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
-    """A Keras 3 loss-scale optimizer that also speaks tf.keras 2.
+    """Keras 3's loss-scale optimizer, with hysteresis, bounds and an exact skip.
 
-    Wraps `inner_optimizer`: the loss is multiplied by the loss scale so that
-    small float16 gradients do not flush to zero, and the gradients are divided
-    by it before the inner optimizer sees them. A step with a non-finite
-    gradient on any replica is skipped whole, counted, and may lower the scale.
-    Keras 3's `scale_loss` and tf.keras 2's `get_scaled_loss` /
-    `get_unscaled_gradients` both work, each with its own semantics: see
+    Wraps `inner_optimizer`: `scale_loss` multiplies the loss by the loss
+    scale so that small float16 gradients do not flush to zero, and `apply`
+    / `apply_gradients` divide the gradients by it before the inner
+    optimizer sees them, wherever `scale_loss` ran, as Keras 3's do. A step
+    with a non-finite gradient on any replica is skipped whole, counted, and
+    may lower the scale. tf.keras 2's flow (`get_scaled_loss`,
+    `get_unscaled_gradients`, gradients applied as given) is
+    `tfmp.mixed_precision.LossScaleOptimizer`'s: see
     [Loss scaling](../guides/loss-scaling.md).
 
     Args:
@@ -78,6 +83,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         ```
     """
 
+    _DIVIDES = True  # apply() divides the gradients by the scale (tf.keras 2's class: applies them as given)
+
     @_deprecated.renamed_argument("LossScaleOptimizer(jit_compile)")
     def __init__(
         self,
@@ -101,8 +108,6 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         for setting in _arguments.OWN_SETTINGS:
             setattr(self, setting, getattr(checked, setting))
         self.xla_update = _arguments.check_xla_update(xla_update)
-        self.undoes_forward_writes = False  # set by `tfmp.undo_if_skipped`, for `tfmp.LogLossScale`'s warning
-        self._api_style = _api_style.ApiStyle()
         self._create_state_variables()
 
     @_compat.no_automatic_dependency_tracking
@@ -156,115 +161,80 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     jit_compile = _deprecated.renamed_attribute("LossScaleOptimizer.jit_compile")
 
     def scale_loss(self, loss: Any) -> tf.Tensor:
-        """Returns `loss` times the loss scale (Keras 3 API); the next apply divides the gradients.
+        """Returns `loss` times the loss scale (Keras 3 API); `apply` divides the gradients by it.
 
         A float16 or bfloat16 loss is scaled in float32, so the scaled value cannot overflow.
         """
-        self._api_style.note(_api_style.SCALE_LOSS)
         return scale_loss(loss, self._scale_or_none)
 
     def get_scaled_loss(self, loss: Any) -> Any:
-        """Scales `loss` by the loss scale (tf.keras 2 API).
-
-        The next `apply_gradients` in the same context applies its gradients
-        as given, as tf.keras 2 did. A 16-bit loss is scaled in float32 (the
-        gradients are tf.keras 2's; only the returned value cannot overflow).
-
-        Args:
-            loss: A loss tensor, or a zero-argument callable returning one.
-
-        Returns:
-            The scaled loss, or a callable returning it if `loss` was callable.
-        """
-        self._api_style.note(_api_style.GET_SCALED_LOSS)
-        if callable(loss):
-            return lambda: self.get_scaled_loss(loss())  # called later, maybe in another context: noted there too
-        return scale_loss(loss, self._scale_or_none)
+        """Deprecated here: `scale_loss`. tf.keras 2's flow is `tfmp.mixed_precision.LossScaleOptimizer`'s."""
+        _deprecated.warn("LossScaleOptimizer.get_scaled_loss")
+        return (lambda: self.scale_loss(loss())) if callable(loss) else self.scale_loss(loss)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
-        """Multiplies gradients by 1 / loss scale, as tf.keras 2 did (tf.keras 2 API).
+        """Deprecated here: returns `grads` as given, since this class's `apply` divides them by the scale."""
+        _deprecated.warn("LossScaleOptimizer.get_unscaled_gradients")
+        return list(grads)
 
-        Multiplying by the float32 reciprocal rather than dividing gives
-        tf.keras 2's bits for any scale (for a power of two both agree).
-
-        Args:
-            grads: A list of gradients of the scaled loss; `None` entries pass through.
-
-        Returns:
-            The list of unscaled gradients.
-        """
-        unscaled = grads = list(grads)  # the fixed scale 1 returns them as given, at no cost
-        if self._scale_or_none is not None:
-            reciprocal = 1.0 / tf.convert_to_tensor(self.dynamic_scale)
-            unscaled = map_gradients(grads, lambda x: x * tf.cast(reciprocal, x.dtype))
-        self._api_style.note(_api_style.GET_UNSCALED_GRADIENTS, scaled=grads, unscaled=unscaled)
-        return unscaled
-
-    def apply(self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None) -> None:
+    def apply(
+        self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None, step: Step | None = None
+    ) -> None:
         """Divides the gradients by the loss scale and applies them, unless one is non-finite; updates the scale.
 
-        Keras 3's contract: the gradients are those of a `scale_loss` result.
-        With no scaling call in the step they are divided all the same, with a
-        `RuntimeWarning`. Gradients returned by `get_unscaled_gradients` are not
-        divided again, nor are those of variables with `overwrite_with_gradient`
-        (Keras's float8 scaling factors): they carry the variable's new value.
-        Inside a `tfmp.undo_if_skipped` block, the block's `Step` joins the update.
+        Keras 3's contract: the gradients are those of a `scale_loss` result,
+        wherever `scale_loss` ran. Those of variables with
+        `overwrite_with_gradient` (Keras's float8 scaling factors) are not
+        divided: they carry the variable's new value. `step`, a
+        `tfmp.transaction.Step`, carries the step's other writes into the
+        update's one rule.
         """
-        self._apply(grads, trainable_variables, _api_style.APPLY)
+        self._apply(list(grads), trainable_variables, step)
 
     def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]], step: Step | None = None) -> keras.Variable:
-        """Applies `(gradient, variable)` pairs, unless a gradient is non-finite; updates the scale.
-
-        After `scale_loss` the gradients are divided by the loss scale, as in Keras 3; after
-        `get_unscaled_gradients`, or with no scaling call in the step, applied as given, as in tf.keras 2.
-        `step`, a `Step`, carries the step's other writes (default: a `tfmp.undo_if_skipped` block's, if any).
-        """
-        # Not through apply(), as Keras's is: the two differ for a step with no scaling call, and an
-        # argument needs no state kept per tf.function trace or replica thread.
+        """`apply` for `(gradient, variable)` pairs: divided by the loss scale, as in Keras 3."""
         grads, trainable_variables = zip(*grads_and_vars)
-        self._apply(grads, trainable_variables, _api_style.APPLY_GRADIENTS, step)
+        self._apply(list(grads), trainable_variables, step)
         return self._iterations  # what Keras's apply_gradients() returns
 
-    def _apply(self, grads, trainable_variables, entry: str, step: Step | None = None) -> None:
-        grads = list(grads)
+    def _apply(self, grads: list, trainable_variables: Sequence[Any] | None, step: Step | None) -> None:
         variables = _compat.optimizer_variables(self) if trainable_variables is None else list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):
                 self.build(variables)
             self.built = True
         keep = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
-        decision = self._api_style.end_step(grads, self.name, entry)
-        grads = decision.calls.handed_back(grads, keep)
-        step = step or current_step(self) or Step(self)
-        choices, updates, step.done = list(step.choices), list(step.updates), True
+        step = step or Step(self)
         if (context := tf.distribute.get_replica_context()) is None:  # in a cross-replica context
             raise ValueError("apply() must be called in a replica context.")
-        inner = (grads, variables, decision.unscale, keep)
+        inner = (grads, variables, keep)
         if not _compat.strategy_supports_no_merge_call():
             # The inner update goes through merge_call, and branches there: the rest is selected.
             finite = agreed_finite(grads, context)
             apply = lambda: context.merge_call(self._apply_if, args=(finite, *inner))  # noqa: E731
-            self._decide(finite, apply, choices, updates, True)
+            self._decide(finite, apply, *step.decide(finite), True)
         elif context.num_replicas_in_sync > 1 or not (_compat.tracing_for_xla() or self._compiles()):
-            self._decide(agreed_finite(grads, context), lambda: self._apply_inner(*inner), choices, updates, False)
+            finite = agreed_finite(grads, context)
+            self._decide(finite, lambda: self._apply_inner(*inner), *step.decide(finite), False)
         else:
             # One replica, selecting: under XLA, or in an update compiled here. A choice's None (the variable's
-            # value then) is read here: the inner update does not write it.
-            choices += recorded(updates)
-            values = [[tf.convert_to_tensor(v) if x is None else x for x in pair] for v, *pair in choices]
-            self._selecting_update(*inner[1:], [variable for variable, _, _ in choices])(grads, values)
+            # value then) is read here: the inner update does not write it. The held updates run after it.
+            chosen = [variable for variable, _, _ in step.choices]
+            values = [[tf.convert_to_tensor(v) if x is None else x for x in pair] for v, *pair in step.choices]
+            finite = self._selecting_update(variables, keep, chosen)(grads, values)
+            choose(finite, recorded(step.decide(finite)[1]))
 
-    def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, updates: list, select: bool) -> None:
+    def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, updates: list, select: bool):
         """The one rule of a step, on every path: applied whole when `finite`, else nothing written, the skip counted.
 
         `apply` runs the inner optimizer's update (the weights, its slots and `iterations`); `choices` and
-        `updates` are the step's other writes (`tfmp.transaction.Step`: the forward pass's, the metrics').
-        Branching: one `tf.cond`, the update, the `updates` and each choice's applied value on one side, each
-        choice's skipped value on the other. Selecting (under XLA, in the compiled update, and around a
-        `merge_call` update, which branches on its own): `apply` always runs, the `updates` run without writing
+        `updates` are the step's other writes (`tfmp.transaction.Step`: the forward pass's, the metrics'), made
+        after it. Branching: one `tf.cond`, the update, the `updates` and each choice's applied value on one
+        side, each choice's skipped value on the other. Selecting (under XLA, in the compiled update, and around
+        a `merge_call` update, which branches on its own): `apply` always runs, the `updates` run without writing
         (`recorded`), then every choice gets its applied or its skipped value by `tf.where`, so XLA sees no
         conditional and the step never waits on the host. The skipped-step count and the last-step flag are
-        written with the rest (`_count`); the scale moves without a branch (`next_loss_scale`).
+        written with the rest; the scale moves without a branch (`next_loss_scale`).
         """
         if select:
             apply()
@@ -303,31 +273,32 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         apply = lambda: distribution.extended.call_for_each_replica(self._apply_inner, args=inner)  # noqa: E731
         tf.cond(distribution.experimental_local_results(finite)[0], apply, lambda: None)
 
-    def _selecting_update(self, variables, unscale, keep, chosen) -> Callable[[list, list], None]:
+    def _selecting_update(self, variables, keep, chosen) -> Callable[[list, list], tf.Tensor]:
         """The step without a branch, for one replica: `_decide` selecting, as a function of the gradients and of
-        the values of the choices of the variables `chosen`; compiled by XLA unless it is traced for XLA already.
+        the values of the choices of the variables `chosen`, returning whether the step was applied; compiled by
+        XLA unless it is traced for XLA already.
 
         What the inner optimizer writes (`variables`, its slots and `iterations`) is read before and joins the
         choices. Compiled by XLA, the reads, the update and the selection fuse into a few kernels. The variables
-        are captured, not passed: a Keras variable given as an argument would become a tensor. One compiled
-        function per set of variables, so eager steps do not trace it anew each time.
+        are captured, not passed: a Keras variable given as an argument would become a tensor. A cache of one
+        compiled function per set of variables spares an eager step tracing it anew; it decides nothing.
         """
 
-        def update(grads: list[Any], values: list[list[tf.Tensor]]) -> None:
+        def update(grads: list[Any], values: list[list[tf.Tensor]]) -> tf.Tensor:
             written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
             choices = [(variable, *pair) for variable, pair in zip(chosen, values)] + written
-            apply = lambda: self._apply_inner(grads, variables, unscale, keep)  # noqa: E731
-            self._decide(all_finite(grads), apply, choices, [], True)
+            finite = all_finite(grads)
+            self._decide(finite, lambda: self._apply_inner(grads, variables, keep), choices, [], True)
+            return finite
 
         if _compat.tracing_for_xla():
             return update
-        key = (tuple(map(id, variables)), unscale, tuple(keep), tuple(map(id, chosen)))
+        key = (tuple(map(id, variables)), tuple(keep), tuple(map(id, chosen)))
         compiled = self.__dict__.setdefault("_compiled_updates", {})
         return compiled.get(key) or compiled.setdefault(key, tf.function(update, jit_compile=True, autograph=False))
 
-    def _apply_inner(self, grads, trainable_variables, unscale, keep) -> None:
-        if unscale and self._scale_or_none is not None:
-            # Divided, as Keras 3's apply unscales.
+    def _apply_inner(self, grads, trainable_variables, keep) -> None:
+        if self._DIVIDES and self._scale_or_none is not None:
             grads = map_gradients(grads, lambda x: x / tf.cast(self.dynamic_scale, x.dtype), keep)
         self.inner_optimizer.apply(grads, trainable_variables=trainable_variables)
 

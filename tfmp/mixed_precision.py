@@ -17,16 +17,19 @@ The namespace holds exactly the four names tf.keras 2 exports there
 * `set_global_policy(policy)`: tf.keras 2's rules, which Keras 3's
   `keras.config.set_dtype_policy` does not follow: `None` resets to the
   `floatx()` policy, and only floating-point policies are accepted.
-* `LossScaleOptimizer`: `tfmp.LossScaleOptimizer`, which has tf.keras 2's
+* `LossScaleOptimizer`: tf.keras 2's class (`tfmp.tf_keras2`): tf.keras 2's
   constructor (`dynamic`, `initial_scale`, `dynamic_growth_steps`) and
-  custom-loop methods (`get_scaled_loss`, `get_unscaled_gradients`).
+  custom-loop contract (`get_scaled_loss`, `get_unscaled_gradients`, and
+  `apply_gradients` applying what it is given), on `tfmp.LossScaleOptimizer`'s
+  state, bounds and exact skip. Keras 3's flow (`scale_loss`, then an
+  `apply` that divides) is `tfmp.LossScaleOptimizer`'s.
 
 Not provided, as in tf.keras 2.21: `experimental` (`experimental.Policy(name,
 loss_scale)`, `experimental.set_policy`, `experimental.LossScaleOptimizer(
 optimizer, loss_scale)`; removed in TensorFlow 2.9, code using it fails on
 tf.keras 2 too) and `LossScaleOptimizerV3` (an internal class, never
 exported: tf.keras 2.11+'s `LossScaleOptimizer(...)` returned one for its
-non-legacy optimizers; tfmp's one class plays that role).
+non-legacy optimizers; this one plays that role).
 tfmp's precision aliases (`fp16`, `bf16`, `auto`) are not policy names here,
 as they were not in tf.keras 2; `tfmp.set_precision` takes them.
 
@@ -49,7 +52,7 @@ from __future__ import annotations
 import keras
 
 from tfmp import precision as precision_lib
-from tfmp.loss_scale import LossScaleOptimizer
+from tfmp.tf_keras2 import LossScaleOptimizer
 
 __all__ = ["LossScaleOptimizer", "Policy", "global_policy", "set_global_policy"]
 

@@ -1,8 +1,8 @@
 """The optimizer a precision needs, from a loss-scale setting.
 
 Only `mixed_float16` has a range narrow enough to need loss scaling:
-`wrap_optimizer` gives it a `tfmp.LossScaleOptimizer` and leaves every other
-precision's optimizer bare, and `parse_loss_scale` reads the setting
+`wrap_optimizer` gives it a `tfmp.LossScaleOptimizer`, and every other
+precision one that only skips non-finite steps; `parse_loss_scale` reads the setting
 (`"dynamic"`, `"none"` or a fixed scale, as a flag or a number). This is
 TF Model Garden's `performance.configure_optimizer`, for tfmp's optimizer.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import keras
 
 from tfmp import precision as precision_lib
-from tfmp._arguments import DEFAULT_MAX_SCALE, check_positive_number
+from tfmp._arguments import DEFAULT_MAX_SCALE, OWN_SETTINGS, check_positive_number
 from tfmp.loss_scale import LossScaleOptimizer
 
 __all__ = ["LOSS_SCALE_NAMES", "parse_loss_scale", "wrap_optimizer"]
@@ -55,23 +55,30 @@ def wrap_optimizer(
     optimizer: keras.optimizers.Optimizer,
     precision: str,
     loss_scale: str | float | int | None = "dynamic",
+    skip_nonfinite: bool = True,
     **loss_scale_kwargs: Any,
 ) -> keras.optimizers.Optimizer:
-    """Returns the optimizer a precision needs: loss-scaled only for float16.
+    """Returns the optimizer a precision needs: loss-scaled for float16, skipping non-finite steps in every precision.
 
-    Only `mixed_float16` has a range narrow enough to need loss scaling, so
-    it gets a dynamic (`"dynamic"`) or fixed (a number) `LossScaleOptimizer`;
-    anything else (`"none"`, bfloat16, float32) gets the bare optimizer. An
-    optimizer that is already a Keras or tfmp `LossScaleOptimizer` is
-    unwrapped first, so the result always matches the request. When the bare
-    optimizer is returned under `mixed_float16`, compile the model with
-    `auto_scale_loss=False`, or Keras 3 will wrap it again.
+    Only `mixed_float16` has a range narrow enough to need loss scaling: it
+    gets a dynamic (`"dynamic"`) or fixed (a number) `LossScaleOptimizer`.
+    Every other precision, and `loss_scale="none"`, gets one at the fixed
+    scale 1, which multiplies nothing and skips (and counts) a step with a
+    non-finite gradient instead of writing NaN into the weights, as tfmp's
+    trainers do; `skip_nonfinite=False` gives the bare optimizer there
+    (compile the model with `auto_scale_loss=False` under `mixed_float16`,
+    or Keras wraps it again). A loss-scale optimizer handed in is
+    unwrapped, and its settings (`hysteresis`, `max_scale`, `xla_update`,
+    ...; of a Keras one, `initial_scale` and `dynamic_growth_steps`) carry
+    over, so the result matches the request and keeps what was asked for
+    before; `loss_scale_kwargs` override them.
 
     Args:
         optimizer: A Keras optimizer.
         precision: A precision name or alias accepted by
             `tfmp.precision.canonical_precision` (`"hardware"` is resolved by the compute-capability rule).
         loss_scale: `"dynamic"`, `"none"`, or a positive fixed scale.
+        skip_nonfinite: Whether an optimizer that is not loss-scaled still skips non-finite steps.
         **loss_scale_kwargs: Extra `LossScaleOptimizer` keywords
             (e.g. `hysteresis=2`).
 
@@ -79,10 +86,23 @@ def wrap_optimizer(
         The optimizer to train with.
     """
     policy = precision_lib.resolve_precision(precision)
-    loss_scale = parse_loss_scale(loss_scale, loss_scale_kwargs.get("max_scale", DEFAULT_MAX_SCALE))
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        optimizer = optimizer.inner_optimizer
-    if policy != "mixed_float16" or loss_scale == "none":
+    settings = {**_settings(optimizer), **loss_scale_kwargs}
+    loss_scale = parse_loss_scale(loss_scale, settings.get("max_scale", DEFAULT_MAX_SCALE))
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # a loss-scale optimizer's
+    if policy == "mixed_float16" and loss_scale != "none":
+        scale = {"dynamic": True} if loss_scale == "dynamic" else {"dynamic": False, "initial_scale": loss_scale}
+    elif skip_nonfinite:
+        scale = {"dynamic": False, "initial_scale": 1.0}
+    else:
         return optimizer
-    fixed = {} if loss_scale == "dynamic" else {"dynamic": False, "initial_scale": loss_scale}
-    return LossScaleOptimizer(optimizer, **fixed, **loss_scale_kwargs)
+    return LossScaleOptimizer(optimizer, **{**settings, **scale})
+
+
+def _settings(optimizer: keras.optimizers.Optimizer) -> dict[str, Any]:
+    """The settings of a loss-scale optimizer (tfmp's or Keras's) that `wrap_optimizer` carries over."""
+    if isinstance(optimizer, LossScaleOptimizer):
+        names = ("dynamic_growth_steps", "xla_update", *OWN_SETTINGS[1:], *["initial_scale"] * optimizer.dynamic)
+        return {name: getattr(optimizer, name) for name in names}
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return {"initial_scale": optimizer.initial_scale, "dynamic_growth_steps": optimizer.dynamic_growth_steps}
+    return {}

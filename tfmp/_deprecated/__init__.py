@@ -27,6 +27,12 @@ and the version that removes it. The table says which:
   `without_removed_keys`, which says so when it was on.
 * `RENAMED_VALUES`: an argument's value whose meaning has another name now
   (`precision="auto"` outside a run); the function reading it calls `warn`.
+* `CHANGED_MEANINGS`: a call that still runs but does something else now
+  (`tfmp.LossScaleOptimizer.get_unscaled_gradients`); the method calls
+  `warn`, which issues a `FutureWarning` for these: code that goes on with
+  another meaning must hear of it, and Python shows a `FutureWarning` by
+  default (a `DeprecationWarning` only in `__main__`), as NumPy and pandas
+  warn of changed behaviour.
 
 ```python
 warn("Task.replace")   # DeprecationWarning: `Task.replace` is deprecated; use `Task.with_config` ...
@@ -45,6 +51,7 @@ from typing import Any
 
 __all__ = [
     "FOLDER",
+    "CHANGED_MEANINGS",
     "MOVED",
     "MOVED_MODULES",
     "MOVED_NAMES",
@@ -143,6 +150,10 @@ REMOVED_ARGUMENTS: dict[str, str] = {
         for report in ("tensor_core_report", "float32_output_report", "gradient_report", "diagnose")
     },
     "ClassifierTask(cpu_bfloat16_float32_layers)": "use auto_float32_layers, the attribute float32_layers='auto' reads",
+    "MixedPrecisionTrainer.optimize(forward())": (
+        "`forward` takes the step, `forward(step)`, and hands its metric updates to `step.unless_skipped`, "
+        "so that a skipped step's loss stays out of them"
+    ),
 }
 
 # Arguments renamed: "function(old)" -> "function(new)". A folder argument is named for the folder it is
@@ -176,6 +187,23 @@ RENAMED_VALUES: dict[str, str] = {
 }
 
 
+# Calls of tfmp 0.1 that still run and mean something else: "Class.method" -> what it does now, and what to use.
+CHANGED_MEANINGS: dict[str, str] = {
+    "LossScaleOptimizer.get_scaled_loss": (
+        "is `scale_loss` on tfmp.LossScaleOptimizer, Keras 3's class, whose apply() and apply_gradients() divide "
+        "the gradients by the loss scale. For tf.keras 2's flow, where apply_gradients() applies them as given, "
+        "construct tfmp.mixed_precision.LossScaleOptimizer"
+    ),
+    "LossScaleOptimizer.get_unscaled_gradients": (
+        "returns the gradients as given, still scaled, on tfmp.LossScaleOptimizer, Keras 3's class: its apply() "
+        "and apply_gradients() divide them by the loss scale, so the update is right, but code that reads or "
+        "clips them sees them scaled. Hand them to apply_gradients() unchanged, or construct "
+        "tfmp.mixed_precision.LossScaleOptimizer (tf.keras 2's class: get_unscaled_gradients() divides, "
+        "apply_gradients() applies as given)"
+    ),
+}
+
+
 def message(old: str) -> str:
     """The warning for `old`, a key of one of the tables: what to use instead, and when `old` goes."""
     if old in MOVED_MODULES:
@@ -192,11 +220,15 @@ def message(old: str) -> str:
         return f"`{old}` is deprecated and will be removed in tfmp {REMOVED_IN}: {REMOVED_ARGUMENTS[old]}."
     if old in RENAMED_VALUES:
         return f"`{old}` is deprecated and will be removed in tfmp {REMOVED_IN}: {RENAMED_VALUES[old]}."
+    if old in CHANGED_MEANINGS:
+        return f"`{old}` {CHANGED_MEANINGS[old]}. It will be removed in tfmp {REMOVED_IN}."
     raise KeyError(f"{old!r} is in no table of tfmp._deprecated")
 
 
 def warn(old: str, received: str = "", stacklevel: int = 3) -> None:
     """Issues the `DeprecationWarning` for `old` (a key of a table), with what the caller received if given.
+
+    A `FutureWarning` for a key of `CHANGED_MEANINGS`: that code runs on, meaning something else.
 
     Args:
         old: The deprecated name, as the tables key it.
@@ -204,7 +236,8 @@ def warn(old: str, received: str = "", stacklevel: int = 3) -> None:
         stacklevel: Frames above the caller of `warn` to blame (default: the caller's caller).
     """
     text = message(old) + (f" Received: {received}" if received else "")
-    warnings.warn(text, DeprecationWarning, stacklevel=stacklevel)
+    category = FutureWarning if old in CHANGED_MEANINGS else DeprecationWarning
+    warnings.warn(text, category, stacklevel=stacklevel)
 
 
 def _argument(call: str) -> str:

@@ -61,15 +61,12 @@ def _update(
 ) -> tf.Tensor:
     # Written out rather than shared with tfmp.trainers: this is the baseline
     # the trainer is measured against, so it must not run the trainer's code.
-    scaled = isinstance(optimizer, loss_scale_lib.LossScaleOptimizer)
     with tf.GradientTape() as tape:
         loss = loss_fn()
-        target = optimizer.get_scaled_loss(loss) if scaled else loss
+        scaled_loss = optimizer.scale_loss(loss)  # the loss as it is for an optimizer that is not loss-scaled
     with cpu_kernels.float32_gradients(routed):
-        grads = tape.gradient(target, variables)
-    if scaled:
-        grads = optimizer.get_unscaled_gradients(grads)
-    optimizer.apply_gradients(zip(grads, variables))
+        grads = tape.gradient(scaled_loss, variables)
+    optimizer.apply(grads, variables)  # a LossScaleOptimizer divides by the scale
     return loss
 
 

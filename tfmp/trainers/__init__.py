@@ -5,27 +5,27 @@ One concept per module: `base` (`MixedPrecisionTrainer`, `Objective`,
 (`GANTrainer`, the original tutorial's GAN settings `TUTORIAL_GAN`,
 `discriminator_labels`).
 
-`Trainer` and `GANTrainer` override `train_step` with the custom loop of the
-tf.keras 2 tutorials, so `fit()`, callbacks, the progress bar and
-`evaluate()` all work as in Keras. The step is pure model math; everything
-precision-specific lives once, in `MixedPrecisionTrainer.optimize`:
+`Trainer` and `GANTrainer` override `train_step` with a loss-scaled custom
+step, so `fit()`, callbacks, the progress bar and `evaluate()` all work as in
+Keras. The step is pure model math; everything precision-specific lives
+once, in `MixedPrecisionTrainer.optimize`, Keras 3's flow with a `Step`:
 
 ```python
-step = tfmp.transaction.Step(optimizer)                  # a LossScaleOptimizer only
+step = tfmp.transaction.Step(optimizer)
 step.keep(forward_pass_state)                            # BatchNorm statistics
 with tf.GradientTape() as tape:
-    loss = forward()                                     # metrics: unless_skipped
-    scaled_loss = optimizer.get_scaled_loss(loss)        # float16 only
+    loss = forward(step)                                 # metrics: step.unless_skipped
+    scaled_loss = optimizer.scale_loss(loss)             # the loss itself if not loss-scaled
 grads = tape.gradient(scaled_loss, variables)
-grads = optimizer.get_unscaled_gradients(grads)          # float16 only
-optimizer.apply_gradients(zip(grads, variables), step=step)
+optimizer.apply(grads, variables, step=step)             # divides by the scale; skips a non-finite step
 ```
 
-With float32, bfloat16 or `loss_scale="none"` the optimizer is a plain Keras
-optimizer and the two scaling lines are skipped. `compile()` decides which:
-it wraps the optimizer in `tfmp.LossScaleOptimizer` when the model computes
-in float16 (as Keras 3's `compile()` does), honouring `loss_scale`. Side
-effects (console lines, TensorBoard, sample images) belong in callbacks.
+`compile()` picks the optimizer (`prepare_optimizer`): a
+`tfmp.LossScaleOptimizer` when the model computes in float16 (as Keras 3's
+`compile()` does), honouring `loss_scale`, and in every other precision one
+at the fixed scale 1 that skips non-finite steps (`skip_nonfinite=False`:
+the bare optimizer). Side effects (console lines, TensorBoard, sample images)
+belong in callbacks.
 """
 
 from tfmp import _deprecated

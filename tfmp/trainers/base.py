@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from tfmp import _compat, cpu_kernels, transaction
+from tfmp import _compat, _deprecated, cpu_kernels, transaction
 from tfmp import loss_scale as loss_scale_lib
 from tfmp import optimizers as optimizers_lib
 
@@ -31,48 +32,37 @@ def prepare_optimizer(
     optimizer: str | keras.optimizers.Optimizer,
     model: keras.layers.Layer,
     loss_scale: str | float | None = "dynamic",
-    skip_nonfinite: bool = False,
+    skip_nonfinite: bool = True,
 ) -> keras.optimizers.Optimizer:
-    """Returns the optimizer a model should train with.
+    """Returns the optimizer a model should train with: `wrap_optimizer` for the precision `model` computes in.
 
     * A `tfmp.LossScaleOptimizer` is used as given (`loss_scale` is ignored).
-    * Otherwise, when `model` computes in float16, the optimizer is wrapped in
-      a `tfmp.LossScaleOptimizer` according to `loss_scale` (`"dynamic"`, a
-      fixed positive number, or `"none"` for no scaling). A stock Keras
-      `LossScaleOptimizer` is replaced by tfmp's with the same settings.
-    * A model that computes in float32 or bfloat16 gets the bare optimizer,
-      unless `skip_nonfinite`: then, as any unscaled optimizer, it is wrapped
-      in a `tfmp.LossScaleOptimizer` with the fixed scale 1. Multiplying and
-      dividing by 1 is exact, so the updates are unchanged, but a step with a
-      non-finite gradient (a NaN batch, say) is skipped and counted instead
-      of writing NaN into the weights.
+    * Otherwise `tfmp.wrap_optimizer` decides, with `mixed_float16` when any
+      layer of `model` computes in float16 and `float32` otherwise: a
+      loss-scaled optimizer for float16 according to `loss_scale`
+      (`"dynamic"`, a fixed positive number, or `"none"`), and in every other
+      case, unless `skip_nonfinite` is False, one at the fixed scale 1, which
+      skips and counts a step with a non-finite gradient (a NaN batch, say)
+      instead of writing NaN into the weights; multiplying and dividing by 1
+      is exact, so the updates are unchanged. A Keras `LossScaleOptimizer`,
+      or tf.keras 2's (`tfmp.mixed_precision`), is replaced by tfmp's with
+      its settings: the trainers' step is Keras 3's (`scale_loss`, then an
+      update that divides).
 
     Args:
         optimizer: A Keras optimizer or its name.
         model: The model whose variables the optimizer updates.
         loss_scale: The loss-scale setting for a float16 model.
-        skip_nonfinite: Make an optimizer that would not be loss-scaled skip
-            non-finite steps too (see above).
+        skip_nonfinite: Whether an optimizer that is not loss-scaled still skips non-finite steps.
 
     Returns:
         A Keras optimizer.
     """
     optimizer = keras.optimizers.get(optimizer)
-    if isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
+    if type(optimizer) is loss_scale_lib.LossScaleOptimizer:
         return optimizer
-    loss_scale = optimizers_lib.parse_loss_scale(loss_scale)
-    kwargs = {}
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) and loss_scale == "dynamic":
-        # Keep the stock optimizer's dynamic settings.
-        kwargs = {
-            "initial_scale": optimizer.initial_scale,
-            "dynamic_growth_steps": optimizer.dynamic_growth_steps,
-        }
     precision = "mixed_float16" if computes_in_float16(model) else "float32"
-    optimizer = optimizers_lib.wrap_optimizer(optimizer, precision, loss_scale, **kwargs)
-    if skip_nonfinite and not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
-        optimizer = loss_scale_lib.LossScaleOptimizer(optimizer, dynamic=False, initial_scale=1.0)
-    return optimizer
+    return optimizers_lib.wrap_optimizer(optimizer, precision, loss_scale, skip_nonfinite)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,63 +106,50 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         self,
         optimizer: keras.optimizers.Optimizer,
         variables: Sequence[keras.Variable],
-        forward: Callable[[], tuple[tf.Tensor, Any]],
+        forward: Callable[[transaction.Step], tuple[tf.Tensor, Any]],
     ) -> tuple[tf.Tensor, Any]:
-        """Runs `forward` under a tape and applies the gradient of its loss.
+        """Runs `forward(step)` under a tape and applies the gradient of its loss: Keras 3's flow.
 
-        Under a `tfmp.LossScaleOptimizer` this is the tf.keras 2 flow:
-        `get_scaled_loss` -> `tape.gradient` -> `get_unscaled_gradients` ->
-        `apply_gradients` (which skips the update if any gradient is
-        non-finite and adjusts the scale). Otherwise the plain gradient step.
+        `scale_loss` -> `tape.gradient` -> `apply` (which divides the
+        gradients by the loss scale, skips the update if any is non-finite
+        and adjusts the scale). With an optimizer that is not loss-scaled,
+        `scale_loss` returns the loss as it is.
 
-        The update is a transaction: a `tfmp.transaction.Step` made here,
-        handed to `apply_gradients`, carries the step's other writes into
-        the optimizer's one rule. When the optimizer skips the step (a NaN
-        batch, a float16 overflow), what `forward` wrote into the networks is
-        undone too, so BatchNorm's moving statistics get their values from
-        before `forward` back. Seed-generator states (noise, Dropout masks)
-        keep advancing, so the next step draws fresh numbers and a resumed
-        run repeats the same stream. A forward pass that belongs to this
-        update (the GAN's fakes for its discriminator step) goes inside
-        `forward`, and so do the metric updates of the step
-        (`unless_skipped`). The step waits for the finite check at most once
-        per optimizer (one `tf.cond`), and never under XLA or where the
-        update is compiled (a selection of new or old values instead).
+        The update is a transaction, its `tfmp.transaction.Step` made here and
+        handed to `forward` and then to the update. When the optimizer skips
+        the step (a NaN batch, a float16 overflow), what `forward` wrote into
+        the networks is undone too, so BatchNorm's moving statistics get
+        their values from before `forward` back; and the metric updates
+        `forward` hands to `step.unless_skipped` do not run. Seed-generator
+        states (noise, Dropout masks) keep advancing, so the next step draws
+        fresh numbers and a resumed run repeats the same stream. A forward
+        pass that belongs to this update (the GAN's fakes for its
+        discriminator step) goes inside `forward`. The step waits for the
+        finite check at most once per optimizer (one `tf.cond`), and never
+        under XLA or where the update is compiled (a selection of new or old
+        values instead).
 
         Args:
             optimizer: The optimizer of `variables`.
             variables: The variables to differentiate and update.
-            forward: Computes `(loss, aux)`; `loss` is a float32 scalar.
+            forward: Takes the `Step` and computes `(loss, aux)`; `loss` is a
+                float32 scalar. tfmp 0.1's `forward()` without the step
+                still works, with a `DeprecationWarning`.
 
         Returns:
             `(loss, aux)` as `forward` returned them (the loss unscaled).
         """
-        scaled = isinstance(optimizer, loss_scale_lib.LossScaleOptimizer)
-        if not scaled and isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-            raise TypeError(
-                "A stock keras.optimizers.LossScaleOptimizer has no get_scaled_loss; "
-                "compile() the trainer so it uses tfmp.LossScaleOptimizer. "
-                f"Received: optimizer={optimizer!r}"
-            )
-        step = transaction.Step(optimizer) if scaled else None
-        if step is not None:
-            step.keep(self.step_state_variables())
-        # Held while `forward` runs, past Keras's attribute tracking: its `unless_skipped` calls join `step`.
-        # A strategy's replica threads take turns at merge_call, which `forward` makes none of.
-        outer, self.__dict__["_open_step"] = self.__dict__.get("_open_step"), step
-        try:
-            with tf.GradientTape() as tape:
-                loss, aux = forward()
-                # Scaled inside the tape, so the gradient flows through the scale.
-                target = optimizer.get_scaled_loss(loss) if scaled else loss
-        finally:
-            self.__dict__["_open_step"] = outer
+        step = transaction.Step(optimizer)
+        step.keep(self.step_state_variables())
+        takes_step = bool(inspect.signature(forward).parameters)
+        if not takes_step:
+            _deprecated.warn("MixedPrecisionTrainer.optimize(forward())")
+        with tf.GradientTape() as tape:
+            loss, aux = forward(step) if takes_step else forward()
+            scaled_loss = optimizer.scale_loss(loss)  # inside the tape: the gradient flows through the scale
         with self.gradient_scope():
-            grads = tape.gradient(target, variables)
-        if scaled:
-            optimizer.apply_gradients(zip(optimizer.get_unscaled_gradients(grads), variables), step=step)
-        else:
-            optimizer.apply_gradients(zip(grads, variables))
+            grads = tape.gradient(scaled_loss, variables)
+        optimizer.apply(grads, variables, **({"step": step} if step.skips else {}))
         return loss, aux
 
     @property
@@ -211,37 +188,6 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         """
         if config:
             self.compile(**keras.saving.deserialize_keras_object(config))
-
-    def unless_skipped(
-        self, optimizer: keras.optimizers.Optimizer, update: Callable[[], None], written: Sequence[keras.Variable] = ()
-    ) -> None:
-        """Runs `update` (metric updates, say); what it writes is kept only if `optimizer` applies the step.
-
-        A skipped step's loss and predictions are non-finite; averaged into
-        the epoch's loss and metrics they would turn the whole epoch's curve
-        into NaN although no weight changed. The skipped-step count says how
-        many steps were left out. With an optimizer that never skips,
-        `update` simply runs.
-
-        Called inside `optimize`'s `forward`, `update` joins the step
-        (`tfmp.transaction.Step.unless_skipped`): it runs at once without
-        writing, and what it would write is written by the step's update,
-        only if the step is applied, on every path (branching, compiled, under
-        XLA, across replicas). Called after the step, its writes follow
-        `optimizer.last_step_skipped`.
-
-        Args:
-            optimizer: The optimizer whose step decides.
-            update: Writes the metrics.
-            written: Ignored; what `update` writes is found by running it.
-        """
-        if not isinstance(optimizer, loss_scale_lib.LossScaleOptimizer):
-            update()
-            return
-        step = self.__dict__.get("_open_step")
-        if step is None or step.optimizer is not optimizer:
-            step = transaction.current_step(optimizer) or transaction.Step(optimizer, done=True)
-        step.unless_skipped(update)
 
     @staticmethod
     def undefined_until_counted(

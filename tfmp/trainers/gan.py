@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from tfmp import _deprecated, float32_layers
+from tfmp.transaction import Step
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
 
 __all__ = ["GANTrainer", "TUTORIAL_GAN", "TutorialGANTraining", "discriminator_labels"]
@@ -210,10 +211,9 @@ class GANTrainer(MixedPrecisionTrainer):
             loss_scale: `"dynamic"`, `"none"` or a fixed scale, applied to
                 each optimizer separately when its model computes in float16.
             skip_nonfinite: Skip (and count) steps with a non-finite gradient
-                under every precision, not only where loss scaling does
-                (see `prepare_optimizer`). On by default; False gives float32
-                and bfloat16 the bare optimizer, a little faster, which
-                writes a NaN batch into the weights.
+                under every precision (see `prepare_optimizer`); False gives
+                float32 and bfloat16 the bare optimizer, which writes a NaN
+                batch into the weights.
             **kwargs: Other `keras.Model.compile` arguments, e.g. `jit_compile`.
         """
         kwargs["auto_scale_loss"] = False
@@ -324,16 +324,12 @@ class GANTrainer(MixedPrecisionTrainer):
         self.optimize(
             self.generator_optimizer,
             self.generator.trainable_variables,
-            lambda: self._recorded(
-                self.generator_optimizer, self.g_loss_tracker, self.generator_loss(batch_size, training=True)
-            ),
+            lambda step: self._recorded(step, self.g_loss_tracker, self.generator_loss(batch_size, training=True)),
         )
         self.optimize(
             self.discriminator_optimizer,
             self.discriminator.trainable_variables,
-            lambda: self._recorded(
-                self.discriminator_optimizer, self.d_loss_tracker, self._discriminator_step_loss(real, batch_size)
-            ),
+            lambda step: self._recorded(step, self.d_loss_tracker, self._discriminator_step_loss(real, batch_size)),
         )
         logs = self._logs()
         logs.update(
@@ -346,11 +342,9 @@ class GANTrainer(MixedPrecisionTrainer):
         logs.update(self.learning_rate_logs(self.discriminator_optimizer, "d_"))
         return logs
 
-    def _recorded(
-        self, optimizer: keras.optimizers.Optimizer, tracker: keras.metrics.Mean, loss: tf.Tensor
-    ) -> tuple[tf.Tensor, None]:
+    def _recorded(self, step: Step, tracker: keras.metrics.Mean, loss: tf.Tensor) -> tuple[tf.Tensor, None]:
         """`(loss, None)` for `optimize`, with `loss` averaged into `tracker` unless the step is skipped."""
-        self.unless_skipped(optimizer, lambda: tracker.update_state(self._unscale_for_distribution(loss)))
+        step.unless_skipped(lambda: tracker.update_state(self._unscale_for_distribution(loss)))
         return loss, None
 
     def _discriminator_step_loss(self, real: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:

@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from tfmp import float32_layers
+from tfmp.transaction import Step
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
 
 __all__ = ["Trainer"]
@@ -23,8 +24,8 @@ class Trainer(MixedPrecisionTrainer):
     `model.fit()`:
 
     * under float16, the optimizer is a `tfmp.LossScaleOptimizer` (as
-      Keras 3's `compile()` would wrap it) and the step is tf.keras 2's
-      scaled step;
+      Keras 3's `compile()` would wrap it), and in every precision one that
+      skips non-finite steps;
     * a step with a non-finite gradient is skipped whole: the weights, the
       optimizer's slots *and* what the forward pass wrote (BatchNorm's moving
       statistics) keep their values (`tfmp.undo_if_skipped`);
@@ -86,10 +87,9 @@ class Trainer(MixedPrecisionTrainer):
             metrics: The metrics, as for `keras.Model.compile`.
             loss_scale: `"dynamic"`, `"none"` or a fixed scale (float16 only).
             skip_nonfinite: Skip (and count) steps with a non-finite gradient
-                under every precision, not only where loss scaling does
-                (see `prepare_optimizer`). On by default; False gives float32
-                and bfloat16 the bare optimizer, a little faster, which
-                writes a NaN batch into the weights.
+                under every precision (see `prepare_optimizer`); False gives
+                float32 and bfloat16 the bare optimizer, which writes a NaN
+                batch into the weights.
             **kwargs: Other `keras.Model.compile` arguments, e.g. `jit_compile`.
         """
         kwargs["auto_scale_loss"] = False  # prepare_optimizer decided already
@@ -140,7 +140,7 @@ class Trainer(MixedPrecisionTrainer):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         loss_tracker = next(metric for metric in self.metrics if metric.name == "loss")  # Keras's, once compiled
 
-        def forward() -> tuple[tf.Tensor, Any]:
+        def forward(step: Step) -> tuple[tf.Tensor, Any]:
             loss, y_pred = self._forward(x, y, sample_weight)
 
             def update_metrics() -> None:
@@ -148,7 +148,7 @@ class Trainer(MixedPrecisionTrainer):
                 loss_tracker.update_state(self._unscale_for_distribution(loss), sample_weight=batch_size)
                 self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
-            self.unless_skipped(self.optimizer, update_metrics)
+            step.unless_skipped(update_metrics)
             return loss, y_pred
 
         self.optimize(self.optimizer, self.trainable_variables, forward)
