@@ -32,6 +32,15 @@ def test_a_missing_private_api_is_named_with_what_it_was_for(monkeypatch):
     assert "_symbolic_build" not in message  # only what is gone
 
 
+def test_a_functional_layers_inbound_nodes_are_its_calls():
+    inputs = keras.Input((2,))
+    dense = keras.layers.Dense(1)
+    keras.Model(inputs, dense(inputs))
+    (node,) = _compat.inbound_nodes(dense)
+    assert node.input_tensors[0] is inputs
+    assert run_private_apis.inbound_nodes is _compat.inbound_nodes  # the run framework's, re-exported
+
+
 # Packages whose privates are tfmp's own: the library, its models (installed as tfmp.models) and the scripts.
 OWN_PACKAGES = {"tfmp", "tfmp_scripts", "common"}
 # Standard-library privates that are documented (sys._getframe, os._exit).

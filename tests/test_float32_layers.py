@@ -1,4 +1,6 @@
-"""Tests of tfmp.float32_layers: layer paths, layers kept in float32, and the float32 copy."""
+"""Tests of tfmp.float32_layers: layer paths, layers kept in float32, the float32 copy, and the output check."""
+
+import warnings
 
 import keras
 import numpy as np
@@ -128,3 +130,96 @@ def test_float32_copy_of_an_uncloneable_model_names_it():
     message = r"(?s)layer 'no_config' \(NoConfig\) cannot be rebuilt from its config.*Received: model='custom'"
     with pytest.raises(ValueError, match=message):
         float32_layers.float32_copy(model)
+
+
+# -- the output check --------------------------------------------------------------------------
+
+OUTPUT_FIX = (
+    "give the model's last layer dtype='float32', or end it with keras.layers.Activation('linear', dtype='float32')"
+)
+
+
+class Holder(keras.Model):
+    """A subclassed model that holds its networks as attributes, as a keras-io GAN does."""
+
+    def __init__(self, generator, discriminator):
+        super().__init__(name="holder")
+        self.generator = generator
+        self.discriminator = discriminator
+
+    def call(self, noise):
+        return self.discriminator(self.generator(noise))
+
+
+def _networks(generator_dtype):
+    with precision.precision_scope("mixed_float16"):
+        generator = keras.Sequential(
+            [keras.Input((2,)), keras.layers.Dense(4, dtype=generator_dtype, name="image")], name="generator"
+        )
+        discriminator = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(1, dtype="float32", name="logit")], name="discriminator"
+        )
+    return generator, discriminator
+
+
+def test_check_outputs_names_a_float16_output_of_a_held_sub_model_and_passes_a_float32_one():
+    holder = Holder(*_networks(generator_dtype=None))  # the generator's last Dense follows mixed_float16
+    with pytest.warns(RuntimeWarning) as caught:
+        findings = float32_layers.check_outputs(holder)
+    assert findings == [float32_layers.OutputFinding("generator output 0", "model output", "float16", OUTPUT_FIX)]
+    (message,) = [str(w.message) for w in caught]
+    assert message.startswith("Model 'holder': what should stay float32 is computed in 16 bits. A float16 output")
+    assert message.endswith(f"\n  generator output 0: model output in float16; fix: {OUTPUT_FIX}")
+    assert caught[0].filename == __file__  # the warning points at the caller
+    # The networks named too: the same finding, once, and the message names each model.
+    with pytest.warns(RuntimeWarning, match=r"^Models 'generator', 'discriminator', 'holder': "):
+        assert float32_layers.check_outputs(holder.generator, holder.discriminator, holder) == findings
+    # Fixed as the message says: nothing found, nothing said.
+    fixed = Holder(*_networks(generator_dtype="float32"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert float32_layers.check_outputs(fixed) == []
+        assert float32_layers.check_outputs(_mixed_mlp()) == []  # float32 softmax head under mixed_bfloat16
+
+
+def test_output_findings_of_a_subclassed_model_include_its_own_squashing_layers():
+    class Classifier(keras.Model):
+        def __init__(self):
+            super().__init__(name="classifier")
+            self.hidden = keras.layers.Dense(8, name="hidden")
+            self.probs = keras.layers.Dense(3, activation="softmax", name="probs")
+
+        def call(self, x):
+            return self.probs(self.hidden(x))
+
+    with precision.precision_scope("mixed_bfloat16"):
+        model = Classifier()
+    model(np.ones((1, 4), "float32"))
+    (finding,) = float32_layers.output_findings(model)
+    assert finding == float32_layers.OutputFinding(
+        "classifier/probs", "softmax", "bfloat16", "give this layer dtype='float32'"
+    )
+
+
+def test_check_outputs_runs_in_ones_own_train_step_and_names_its_line():
+    class GAN(Holder):
+        def train_step(self, real):
+            findings = float32_layers.check_outputs(self)  # the one call
+            fake = keras.ops.cast(self.generator(keras.ops.ones((keras.ops.shape(real)[0], 2))), "float32")
+            return {"findings": len(findings), "difference": keras.ops.mean(fake - real)}
+
+    gan = GAN(*_networks(generator_dtype=None))
+    gan.compile()
+    real = tf.data.Dataset.from_tensor_slices(np.zeros((16, 4), "float32")).batch(8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = gan.fit(real, epochs=2, verbose=0)
+    found = [w for w in caught if "should stay float32" in str(w.message)]
+    assert len(found) == 1, [str(w.message) for w in found]  # once, when the step is traced
+    assert found[0].filename == __file__ and "generator output 0: model output in float16" in str(found[0].message)
+    assert history.history["findings"] == [1, 1]
+
+
+def test_check_outputs_refuses_what_is_not_a_keras_model_naming_it():
+    with pytest.raises(TypeError, match=r"takes Keras models or layers\. Received: str 'generator'"):
+        float32_layers.check_outputs("generator")

@@ -12,9 +12,11 @@ The public names most users need:
   supervised model.
 * `tfmp.undo_if_skipped`: a custom loop's step as a transaction, so that a
   skipped step also leaves BatchNorm's statistics as they were.
-* `tfmp.LogLossScale`: `loss_scale` and `skipped_steps` in plain `fit()`'s logs.
+* `tfmp.LogLossScale`: the loss scale and skipped steps of every
+  `tfmp.LossScaleOptimizer` a model holds, in plain `fit()`'s logs.
 * `tfmp.float32_layers`: the layers that compute in float32 under a mixed
-  policy (`keep_float32`), and a model's float32 copy.
+  policy (`keep_float32`), a model's float32 copy, and the check that its
+  outputs stay float32 (`check_outputs`).
 * `tfmp.cpu_kernels`: what this CPU's float16 and bfloat16 kernels cost,
   and float16 gradients computed in float32 where its float16 kernel is
   pathological (the trainers do it by themselves).

@@ -3,11 +3,11 @@
 The core (`tfmp/*.py`, `tfmp/trainers/`) works around Keras 3 and TensorFlow
 where their public API has no answer: Keras 3.15's model build and step
 function under a multi-worker strategy, an optimizer's variables, XLA tracing
-detection, an op type's gradient function. Each use is wrapped here with the
-version it was checked against, why it is needed and the public alternative,
-if any; the rest of the core imports these wrappers and touches no private
-name itself. The run framework's own private APIs (Slurm, the coordination
-service, the profiler, op determinism, a layer's graph edges) are in
+detection, an op type's gradient function, a functional layer's graph edges.
+Each use is wrapped here with the version it was checked against, why it is
+needed and the public alternative, if any; the rest of the core imports these
+wrappers and touches no private name itself. The run framework's own private
+APIs (Slurm, the coordination service, the profiler, op determinism) are in
 `tfmp.run._private_apis`, which checks them with `missing` from here.
 
 `PRIVATE_APIS` lists what this module reaches into, and `check()` raises an
@@ -37,6 +37,7 @@ __all__ = [
     "check",
     "child_layers",
     "gradient_function",
+    "inbound_nodes",
     "missing",
     "missing_error",
     "no_automatic_dependency_tracking",
@@ -77,6 +78,7 @@ PRIVATE_APIS = (
     PrivateAPI("keras.Model", "_flatten_layers", "the layers inside a layer (child_layers, all_layers)"),
     PrivateAPI("keras.Model", "_non_trainable_variables", "the weights a layer made non-trainable (state_weights)"),
     PrivateAPI("keras.Model", "_distribute_strategy", "the strategy a model was made under, or None"),
+    PrivateAPI("keras.layers.Layer", "_inbound_nodes", "a functional layer's graph edges (inbound_nodes)"),
     PrivateAPI("keras.optimizers.LossScaleOptimizer", "_trainable_variables", "the built optimizer's variables"),
     PrivateAPI(
         "keras.src.utils.tracking",
@@ -152,6 +154,7 @@ def check() -> None:
     # Attributes set in __init__ rather than on the class: checked on a fresh instance.
     instances = {
         "keras.Model": keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]),
+        "keras.layers.Layer": keras.layers.Dense(1),
         "keras.optimizers.LossScaleOptimizer": keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()),
         "tensorflow.python.distribute.values.PerReplicaSpec": _tf_distribute_values.PerReplicaSpec(tf.TensorSpec((1,))),
     }
@@ -190,6 +193,14 @@ def state_weights(*layers: keras.layers.Layer) -> list[keras.Variable]:
     frozen layer's trainable weights, with nothing to tell them apart.
     """
     return [weight for layer in all_layers(*layers) for weight in layer._non_trainable_variables]
+
+
+def inbound_nodes(layer: keras.layers.Layer) -> list[Any]:
+    """The functional-graph nodes that call `layer` (each has `input_tensors`, `output_tensors`).
+
+    No public alternative in Keras 3.
+    """
+    return list(layer._inbound_nodes)
 
 
 def gradient_function(op_type: str) -> Callable[..., Any]:

@@ -29,11 +29,3 @@ def test_a_missing_private_api_is_named_with_what_it_was_for(monkeypatch):
 def test_slurms_lists_expand_with_tensorflows_parser():
     assert _private_apis.expand_slurm_hostlist("node[1-3],gpu7") == ["node1", "node2", "node3", "gpu7"]
     assert _private_apis.expand_slurm_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
-
-
-def test_a_functional_layers_inbound_nodes_are_its_calls():
-    inputs = keras.Input((2,))
-    dense = keras.layers.Dense(1)
-    keras.Model(inputs, dense(inputs))
-    (node,) = _private_apis.inbound_nodes(dense)
-    assert node.input_tensors[0] is inputs

@@ -3,10 +3,11 @@
 The run framework works around TensorFlow and Keras where their public API
 has no answer: a lost worker's heartbeat, Slurm's node lists without
 `scontrol`, the op-determinism switch, the profiler's step markers and trace
-format, a functional layer's graph edges. Each use is wrapped here with the
-version it was checked against, why it is needed and the public alternative,
-if any; the rest of `tfmp.run` imports these wrappers (and the core's it
-needs, re-exported from `tfmp._compat`) and touches no private name itself.
+format. Each use is wrapped here with the version it was checked against, why
+it is needed and the public alternative, if any; the rest of `tfmp.run`
+imports these wrappers (and the core's it needs, re-exported from
+`tfmp._compat`: a functional layer's graph edges) and touches no private name
+itself.
 
 `PRIVATE_APIS` lists what this module reaches into, and `check()` raises an
 `ImportError` naming each one the installed Keras or TensorFlow no longer
@@ -24,7 +25,6 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2 as _coordination_config  # TF 2.21
@@ -34,12 +34,11 @@ from tensorflow.python.framework import config as _tf_config  # TF 2.21
 from tensorflow.python.framework import ops as _tf_ops  # TF 2.21
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TF 2.21: the profiler's trace format
 
-from tfmp._compat import PrivateAPI, child_layers, missing, missing_error
+from tfmp._compat import PrivateAPI, inbound_nodes, missing, missing_error
 
 __all__ = [
     "PRIVATE_APIS",
     "check",
-    "child_layers",
     "configure_worker_heartbeat",
     "count_host_reads",
     "on_host",
@@ -53,7 +52,6 @@ __all__ = [
 ]
 
 PRIVATE_APIS = (
-    PrivateAPI("keras.layers.Layer", "_inbound_nodes", "a functional layer's graph edges (inbound_nodes)"),
     PrivateAPI(
         "tensorflow.python.framework.config",
         "disable_op_determinism",
@@ -112,22 +110,9 @@ def check() -> None:
         "tensorflow.tsl.profiler.protobuf.xplane_pb2": xplane_pb2,
         "tensorflow.python.framework.ops._EagerTensorBase": _tf_ops._EagerTensorBase,
     }
-    # Set in __init__ rather than on the class: checked on a fresh instance.
-    instances = {"keras.layers.Layer": keras.layers.Dense(1)}
-    gone = missing(PRIVATE_APIS, owners, instances)
+    gone = missing(PRIVATE_APIS, owners, {})
     if gone:
         raise missing_error(gone, "tfmp/run/_private_apis.py")
-
-
-# -- Keras ------------------------------------------------------------------------------------
-
-
-def inbound_nodes(layer: keras.layers.Layer) -> list[Any]:
-    """The functional-graph nodes that call `layer` (each has `input_tensors`, `output_tensors`).
-
-    No public alternative in Keras 3.
-    """
-    return list(layer._inbound_nodes)
 
 
 # -- TensorFlow -------------------------------------------------------------------------------

@@ -106,3 +106,35 @@ def test_attention_without_dropout_computes_its_softmax_in_float32():
         model = keras.Model(tokens, keras.layers.Activation("linear", dtype="float32")(attended), name="s")
     findings = diagnostics.float32_output_report(model).findings
     assert [(f.where, f.what) for f in findings] == [(_softmax_path(model), "softmax")]
+
+
+def test_the_report_takes_outputs_and_layers_from_the_core_check():
+    # One finder: the run framework's report and a user's own check see the same outputs and layers.
+    assert diagnostics.OutputFinding is tfmp.float32_layers.OutputFinding
+    with tfmp.precision_scope("mixed_float16"):
+        model = _classifier()
+    report = diagnostics.float32_output_report(model, loss="mse")
+    core = tfmp.float32_layers.output_findings(model)
+    assert [f for f in report.findings if f.what != "loss input (logits/probabilities)"] == core
+
+
+def test_a_subclassed_models_held_networks_have_their_outputs_checked():
+    class Holder(keras.Model):  # a GAN as keras-io writes it: its networks are attributes
+        def __init__(self, generator, discriminator):
+            super().__init__(name="holder")
+            self.generator, self.discriminator = generator, discriminator
+
+        def call(self, noise):
+            return self.discriminator(self.generator(noise))
+
+    with tfmp.precision_scope("mixed_float16"):
+        generator = keras.Sequential(
+            [keras.Input((2,)), keras.layers.Dense(28 * 28), keras.layers.Reshape((28, 28, 1))], name="generator"
+        )
+        holder = Holder(generator, build_discriminator())
+    holder(np.zeros((1, 2), "float32"))
+    holder.compile(loss="mse")
+    findings = diagnostics.float32_output_report(holder).findings
+    # Its compiled loss reads the holder's own outputs, not the generator's: no loss-input row.
+    assert [(f.where, f.what, f.dtype) for f in findings] == [("generator output 0", "model output", "float16")]
+    assert "generator output 0: model output in float16" in diagnostics.startup_warnings(holder, batch_size=8)

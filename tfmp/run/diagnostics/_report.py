@@ -14,6 +14,7 @@ import keras
 
 from tfmp import _deprecated
 from tfmp import trainers as trainers_lib
+from tfmp.float32_layers import is_graph_model
 
 __all__ = ["Source", "as_trainer", "is_graph_model", "networks", "scale_of", "state_preserved", "table"]
 
@@ -37,14 +38,6 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*row) for row in rows]
     return "\n".join("  " + line.rstrip() for line in lines)
-
-
-def is_graph_model(model: keras.layers.Layer) -> bool:
-    """Whether `model` is a functional model (its inputs and outputs are known without running it)."""
-    try:
-        return isinstance(model, keras.Model) and bool(model.inputs) and bool(model.outputs)
-    except (AttributeError, ValueError):
-        return False
 
 
 def scale_of(objective: trainers_lib.Objective) -> float | None:
