@@ -136,9 +136,21 @@ class LossScaleOptimizer(loss_scale.LossScaleOptimizer):
     def apply(
         self, grads: Sequence[Any], trainable_variables: Sequence[Any] | None = None, step: Step | None = None
     ) -> None:
-        """Applies the gradients as given, unless one is non-finite; updates the scale."""
+        """Applies the gradients as given, unless one is non-finite; updates the scale.
+
+        Raises:
+            ValueError: for a variable with `overwrite_with_gradient` (Keras's
+                float8 scaling factors): `get_unscaled_gradients` would have
+                divided the new value it carries. Keras 3's flow keeps it.
+        """
         if message := tf_keras2_warning(self.loss_has_been_scaled, self.gradients_have_been_unscaled):
             tf.get_logger().warning(message)
+        if overwritten := [v.path for v in trainable_variables or () if getattr(v, "overwrite_with_gradient", False)]:
+            raise ValueError(
+                "tf.keras 2's LossScaleOptimizer cannot update variables with `overwrite_with_gradient` (Keras's "
+                "float8 scaling factors): get_unscaled_gradients() divides the new value their gradient carries. "
+                f"Use tfmp.LossScaleOptimizer (scale_loss, then apply), which leaves it as it is. Received: {overwritten}"
+            )
         super().apply(grads, trainable_variables, step)
 
     def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]], step: Step | None = None) -> keras.Variable:
