@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import tfmp
 from tfmp import trainers
 from tfmp.run import config, data, tasks
 
@@ -192,4 +193,80 @@ class OwnTrainer(trainers.MixedPrecisionTrainer):
             return loss, prediction
 
         self.optimize(self.optimizer, self.network.trainable_variables, forward)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+
+class RunningMean(keras.layers.Layer):
+    """An identity layer that keeps the running mean of what it sees in a weight, written in `call`.
+
+    It writes whether or not it is trainable: frozen, its weight is still state a forward pass writes.
+    """
+
+    def build(self, input_shape):
+        self.mean = self.add_weight(shape=input_shape[-1:], initializer="zeros", trainable=False, name="mean")
+
+    def call(self, x, training=False):
+        if training:
+            self.mean.assign(0.9 * self.mean + 0.1 * keras.ops.cast(keras.ops.mean(x, axis=0), self.mean.dtype))
+        return x
+
+
+class KerasIoGAN(keras.Model):
+    """keras-io's "DCGAN overriding train_step" on tfmp, as its guide writes it, shrunk.
+
+    Two optimizers held as attributes (given to `compile`), `Mean` trackers
+    updated after both updates, each update inside `tfmp.undo_if_skipped`
+    with its step handed to `apply_gradients`. One more tracker reads the
+    discriminator's weights after its update. The data is `(noise, real)`, so
+    that a bad batch reaches both updates and a run without it draws the same
+    noise for every other batch.
+    """
+
+    def __init__(self, discriminator, generator):
+        super().__init__(name="keras_io_gan")
+        self.discriminator, self.generator = discriminator, generator
+        self.d_loss_tracker = keras.metrics.Mean(name="d_loss")
+        self.g_loss_tracker = keras.metrics.Mean(name="g_loss")
+        self.d_kernel_tracker = keras.metrics.Mean(name="d_kernel")  # reads the weights the update wrote
+
+    @property
+    def metrics(self):
+        return [self.d_loss_tracker, self.g_loss_tracker, self.d_kernel_tracker]
+
+    def compile(self, d_optimizer, g_optimizer, loss_fn, **kwargs):
+        super().compile(**kwargs)
+        self.d_optimizer, self.g_optimizer, self.loss_fn = d_optimizer, g_optimizer, loss_fn
+
+    def call(self, noise, training=False):
+        return self.generator(noise, training=training)  # so Keras can build the model under a strategy
+
+    def _update(self, optimizer, network, loss_of):
+        """One network's loss-scaled update, as a transaction of both networks' forward-pass state."""
+        with tfmp.undo_if_skipped([self.generator, self.discriminator], optimizer) as step:
+            with tf.GradientTape() as tape:
+                loss = loss_of()
+                scaled_loss = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled_loss, network.trainable_weights)
+            optimizer.apply_gradients(zip(grads, network.trainable_weights), step=step)
+        return loss, step
+
+    def train_step(self, data):
+        noise, real = data
+        batch = tf.shape(real)[0]
+        labels = tf.concat([tf.ones((batch, 1)), tf.zeros((batch, 1))], axis=0)
+
+        def d_loss():
+            images = tf.concat([tf.cast(self.generator(noise, training=True), real.dtype), real], axis=0)
+            return self.loss_fn(labels, self.discriminator(images, training=True))
+
+        d_loss, d_step = self._update(self.d_optimizer, self.discriminator, d_loss)
+        misleading = tf.zeros((batch, 1))
+        g_loss, g_step = self._update(
+            self.g_optimizer,
+            self.generator,
+            lambda: self.loss_fn(misleading, self.discriminator(self.generator(noise, training=True), training=True)),
+        )
+        d_step.unless_skipped(lambda: self.d_loss_tracker.update_state(d_loss))
+        d_step.unless_skipped(lambda: self.d_kernel_tracker.update_state(tf.reduce_sum(self.discriminator.trainable_weights[0])))
+        g_step.unless_skipped(lambda: self.g_loss_tracker.update_state(g_loss))
         return {metric.name: metric.result() for metric in self.metrics}

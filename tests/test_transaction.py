@@ -176,3 +176,89 @@ def test_every_replica_keeps_its_statistics_when_one_replica_sees_nan():
     for v in model.variables:
         for replica, (a, b) in enumerate(zip(before[v.path], strategy.experimental_local_results(v))):
             np.testing.assert_array_equal(a, b.numpy(), err_msg=f"{v.path} on replica {replica}")
+
+
+# -- a Keras user's own train_step, as keras-io writes a GAN, through fit() on every path ------------------------
+
+PATHS = ["branching update", "compiled update", "xla step", "two replicas"]
+
+
+def _keras_io_gan_fit(path, rows):
+    """`families.KerasIoGAN` fit on `rows` of 16 (noise, real) pairs in batches of 4, under mixed_float16.
+
+    Row 5's noise is NaN, row 10's is 1e6, beyond float16's range: each reaches both updates of its batch.
+    Returns the history, the discriminator's kernel sum after each batch that applied, and the networks.
+    """
+    rng = np.random.default_rng(0)
+    noise, real = rng.normal(size=(16, 2)).astype(np.float32), rng.uniform(size=(16, 4)).astype(np.float32)
+    noise[5, 0], noise[10, 1] = np.nan, 1e6
+    strategy = None
+    if path == "two replicas":
+        from tfmp.run import distribute
+
+        strategy = distribute.make_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+    with tfmp.precision_scope("mixed_float16"), strategy.scope() if strategy else contextlib.nullcontext():
+        keras.utils.set_random_seed(0)
+        generator = keras.Sequential(
+            [
+                keras.Input((2,)),
+                keras.layers.Dense(8),
+                keras.layers.BatchNormalization(),
+                keras.layers.ReLU(),
+                keras.layers.Dense(4, dtype="float32"),
+            ]
+        )
+        frozen = families.RunningMean(name="frozen_writer")
+        frozen.trainable = False
+        discriminator = keras.Sequential(
+            [
+                keras.Input((4,)),
+                frozen,
+                keras.layers.Dense(8),
+                keras.layers.BatchNormalization(),
+                keras.layers.ReLU(),
+                keras.layers.Dense(1, dtype="float32"),
+            ]
+        )
+        gan = families.KerasIoGAN(discriminator, generator)
+        xla_update = path == "compiled update"
+        gan.compile(
+            d_optimizer=tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), xla_update=xla_update),
+            g_optimizer=tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1), xla_update=xla_update),
+            loss_fn=keras.losses.BinaryCrossentropy(from_logits=True),
+            jit_compile=path == "xla step",
+        )
+    kernel_sums = []
+
+    class AfterEachApplied(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if not bool(gan.d_optimizer.last_step_skipped):
+                kernel_sums.append(float(tf.reduce_sum(discriminator.trainable_weights[0])))
+
+    data = tf.data.Dataset.from_tensor_slices((noise[rows], real[rows])).batch(4)
+    history = gan.fit(data, epochs=1, verbose=0, shuffle=False, callbacks=[AfterEachApplied()]).history
+    return history, kernel_sums, gan
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_keras_io_gan_on_every_path_keeps_bad_batches_out_of_its_losses_weights_state_and_metrics(path):
+    """Two bad batches (a NaN, a float16 overflow) change nothing: the run equals the one without them.
+
+    And one order on every path: the update, then the step's other writes, so the tracker that reads the
+    discriminator's kernel after its update averages the kernel as each applied step left it.
+    """
+    history, kernel_sums, gan = _keras_io_gan_fit(path, slice(None))
+    without, _, clean = _keras_io_gan_fit(path, [*range(4), *range(12, 16)])
+    assert (int(gan.d_optimizer.skipped_steps), int(gan.g_optimizer.skipped_steps)) == (2, 2)
+    assert float(gan.d_optimizer.loss_scale) == 2.0**13  # the NaN and the overflow each halved it
+    for name in ("d_loss", "g_loss", "d_kernel"):
+        assert np.isfinite(history[name][0]), (name, history)
+        np.testing.assert_allclose(history[name], without[name], rtol=1e-3, err_msg=name)
+    for got, want in zip(gan.variables, clean.variables):  # the weights and every network's state
+        assert np.isfinite(got.numpy()).all(), got.path
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-3, atol=1e-6, err_msg=got.path)
+    # The frozen layer that writes in call wrote, and a skipped step's writes were put back.
+    written = gan.discriminator.get_layer("frozen_writer").mean.numpy()
+    assert np.isfinite(written).all() and np.abs(written).max() > 0
+    assert len(kernel_sums) == 2  # batches 0 and 3 applied
+    np.testing.assert_allclose(history["d_kernel"][0], np.mean(kernel_sums), rtol=1e-6)
