@@ -299,7 +299,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def _apply_inner(self, grads, trainable_variables, keep) -> None:
         if self._DIVIDES and self._scale_or_none is not None:
-            grads = map_gradients(grads, lambda x: x / tf.cast(self.dynamic_scale, x.dtype), keep)
+            scale = tf.convert_to_tensor(self.dynamic_scale)  # read once, not once per gradient
+            grads = map_gradients(grads, lambda x: x / tf.cast(scale, x.dtype), keep)
         self.inner_optimizer.apply(grads, trainable_variables=trainable_variables)
 
     def _update_scale(self, finite: tf.Tensor) -> None:
