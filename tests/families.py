@@ -267,6 +267,8 @@ class KerasIoGAN(keras.Model):
             lambda: self.loss_fn(misleading, self.discriminator(self.generator(noise, training=True), training=True)),
         )
         d_step.unless_skipped(lambda: self.d_loss_tracker.update_state(d_loss))
-        d_step.unless_skipped(lambda: self.d_kernel_tracker.update_state(tf.reduce_sum(self.discriminator.trainable_weights[0])))
+        d_step.unless_skipped(
+            lambda: self.d_kernel_tracker.update_state(tf.reduce_sum(self.discriminator.trainable_weights[0]))
+        )
         g_step.unless_skipped(lambda: self.g_loss_tracker.update_state(g_loss))
         return {metric.name: metric.result() for metric in self.metrics}

@@ -29,7 +29,9 @@ import tf_keras
 import tfmp
 
 INF = float("inf")
-TF_KERAS2_LSO = tfmp.mixed_precision.LossScaleOptimizer  # tf.keras 2's class, as `from tfmp import mixed_precision` gives
+TF_KERAS2_LSO = (
+    tfmp.mixed_precision.LossScaleOptimizer
+)  # tf.keras 2's class, as `from tfmp import mixed_precision` gives
 
 _OPTIMIZERS = {
     # The GAN tutorial's generator uses Adam(1e-3), its discriminator RMSprop(1e-4).

@@ -138,7 +138,7 @@ def test_a_step_belongs_to_one_update():
     optimizer = tfmp.LossScaleOptimizer(keras.optimizers.SGD(0.1))
     step = transaction.Step(optimizer)
     optimizer.apply([tf.constant([1.0])], [var], step=step)
-    with pytest.raises(ValueError, match="decided by an update already.*Received: a step of optimizer 'loss_scale"):
+    with pytest.raises(ValueError, match="decided by one update: open a new one. Received: step of 'loss_scale"):
         optimizer.apply([tf.constant([1.0])], [var], step=step)
 
 

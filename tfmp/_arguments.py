@@ -12,9 +12,8 @@ import numbers
 from typing import Any
 
 import keras
-import tensorflow as tf
 
-__all__ = ["OWN_SETTINGS", "Arguments", "check_count", "check_positive_number", "check_xla_update", "checked"]
+__all__ = ["OWN_SETTINGS", "Arguments", "check_positive_number", "checked"]
 
 # LossScaleOptimizer's defaults, which tf.keras 2 and Keras 3 share.
 DEFAULT_INITIAL_SCALE = 2.0**15
@@ -23,7 +22,7 @@ DEFAULT_GROWTH_STEPS = 2000
 # scale accepted: at 2**24, any float16 gradient above 65504 / 2**24 (about
 # 0.004) already overflows, so a larger scale skips nearly every step.
 DEFAULT_MAX_SCALE = 2.0**24
-_FLOAT32_MAX = float(tf.float32.max)
+_FLOAT32_MAX = 3.4028234663852886e38  # float(tf.float32.max): the loss scale is a float32
 
 
 def _require(ok: bool, name: str, value: Any, problem: str, **others: Any) -> None:
@@ -54,22 +53,16 @@ def check_positive_number(name: str, value: Any, max_scale: float | None = None,
     return float(value)
 
 
-def check_count(name: str, value: Any) -> int:
-    is_integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    _require(is_integer and value >= 1, name, value, "must be an integer >= 1")
-    return int(value)
-
-
 # tfmp's settings beyond Keras 3's `initial_scale` and `dynamic_growth_steps`.
 OWN_SETTINGS = ("dynamic", "growth_factor", "backoff_factor", "hysteresis", "min_scale", "max_scale")
-Arguments = collections.namedtuple("Arguments", ("initial_scale", "dynamic_growth_steps", *OWN_SETTINGS))
+Arguments = collections.namedtuple("Arguments", ("initial_scale", "dynamic_growth_steps", *OWN_SETTINGS, "xla_update"))
 
 
 def checked(optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: Any, *rest: Any) -> Arguments:
     """Checks `LossScaleOptimizer`'s arguments; returns them normalised, defaults filled in.
 
     `optimizer` is `inner_optimizer`; `rest` is `dynamic_growth_steps,
-    growth_factor, backoff_factor, hysteresis, min_scale, max_scale`.
+    growth_factor, backoff_factor, hysteresis, min_scale, max_scale, xla_update`.
     Positional arguments after `inner_optimizer` follow tf.keras 2
     (`dynamic, initial_scale, dynamic_growth_steps`) when the first is a bool
     and Keras 3 (`initial_scale, dynamic_growth_steps`) otherwise.
@@ -80,31 +73,30 @@ def checked(optimizer: Any, args: tuple[Any, ...], dynamic: Any, initial_scale: 
     for name, value in zip(names, args):
         _require(given[name] is None, name, value, f"was also given by keyword ({name}={given[name]!r}): pass it once")
         given[name] = value
-    dynamic, initial_scale, growth_steps, growth, backoff, hysteresis, low, high = *given.values(), *rest[1:]
+    (dynamic, initial_scale, growth_steps), (growth, backoff, hysteresis, low, high, xla_update) = (
+        given.values(),
+        rest[1:],
+    )
     is_optimizer = isinstance(optimizer, keras.optimizers.Optimizer)
     _require(is_optimizer, "inner_optimizer", optimizer, "must be a keras.optimizers.Optimizer")
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        raise ValueError(
-            "`inner_optimizer` is already a LossScaleOptimizer; wrapping it again would scale the loss twice. "
-            f"Pass its `inner_optimizer` instead. Received: inner_optimizer={optimizer.name!r}"
-        )
+    twice = "is already a LossScaleOptimizer; wrapping it again would scale the loss twice. Pass its `inner_optimizer`"
+    wrapped = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    _require(not wrapped, "inner_optimizer", getattr(optimizer, "name", optimizer), f"{twice} instead")
     dynamic = True if dynamic is None else dynamic
     _require(isinstance(dynamic, bool), "dynamic", dynamic, "must be a bool")
     _require(initial_scale is not None or dynamic, "initial_scale", None, "is needed for a fixed scale", dynamic=False)
-    growth_steps = check_count("dynamic_growth_steps", DEFAULT_GROWTH_STEPS if growth_steps is None else growth_steps)
+    growth_steps = DEFAULT_GROWTH_STEPS if growth_steps is None else growth_steps
+    for name, count in (("dynamic_growth_steps", growth_steps), ("hysteresis", hysteresis)):
+        is_count = isinstance(count, numbers.Integral) and not isinstance(count, bool) and count >= 1
+        _require(is_count, name, count, "must be an integer >= 1")
     growth, backoff = check_positive_number("growth_factor", growth), check_positive_number("backoff_factor", backoff)
     _require(growth > 1, "growth_factor", growth, "must be > 1")
     _require(backoff < 1, "backoff_factor", backoff, "must be in (0, 1)")
-    hysteresis = check_count("hysteresis", hysteresis)
     low, high = check_positive_number("min_scale", low), check_positive_number("max_scale", high)
     _require(low <= high, "min_scale", low, "must not exceed `max_scale`", max_scale=high)
     scale = DEFAULT_INITIAL_SCALE if initial_scale is None else initial_scale
     scale = check_positive_number("initial_scale", scale, max_scale=high)
     _require(scale >= low or not dynamic, "initial_scale", scale, "must be >= `min_scale` when dynamic", min_scale=low)
-    return Arguments(scale, growth_steps, dynamic, growth, backoff, hysteresis, low, high)
-
-
-def check_xla_update(xla_update: Any) -> bool | str:
-    valid = xla_update is True or xla_update is False or xla_update == "auto"
-    _require(valid, "xla_update", xla_update, 'must be True, False or "auto"')
-    return xla_update
+    valid_xla_update = xla_update is True or xla_update is False or xla_update == "auto"
+    _require(valid_xla_update, "xla_update", xla_update, 'must be True, False or "auto"')
+    return Arguments(scale, int(growth_steps), dynamic, growth, backoff, int(hysteresis), low, high, xla_update)

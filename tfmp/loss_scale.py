@@ -102,12 +102,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         name: str | None = None,
         **kwargs: Any,
     ):
-        own = (dynamic_growth_steps, growth_factor, backoff_factor, hysteresis, min_scale, max_scale)
+        own = (dynamic_growth_steps, growth_factor, backoff_factor, hysteresis, min_scale, max_scale, xla_update)
         checked = _arguments.checked(inner_optimizer, args, dynamic, initial_scale, *own)
         super().__init__(inner_optimizer, checked.initial_scale, checked.dynamic_growth_steps, name=name, **kwargs)
-        for setting in _arguments.OWN_SETTINGS:
+        for setting in (*_arguments.OWN_SETTINGS, "xla_update"):
             setattr(self, setting, getattr(checked, setting))
-        self.xla_update = _arguments.check_xla_update(xla_update)
         self._create_state_variables()
 
     @_compat.no_automatic_dependency_tracking
@@ -116,8 +115,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         # traced into a tf.function) before the first apply() builds the
         # optimizer, and must read the variable rather than bake in a constant.
         def state(name, dtype, value):
-            initializer = keras.initializers.Constant(value)
-            return self.add_variable((), initializer, dtype, aggregation="only_first_replica", name=name)
+            return self.add_variable((), keras.initializers.Constant(value), dtype, "only_first_replica", name=name)
 
         self.dynamic_scale = state("dynamic_scale", "float32", self.initial_scale)
         self.step_counter = state("step_counter", "int64", 0)
@@ -189,33 +187,32 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         `tfmp.transaction.Step`, carries the step's other writes into the
         update's one rule.
         """
-        self._apply(list(grads), trainable_variables, step)
-
-    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]], step: Step | None = None) -> keras.Variable:
-        """`apply` for `(gradient, variable)` pairs: divided by the loss scale, as in Keras 3."""
-        grads, trainable_variables = zip(*grads_and_vars)
-        self._apply(list(grads), trainable_variables, step)
-        return self._iterations  # what Keras's apply_gradients() returns
-
-    def _apply(self, grads: list, trainable_variables: Sequence[Any] | None, step: Step | None) -> None:
+        grads = list(grads)
         variables = _compat.optimizer_variables(self) if trainable_variables is None else list(trainable_variables)
         if not self.built:
             with keras.name_scope(self.name, caller=self):
                 self.build(variables)
             self.built = True
         keep = [bool(getattr(v, "overwrite_with_gradient", False)) for v in variables]
+        if any(keep) and not self._DIVIDES:  # get_unscaled_gradients() divided the new value such a variable gets
+            paths = [v.path for v, kept in zip(variables, keep) if kept]
+            raise ValueError(
+                "tf.keras 2's LossScaleOptimizer cannot update `overwrite_with_gradient` variables (Keras's float8 "
+                f"scaling factors): use tfmp.LossScaleOptimizer. Received: {paths}"
+            )
         step = step or Step(self)
         if (context := tf.distribute.get_replica_context()) is None:  # in a cross-replica context
             raise ValueError("apply() must be called in a replica context.")
         inner = (grads, variables, keep)
-        if not _compat.strategy_supports_no_merge_call():
-            # The inner update goes through merge_call, and branches there: the rest is selected.
+        merge = not _compat.strategy_supports_no_merge_call()
+        # `xla_update`: compiled on a GPU ("auto") or when asked (True); always under XLA.
+        gpu = bool(tf.config.list_physical_devices("GPU"))
+        compiles = self.xla_update is True or (self.xla_update == "auto" and gpu)
+        if merge or context.num_replicas_in_sync > 1 or not (_compat.tracing_for_xla() or compiles):
+            # Branching, except where the inner update goes through merge_call and branches there.
             finite = agreed_finite(grads, context)
             apply = lambda: context.merge_call(self._apply_if, args=(finite, *inner))  # noqa: E731
-            self._decide(finite, apply, *step.decide(finite), True)
-        elif context.num_replicas_in_sync > 1 or not (_compat.tracing_for_xla() or self._compiles()):
-            finite = agreed_finite(grads, context)
-            self._decide(finite, lambda: self._apply_inner(*inner), *step.decide(finite), False)
+            self._decide(finite, apply if merge else lambda: self._apply_inner(*inner), *step.decide(finite), merge)
         else:
             # One replica, selecting: under XLA, or in an update compiled here. A choice's None (the variable's
             # value then) is read here: the inner update does not write it. The held updates run after it.
@@ -224,7 +221,13 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             finite = self._selecting_update(variables, keep, chosen)(grads, values)
             choose(finite, recorded(step.decide(finite)[1]))
 
-    def _decide(self, finite: tf.Tensor, apply: Callable[[], Any], choices: list, updates: list, select: bool):
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]], step: Step | None = None) -> keras.Variable:
+        """`apply` for `(gradient, variable)` pairs."""
+        grads, trainable_variables = zip(*grads_and_vars)
+        self.apply(grads, trainable_variables, step)
+        return self._iterations  # what Keras's apply_gradients() returns
+
+    def _decide(self, finite: tf.Tensor, apply: Callable, choices: list, updates: list, select: bool) -> tf.Tensor:
         """The one rule of a step, on every path: applied whole when `finite`, else nothing written, the skip counted.
 
         `apply` runs the inner optimizer's update (the weights, its slots and `iterations`); `choices` and
@@ -234,12 +237,14 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         a `merge_call` update, which branches on its own): `apply` always runs, the `updates` run without writing
         (`recorded`), then every choice gets its applied or its skipped value by `tf.where`, so XLA sees no
         conditional and the step never waits on the host. The skipped-step count and the last-step flag are
-        written with the rest; the scale moves without a branch (`next_loss_scale`).
+        written with the rest; the scale moves without a branch (`next_loss_scale`). Returns `finite`.
         """
         if select:
             apply()
             choose(finite, [*choices, *recorded(updates)])
-            self._count(tf.cast(tf.logical_not(finite), tf.int64))
+            skipped = tf.cast(tf.logical_not(finite), tf.int64)
+            self.skipped_counter.assign_add(skipped)
+            self.last_skipped_flag.assign(skipped)
         else:
 
             def branch(applied: bool) -> None:
@@ -248,20 +253,13 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                 for variable, *values in choices:
                     if (value := values[0 if applied else 1]) is not None:
                         variable.assign(value)
-                self._count(0 if applied else 1)
+                if not applied:  # an applied step adds nothing to the count
+                    self.skipped_counter.assign_add(1)
+                self.last_skipped_flag.assign(0 if applied else 1)
 
             tf.cond(finite, lambda: branch(True), lambda: branch(False))
         self._update_scale(finite)
-
-    def _count(self, skipped: int | tf.Tensor) -> None:
-        """Counts the step: `skipped` is 0 or 1 (an int64 tensor where the step selects)."""
-        if not isinstance(skipped, int) or skipped:
-            self.skipped_counter.assign_add(skipped)
-        self.last_skipped_flag.assign(skipped)
-
-    def _compiles(self) -> bool:
-        """Whether `xla_update` asks for the update compiled with XLA on its own, here."""
-        return self.xla_update is True or (self.xla_update == "auto" and bool(tf.config.list_physical_devices("GPU")))
+        return finite
 
     def _apply_if(self, distribution: tf.distribute.Strategy, finite: Any, *inner: Any) -> None:
         """merge_call's cross-replica part: the inner update on every replica, when `finite` (the same on each).
@@ -287,9 +285,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         def update(grads: list[Any], values: list[list[tf.Tensor]]) -> tf.Tensor:
             written = [(v, None, tf.convert_to_tensor(v)) for v in [*variables, *self.inner_optimizer.variables]]
             choices = [(variable, *pair) for variable, pair in zip(chosen, values)] + written
-            finite = all_finite(grads)
-            self._decide(finite, lambda: self._apply_inner(grads, variables, keep), choices, [], True)
-            return finite
+            return self._decide(all_finite(grads), lambda: self._apply_inner(grads, variables, keep), choices, [], True)
 
         if _compat.tracing_for_xla():
             return update
@@ -325,5 +321,4 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> LossScaleOptimizer:
         """Rebuilds the optimizer from `get_config()`, also from a config of an earlier tfmp (`tfmp._deprecated`)."""
-        config = _deprecated.without_removed_keys("LossScaleOptimizer", config)
-        return super().from_config(config, custom_objects=custom_objects)
+        return super().from_config(_deprecated.without_removed_keys("LossScaleOptimizer", config), custom_objects)

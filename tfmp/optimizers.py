@@ -85,24 +85,20 @@ def wrap_optimizer(
     Returns:
         The optimizer to train with.
     """
-    policy = precision_lib.resolve_precision(precision)
     settings = {**_settings(optimizer), **loss_scale_kwargs}
     loss_scale = parse_loss_scale(loss_scale, settings.get("max_scale", DEFAULT_MAX_SCALE))
     optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # a loss-scale optimizer's
-    if policy == "mixed_float16" and loss_scale != "none":
-        scale = {"dynamic": True} if loss_scale == "dynamic" else {"dynamic": False, "initial_scale": loss_scale}
-    elif skip_nonfinite:
-        scale = {"dynamic": False, "initial_scale": 1.0}
-    else:
-        return optimizer
-    return LossScaleOptimizer(optimizer, **{**settings, **scale})
+    if precision_lib.resolve_precision(precision) != "mixed_float16" or loss_scale == "none":
+        if not skip_nonfinite:
+            return optimizer
+        loss_scale = 1.0  # the skip's fixed scale
+    fixed = {} if loss_scale == "dynamic" else {"dynamic": False, "initial_scale": loss_scale}
+    return LossScaleOptimizer(optimizer, **{**settings, **fixed})
 
 
 def _settings(optimizer: keras.optimizers.Optimizer) -> dict[str, Any]:
-    """The settings of a loss-scale optimizer (tfmp's or Keras's) that `wrap_optimizer` carries over."""
-    if isinstance(optimizer, LossScaleOptimizer):
-        names = ("dynamic_growth_steps", "xla_update", *OWN_SETTINGS[1:], *["initial_scale"] * optimizer.dynamic)
-        return {name: getattr(optimizer, name) for name in names}
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return {"initial_scale": optimizer.initial_scale, "dynamic_growth_steps": optimizer.dynamic_growth_steps}
-    return {}
+    """The settings of a loss-scale optimizer (tfmp's, or Keras's two) that `wrap_optimizer` carries over."""
+    dynamic = getattr(optimizer, "dynamic", True)  # a fixed scale's initial_scale is no setting to carry
+    names = ("dynamic_growth_steps", "xla_update", *OWN_SETTINGS[1:], *["initial_scale"] * dynamic)
+    is_loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    return {name: getattr(optimizer, name) for name in names if is_loss_scaled and hasattr(optimizer, name)}

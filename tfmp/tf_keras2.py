@@ -10,7 +10,7 @@ divides, this one applies as given and refuses `scale_loss`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -22,13 +22,11 @@ from tfmp.transaction import Step
 
 __all__ = ["LossScaleOptimizer", "tf_keras2_warning"]
 
-_TF_KERAS2_EXAMPLE = """
-    with tf.GradientTape() as tape:
-      loss = loss_fn()
-      scaled_loss = opt.get_scaled_loss(loss)
-    scaled_grads = tape.gradient(scaled_loss, vars)
-    grads = opt.get_unscaled_gradients(scaled_grads)
-    opt.apply_gradients([(grads, var)])"""
+_TF_KERAS2_EXAMPLE = (  # tf.keras 2's example, line for line
+    "\n    with tf.GradientTape() as tape:\n      loss = loss_fn()\n      scaled_loss = opt.get_scaled_loss(loss)"
+    "\n    scaled_grads = tape.gradient(scaled_loss, vars)\n    grads = opt.get_unscaled_gradients(scaled_grads)"
+    "\n    opt.apply_gradients([(grads, var)])"
+)
 
 
 def tf_keras2_warning(loss_has_been_scaled: bool, gradients_have_been_unscaled: bool) -> str | None:
@@ -82,20 +80,16 @@ class LossScaleOptimizer(loss_scale.LossScaleOptimizer):
 
     _DIVIDES = False
 
-    def __init__(self, inner_optimizer: keras.optimizers.Optimizer, *args: Any, **kwargs: Any):
-        super().__init__(inner_optimizer, *args, **kwargs)
-        # tf.keras 2's flags: whether get_scaled_loss / get_unscaled_gradients were ever called (its warning only).
-        self.loss_has_been_scaled = self.gradients_have_been_unscaled = False
+    # tf.keras 2's flags: whether get_scaled_loss / get_unscaled_gradients were ever called (its warning only).
+    loss_has_been_scaled = gradients_have_been_unscaled = False
 
     def scale_loss(self, loss: Any) -> tf.Tensor:
         """Raises `TypeError`: Keras 3's call, whose gradients this class would apply scaled."""
         raise TypeError(
-            "scale_loss() is Keras 3's API, but this is tf.keras 2's LossScaleOptimizer "
-            "(tfmp.mixed_precision.LossScaleOptimizer), whose apply_gradients() applies gradients as given: the "
-            "gradients of a scale_loss() result would be applied the loss scale times too large. In a custom "
-            "loop, use get_scaled_loss() and get_unscaled_gradients(), as tf.keras 2 does. For Keras 3's flow, "
-            "and for a model that Keras's own fit() trains (it calls scale_loss()), construct "
-            f"tfmp.LossScaleOptimizer instead, with the same arguments. Received: optimizer={self.name!r}"
+            f"LossScaleOptimizer {self.name!r} is tf.keras 2's class: its apply_gradients() applies gradients as "
+            "given, so those of a scale_loss() result (Keras 3's API) would be applied the loss scale times too large. "
+            "Use get_scaled_loss() and get_unscaled_gradients(), as tf.keras 2 does, or construct "
+            "tfmp.LossScaleOptimizer, Keras 3's class, for scale_loss() and Keras's own fit(). Received: scale_loss()"
         )
 
     def get_scaled_loss(self, loss: Any) -> Any:
@@ -111,9 +105,8 @@ class LossScaleOptimizer(loss_scale.LossScaleOptimizer):
             The scaled loss, or a callable returning it if `loss` was callable.
         """
         self.loss_has_been_scaled = True
-        if callable(loss):
-            return lambda: scale_loss(loss(), self._scale_or_none)
-        return scale_loss(loss, self._scale_or_none)
+        scaled = lambda: scale_loss(loss(), self._scale_or_none)  # noqa: E731
+        return scaled if callable(loss) else scale_loss(loss, self._scale_or_none)
 
     def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
         """Multiplies gradients by 1 / loss scale, as tf.keras 2 did.
@@ -145,16 +138,4 @@ class LossScaleOptimizer(loss_scale.LossScaleOptimizer):
         """
         if message := tf_keras2_warning(self.loss_has_been_scaled, self.gradients_have_been_unscaled):
             tf.get_logger().warning(message)
-        if overwritten := [v.path for v in trainable_variables or () if getattr(v, "overwrite_with_gradient", False)]:
-            raise ValueError(
-                "tf.keras 2's LossScaleOptimizer cannot update variables with `overwrite_with_gradient` (Keras's "
-                "float8 scaling factors): get_unscaled_gradients() divides the new value their gradient carries. "
-                f"Use tfmp.LossScaleOptimizer (scale_loss, then apply), which leaves it as it is. Received: {overwritten}"
-            )
         super().apply(grads, trainable_variables, step)
-
-    def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]], step: Step | None = None) -> keras.Variable:
-        """Applies `(gradient, variable)` pairs as given, unless a gradient is non-finite; updates the scale."""
-        grads, trainable_variables = zip(*grads_and_vars)
-        self.apply(grads, trainable_variables, step)
-        return self._iterations

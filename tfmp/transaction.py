@@ -152,8 +152,7 @@ class Step:
         """Marks the step decided (`applied`); returns its choices and held updates, for the update to make."""
         if self.applied is not None:
             raise ValueError(
-                "This Step was decided by an update already: a step belongs to one update of its optimizer. "
-                f"Open a new one for the next update. Received: a step of optimizer {self.optimizer.name!r}"
+                f"A Step is decided by one update: open a new one. Received: step of {self.optimizer.name!r}"
             )
         self.applied = applied
         return self.choices, self.updates

@@ -9,8 +9,8 @@ import keras
 import tensorflow as tf
 
 from tfmp import _deprecated, float32_layers
-from tfmp.transaction import Step
 from tfmp.trainers.base import MixedPrecisionTrainer, Objective, prepare_optimizer
+from tfmp.transaction import Step
 
 __all__ = ["GANTrainer", "TUTORIAL_GAN", "TutorialGANTraining", "discriminator_labels"]
 
