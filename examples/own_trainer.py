@@ -12,6 +12,16 @@ GPU's compiled update, a step compiled by XLA, several replicas).
 
     python3 examples/own_trainer.py
     TFMP_EXAMPLE_STEPS=10 python3 examples/own_trainer.py   # shorter
+
+The trainer keeps the contract of `MixedPrecisionTrainer` (the guide "Your
+own model", "A trainer of your own"): it defines `train_step` and `networks`,
+and its `compile()` holds and builds both optimizers. So `TASK`, a
+`tfmp.run.tasks.Task` of it, trains as a whole run, with the console, the
+TensorBoard curves, checkpoints and `--resume`:
+
+    python3 scripts/train.py --task=examples/own_trainer.py:TASK --run_name=points
+    python3 scripts/train.py --task=examples/own_trainer.py:TASK --run_name=points \
+        --epochs=4 --resume
 """
 
 import math
@@ -22,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfmp
+from tfmp.run import config, tasks
 from tfmp.trainers import MixedPrecisionTrainer
 
 LATENT = 4
@@ -48,12 +59,28 @@ class PointGAN(MixedPrecisionTrainer):
     def networks(self):
         return {"generator": self.generator, "discriminator": self.discriminator}
 
-    def compile(self, g_optimizer, d_optimizer, **kwargs):
-        super().compile(**kwargs)
-        # tfmp.LossScaleOptimizer for float16 networks, the bare optimizer otherwise.
+    def compile(
+        self,
+        g_optimizer,
+        d_optimizer,
+        loss_scale="dynamic",
+        skip_nonfinite=False,
+        **kwargs,
+    ):
+        # optimizer=None: the trainer holds its own two (else Keras holds an RMSprop).
+        super().compile(optimizer=None, **kwargs)
+        # tfmp.LossScaleOptimizer for float16 networks, the bare optimizer otherwise
+        # (skip_nonfinite: one that skips non-finite steps, at a fixed scale of 1).
         prepare = tfmp.trainers.prepare_optimizer
-        self.g_optimizer = prepare(g_optimizer, self.generator)
-        self.d_optimizer = prepare(d_optimizer, self.discriminator)
+        self.g_optimizer = prepare(
+            g_optimizer, self.generator, loss_scale, skip_nonfinite
+        )
+        self.d_optimizer = prepare(
+            d_optimizer, self.discriminator, loss_scale, skip_nonfinite
+        )
+        # Built now, on what each updates: a run checkpoints their state from the start.
+        self.g_optimizer.build(self.generator.trainable_variables)
+        self.d_optimizer.build(self.discriminator.trainable_variables)
 
     def call(self, noise, training=False):
         return self.generator(noise, training=training)
@@ -104,12 +131,54 @@ def mlp(inputs, outputs):
     )
 
 
-def main():
-    steps = int(os.environ.get("TFMP_EXAMPLE_STEPS", "200"))
-    rng = np.random.default_rng(0)
-    angles = rng.uniform(0, 2 * np.pi, size=64 * steps)
+def circle(n, seed=0):
+    """`n` points on the unit circle, float32; the second batch of 64 holds a NaN."""
+    angles = np.random.default_rng(seed).uniform(0, 2 * np.pi, size=n)
     points = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
     points[64 + 3, 0] = np.nan  # the second batch: its discriminator step is skipped
+    return points
+
+
+# --8<-- [start:task]
+class PointGANTask(tasks.Task):
+    """`PointGAN` as a run: its data, its optimizers, and the trainer the run asks for."""
+
+    name = "point_gan"
+
+    def load_data(self):
+        return circle(64 * 50)
+
+    def train_data(self, data):
+        # Shuffled by the run's seed, so that a resumed run replays the same batches.
+        return (
+            tf.data.Dataset.from_tensor_slices(data)
+            .shuffle(len(data), seed=self.config.seed)
+            .batch(self.config.batch_size)
+        )
+
+    def optimizers(self, steps_per_epoch):
+        return keras.optimizers.Adam(1e-3), keras.optimizers.Adam(1e-3)
+
+    def build_trainer(self, loss_scale, xla, steps_per_epoch, data):
+        gan = PointGAN(mlp(LATENT, 2), mlp(2, 1))
+        gan.compile(
+            *self.optimizers(steps_per_epoch),
+            loss_scale=loss_scale,
+            skip_nonfinite=True,
+            jit_compile=xla,
+        )
+        return gan
+
+
+TASK = PointGANTask(
+    config.TrainConfig(precision="mixed_float16", epochs=2, batch_size=64, log_every=10)
+)
+# --8<-- [end:task]
+
+
+def main():
+    steps = int(os.environ.get("TFMP_EXAMPLE_STEPS", "200"))
+    points = circle(64 * steps)
     keras.utils.set_random_seed(0)
     with tfmp.precision_scope("mixed_float16"):
         gan = PointGAN(mlp(LATENT, 2), mlp(2, 1))

@@ -181,7 +181,7 @@ RUN_LAYERS = (
     ),  # leaves
     ("config",),  # the settings a run is checked against
     ("cluster",),  # where a multi-worker run finds its hosts
-    ("distribute", "checkpoint", "diagnostics"),  # run services
+    ("distribute", "checkpoint", "diagnostics", "trainer_contract"),  # run services
     ("callbacks", "directories"),  # a run's side effects; where it writes, one run per directory
     ("tasks",),  # the public Task: what the user writes
     ("task_loader", "shipped", "trials"),  # finding what --task names; the shipped tasks; `auto`'s trial runs

@@ -846,3 +846,47 @@ def test_a_users_own_trainer_on_two_replicas_leaves_a_skipped_step_out_too(bad):
         np.testing.assert_allclose(history[name], without[name], rtol=1e-3, err_msg=name)
     for got, want in zip(weights, expected):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+
+
+class _TwoOptimizers(trainers.MixedPrecisionTrainer):
+    """A trainer of one's own as the contract asks: networks, and its optimizers held in attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.generator = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+        self.discriminator = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+
+    @property
+    def networks(self):
+        return {"generator": self.generator, "discriminator": self.discriminator}
+
+    def compile(self, **kwargs):
+        super().compile(optimizer=None, **kwargs)
+        self.g_optimizer, self.d_optimizer = keras.optimizers.Adam(), keras.optimizers.SGD()
+
+
+def test_a_trainers_optimizers_default_to_its_attributes_holding_one_and_its_loss_networks_to_networks():
+    trainer = _TwoOptimizers()
+    assert trainer.optimizers == {}  # none held before compile()
+    trainer.compile()
+    assert trainer.optimizers == {"g_optimizer": trainer.g_optimizer, "d_optimizer": trainer.d_optimizer}
+    assert trainer.loss_networks == trainer.networks
+    trainer.optimizer = keras.optimizers.RMSprop()  # as keras.Model.compile() without optimizer=None holds one
+    assert list(trainer.optimizers) == ["optimizer", "g_optimizer", "d_optimizer"]  # in the order first set
+
+
+@pytest.mark.parametrize(
+    "piece, call",
+    [
+        ("networks, its models by name", lambda t: t.networks),
+        ("objectives(data)", lambda t: t.objectives(None)),
+        ("float32_copy()", lambda t: t.float32_copy()),
+    ],
+)
+def test_what_a_subclass_must_define_is_named_with_the_guide(piece, call):
+    trainer = trainers.MixedPrecisionTrainer(name="bare")
+    with pytest.raises(NotImplementedError) as raised:
+        call(trainer)
+    assert str(raised.value) == (
+        f"MixedPrecisionTrainer does not define {piece}; see docs/guides/own-model.md, 'A trainer of your own'."
+    )

@@ -14,6 +14,7 @@ import script_server
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAMILIES = os.path.join(ROOT, "tests", "families.py")
 CNN = f"--task={FAMILIES}:CNN_TASK"
+OWN_TRAINER = f"--task={os.path.join(ROOT, 'examples', 'own_trainer.py')}:TASK"
 STEP_LINE = re.compile(r"^\((\d+), (\d+)\), Loss: (\S+), Accuracy: (\S+), loss_scale: ")
 
 
@@ -94,6 +95,45 @@ def test_train_runs_a_task_of_your_own_and_resume_continues_it(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "at step 3" in resumed.stdout and "(1, 2)" in resumed.stdout
     assert os.path.exists(tmp_path / "run" / "checkpoints" / "ckpt-6.index")
+
+
+@pytest.mark.slow  # the fast twin: tests/examples/test_examples.py trains the same task in process
+def test_train_runs_a_trainer_of_your_own_and_resume_continues_it(tmp_path):
+    flags = [OWN_TRAINER, "--steps_per_epoch=3", "--batch_size=16", f"--logdir={tmp_path}", "--run_name=points"]
+    flags.append("--console=lines")
+    first = _run("train.py", *flags, "--epochs=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "training point_gan: precision=mixed_float16 loss_scale=dynamic" in first.stdout
+    assert re.search(r"^\(0, 2\), D Loss: \S+, G Loss: \S+, loss_scale: \d+/\d+, ", first.stdout, re.M), first.stdout
+    assert re.search(r"final D Loss \S+, G Loss \S+$", first.stdout, re.M), first.stdout
+    assert os.listdir(tmp_path / "points" / "train")
+    resumed = _run("train.py", *flags, "--epochs=2", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "at step 3" in resumed.stdout and "(1, 2), D Loss: " in resumed.stdout
+    assert os.path.exists(tmp_path / "points" / "checkpoints" / "ckpt-6.index")
+
+
+def test_a_trainer_of_your_own_lacking_a_piece_is_a_one_line_error_naming_it_and_the_guide(tmp_path):
+    module = tmp_path / "incomplete_trainer.py"
+    module.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {os.path.join(ROOT, 'examples')!r})\n"
+        "import own_trainer\n\n"
+        "class NoNetworks(own_trainer.PointGAN):\n"
+        "    networks = own_trainer.MixedPrecisionTrainer.networks\n\n"
+        "class Task(own_trainer.PointGANTask):\n"
+        "    def build_trainer(self, loss_scale, xla, steps_per_epoch, data):\n"
+        "        gan = NoNetworks(own_trainer.mlp(own_trainer.LATENT, 2), own_trainer.mlp(2, 1))\n"
+        "        gan.compile(*self.optimizers(steps_per_epoch), loss_scale=loss_scale)\n"
+        "        return gan\n\n"
+        "TASK = Task(own_trainer.TASK.config)\n"
+    )
+    proc = _run("train.py", f"--task={module}:TASK", f"--logdir={tmp_path}", "--precision=float32")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert line.startswith("error: NoNetworks does not define networks, the property giving its trained models")
+    assert line.endswith("See docs/guides/own-model.md, 'A trainer of your own'.")
 
 
 @pytest.mark.slow

@@ -59,7 +59,7 @@ import tensorflow as tf
 from keras.callbacks import Callback
 
 from tfmp import _deprecated, float32_layers, trainers
-from tfmp.run import baseline
+from tfmp.run import baseline, trainer_contract
 from tfmp.run import data as data_lib
 from tfmp.run.config import ConfigError, TrainConfig
 
@@ -189,8 +189,10 @@ class Task(abc.ABC):
 
         The caller sets `precision`'s policy around the call
         (`tfmp.precision_scope`) and seeds (`keras.utils.set_random_seed`).
-        Every optimizer skips (and counts) non-finite steps; then the layers
-        `float32_pattern` gives for `precision` are kept in float32.
+        Every optimizer skips (and counts) non-finite steps. The trainer is
+        checked against what a run needs of it, and what the config's
+        settings call on it (`tfmp.run.trainer_contract.check_trainer`); then
+        the layers `float32_pattern` gives for `precision` are kept in float32.
 
         Args:
             precision: The resolved precision (picks the float32 layers).
@@ -201,8 +203,11 @@ class Task(abc.ABC):
 
         Raises:
             ConfigError: when the float32_layers pattern matches no layer.
+            tfmp.run.trainer_contract.TrainerContractError: when the trainer
+                lacks pieces of its contract, naming each.
         """
         trainer = self.build_trainer(loss_scale, xla, steps_per_epoch, data)
+        trainer_contract.check_trainer(trainer, trainer_contract.needed_for(self.config))
         pattern = float32_pattern(self, precision)
         if not pattern:
             return Built(trainer)
@@ -235,10 +240,12 @@ class Task(abc.ABC):
     example_unit: str = "ex"
 
     def console_fields(self) -> tuple[tuple[str, str], ...]:
-        """The `(label, log key)` pairs of each console line: the loss and the first of `metrics()`.
+        """The `(label, log key)` pairs each console line shows first: the loss and the first of `metrics()`.
 
         Called by the runner for its console. A metric is logged by its name
         (`"accuracy"`, or a metric object's `name`), labelled in title case.
+        Every other loss the trainer logs (a key ending in `loss`, a GAN's
+        `g_loss` and `d_loss`) follows, labelled so too (`G Loss`).
         """
         names = [m if isinstance(m, str) else getattr(m, "name", None) for m in self.metrics()[:1]]
         return (("Loss", "loss"),) + tuple((n.replace("_", " ").title(), n) for n in names if n)

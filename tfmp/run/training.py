@@ -40,7 +40,7 @@ import keras
 import tensorflow as tf
 
 from tfmp import precision as precision_lib
-from tfmp.run import callbacks, checkpoint, data, diagnostics, directories, output, shipped, tasks
+from tfmp.run import callbacks, checkpoint, data, diagnostics, directories, output, shipped, tasks, trainer_contract
 from tfmp.run import runner as runner_lib
 from tfmp.run import settled as settled_lib
 from tfmp.run.callbacks import display
@@ -80,14 +80,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# What a run raises for a cause outside the code, each message saying what to do about it: missing or corrupt
-# data, a checkpoint it cannot write or resume from, a run directory another run holds, a non-finite stop.
+# What a run raises for a cause outside tfmp's code, each message saying what to do about it: missing or corrupt
+# data, a checkpoint it cannot write or resume from, a run directory another run holds, a non-finite stop, a
+# trainer of the user's own that lacks a piece of its contract.
 RUN_ERRORS = (
     data.DatasetNotFoundError,
     data.CorruptDatasetError,
     checkpoint.CheckpointError,
     directories.RunDirInUseError,
     callbacks.NonFiniteStepError,
+    trainer_contract.TrainerContractError,
 )
 
 
@@ -118,6 +120,8 @@ def train(
     Raises:
         ConfigError: for an impossible setting, before training.
         tfmp.run.data.DatasetNotFoundError: when a shipped dataset is not available.
+        tfmp.run.trainer_contract.TrainerContractError: when the task's trainer lacks a piece of its
+            contract (a trainer of your own), before training.
         tfmp.run.runner.Interrupted, tfmp.run.preemption.Preempted: see `tfmp.run.runner.Runner.run`.
     """
     return runner_lib.Runner(task, print_fn, strategy=strategy).run()
@@ -189,6 +193,8 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
         tfmp.run.data.DatasetNotFoundError: when a shipped dataset is not available.
         tfmp.run.directories.RunDirInUseError: when another run (a training run)
             holds `<logdir>/<run_name>`, naming it, before anything is built.
+        tfmp.run.trainer_contract.TrainerContractError: when the task's trainer
+            lacks a piece of its contract, `objectives` and `float32_copy` included.
     """
     config = task.config
     with output.lines_to(print_fn), contextlib.ExitStack() as held:
@@ -200,6 +206,8 @@ def diagnose(task: tasks.Task, print_fn: Callable[[str], None] | None = print) -
         keras.utils.set_random_seed(config.seed)
         with precision_lib.precision_scope(settled.precision):
             built = task.build(settled.precision, settled.loss_scale, False, 1, settled.data)
+            needed = dict.fromkeys(("objectives", "float32_copy"), "tfmp.run.training.diagnose")
+            trainer_contract.check_trainer(built.trainer, needed)
             display.announce_float32_layers(task, built, settled.precision)
             described_data = f" {described}" if (described := task.describe_data()) else ""
             log.info(

@@ -22,6 +22,8 @@ from tfmp import optimizers as optimizers_lib
 
 __all__ = ["MixedPrecisionTrainer", "Objective", "computes_in_float16", "prepare_optimizer"]
 
+_GUIDE = "docs/guides/own-model.md, 'A trainer of your own'"  # where the contract is explained
+
 
 def computes_in_float16(model: keras.layers.Layer) -> bool:
     """Whether any layer of `model` computes in float16 (and so needs loss scaling)."""
@@ -86,17 +88,23 @@ class Objective:
 class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
     """The logic the trainers share: the loss-scaled update and its logs.
 
-    Subclasses write `train_step` as model math and call `optimize` once per
-    optimizer. Class attributes describe the logs it returns (how a run
-    presents them is `tfmp.run.tasks`'s business):
+    A subclass's contract (docs/guides/own-model.md, "A trainer of your own"). For `fit()` it defines:
 
-    Attributes:
-        loss_scale_prefixes: One log-key prefix per optimizer; the training
-            logs hold `<prefix>learning_rate` for each optimizer, and
-            `<prefix>loss_scale` and `<prefix>skipped_steps` for each
-            loss-scaled one.
-        images_per_example: Images processed per example of a batch (the GAN
-            counts real and fake images, as its seed does).
+    * `train_step`, model math calling `optimize` once per optimizer, returning the logs (a run's console
+      shows each key ending in `loss`);
+    * `networks`, the trained models by name (`optimize` puts their state back when it skips a step);
+    * `compile()`, holding each optimizer in an attribute (`keras.Model.compile` holds its `optimizer`,
+      an RMSprop by default: pass `optimizer=None` to it when the trainer holds its own);
+    * optionally `loss_scale_prefixes` (`("",)`), each optimizer's log-key prefix in `loss_scale_logs`
+      and `learning_rate_logs` (`"g_"`: `g_loss_scale`, ...), which the console reads; and
+      `images_per_example` (1), images processed per example of a batch (the GAN counts 2).
+
+    A run (`tfmp-train --task`; `tfmp.run.tasks.Task.build` checks it) also needs:
+
+    * each optimizer built by `compile()`, on the variables it updates (a checkpoint holds its state);
+    * optionally `optimizers` (every attribute holding an optimizer, by its name) and `loss_networks`,
+      those whose outputs a loss reads (`networks`);
+    * for the diagnosis, `diagnose_every` and `on_nonfinite="stop"`: `objectives` and `float32_copy`.
     """
 
     loss_scale_prefixes: tuple[str, ...] = ("",)
@@ -256,17 +264,17 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
     @property
     def networks(self) -> dict[str, keras.Model]:
         """The trained models by name."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define networks, its models by name; see {_GUIDE}.")
 
     @property
     def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
-        """The optimizers by the name of what they train (after `compile`)."""
-        raise NotImplementedError
+        """The optimizers by name (after `compile`); by default every attribute holding one, by its name."""
+        return {name: value for name, value in vars(self).items() if isinstance(value, keras.optimizers.Optimizer)}
 
     @property
     def loss_networks(self) -> dict[str, keras.Model]:
-        """The networks whose outputs a loss is computed from."""
-        raise NotImplementedError
+        """The networks whose outputs a loss is computed from; by default `networks`."""
+        return self.networks
 
     def objectives(self, data: Any) -> list[Objective]:
         """The losses `train_step` minimises on `data`, without updating anything.
@@ -274,13 +282,8 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         For diagnostics (`tfmp.run.diagnostics`): each objective's loss can be
         differentiated with respect to its variables as the step would.
         """
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define objectives(data); see {_GUIDE}.")
 
     def float32_copy(self) -> MixedPrecisionTrainer:
-        """A trainer of the same kind whose networks compute in float32.
-
-        The networks are copies (`tfmp.float32_layers.float32_copy`) holding the
-        same weights; the copy is compiled with the same losses but plain
-        optimizers. Used to compute float32 reference gradients.
-        """
-        raise NotImplementedError
+        """The same kind of trainer on float32 copies of the networks, plain optimizers: the diagnosis's reference."""
+        raise NotImplementedError(f"{type(self).__name__} does not define float32_copy(); see {_GUIDE}.")

@@ -108,10 +108,6 @@ class Trainer(MixedPrecisionTrainer):
         return {self.network.name: self.network}
 
     @property
-    def loss_networks(self) -> dict[str, keras.Model]:
-        return self.networks
-
-    @property
     def optimizers(self) -> dict[str, keras.optimizers.Optimizer]:
         return {self.network.name: self.optimizer}
 

@@ -156,3 +156,28 @@ def test_console_logger_counts_in_the_timers_unit_unless_told():
         console.on_train_batch_end(0, {"loss": 1.0})
         assert lines[0].endswith("throughput: 16.000 ex/s")
         assert callbacks.ConsoleLogger(timer, (), unit="img").unit == "img/s"
+
+
+def test_every_loss_a_trainer_logs_is_shown_beside_the_tasks_fields_in_the_line_and_the_summary():
+    """A GAN of one's own under the default fields (`Loss` only): its `d_loss` and `g_loss` are shown, as the
+    shipped GAN's; validation losses and other keys are not."""
+    lines = []
+    logs = {"d_loss": 0.6123, "d_skipped_steps": 0, "g_loss": 0.6991, "g_skipped_steps": 1}
+    with output.lines_to(lines.append):
+        console = _one_step_console(logs)
+        console.on_epoch_end(0, dict(logs, val_d_loss=0.5))
+        console.on_train_end()
+    assert lines[0].startswith("(0, 0), D Loss: 0.612, G Loss: 0.699, loss_scale: none, step_time: 0.500")
+    assert lines[-1].endswith("; final D Loss 0.6123, G Loss 0.6991")
+
+
+def test_a_loss_the_fields_name_is_shown_once_under_their_label():
+    lines = []
+    with output.lines_to(lines.append):
+        timer = callbacks.StepTimer(images_per_step=8, warmup_steps=0)
+        console = callbacks.ConsoleLogger(timer, (("Loss", "loss"), ("Accuracy", "accuracy")))
+        console.set_params({"epochs": 1, "steps": 1})
+        console.on_epoch_begin(0)
+        timer.step_times.append(0.5)
+        console.on_train_batch_end(0, {"accuracy": 0.5, "loss": 1.0, "output_b_loss": 0.25})
+    assert lines[0].startswith("(0, 0), Loss: 1.000, Accuracy: 0.500, Output B Loss: 0.250, loss_scale: none")

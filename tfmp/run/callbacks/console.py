@@ -38,6 +38,17 @@ def console_mode(mode: str, stream: Any) -> str:
     return "progress" if isatty is not None and isatty() else "lines"
 
 
+def _shown_fields(fields: Sequence[tuple[str, str]], logs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The `fields` that `logs` holds, then every other training loss in it, labelled in title case.
+
+    A training loss is a key ending in `loss`, not `val_`: a GAN's `g_loss`
+    shows as `G Loss` whether or not the task names it.
+    """
+    named = {key for _, key in fields}
+    losses = [key for key in logs if key.endswith("loss") and not key.startswith("val_") and key not in named]
+    return [(label, key) for label, key in fields if key in logs] + [(k.replace("_", " ").title(), k) for k in losses]
+
+
 def _format_number(value: float) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.3g}"
 
@@ -63,7 +74,9 @@ class ConsoleLogger(keras.callbacks.Callback):
 
     Args:
         timer: The run's `StepTimer` (placed before this callback).
-        fields: `(label, log key)` pairs to print, e.g. `(("G Loss", "g_loss"),)`.
+        fields: `(label, log key)` pairs to print first, e.g. `(("Loss", "loss"),)`;
+            every other training loss the logs hold follows, labelled in
+            title case (`g_loss` as `G Loss`).
         loss_scale_prefixes: Log-key prefixes of the loss-scale entries.
         log_every: Print every this many steps (and the last step of each epoch).
         run_dir: The run's directory, which the summary names (with the
@@ -122,7 +135,7 @@ class ConsoleLogger(keras.callbacks.Callback):
             self._bar = keras.utils.Progbar(self._steps_in_epoch, stateless_metrics=())
 
     def _bar_values(self, logs: Mapping[str, Any]) -> list[tuple[str, float]]:
-        values = [(label, float(logs[key])) for label, key in self.fields if key in logs]
+        values = [(label, float(logs[key])) for label, key in _shown_fields(self.fields, logs)]
         values += [
             (f"{p.rstrip('_').upper()} loss_scale" if p else "loss_scale", float(logs[p + "loss_scale"]))
             for p in self.loss_scale_prefixes
@@ -143,8 +156,7 @@ class ConsoleLogger(keras.callbacks.Callback):
         # NaN: no step of the epoch counted yet (every one so far skipped).
         values = ", ".join(
             f"{label}: {'n/a' if math.isnan(logs[key]) else f'{logs[key]:.3f}'}"
-            for label, key in self.fields
-            if key in logs
+            for label, key in _shown_fields(self.fields, logs)
         )
         log.info(
             f"({self._epoch}, {batch}), {values}, loss_scale: {self._loss_scale(logs)}, "
@@ -175,7 +187,7 @@ class ConsoleLogger(keras.callbacks.Callback):
             )
         skipped = self._skipped(self.final_logs)
         finals = ", ".join(
-            f"{label} {self.final_logs[key]:.4f}" for label, key in self.fields if key in self.final_logs
+            f"{label} {self.final_logs[key]:.4f}" for label, key in _shown_fields(self.fields, self.final_logs)
         )
         lines = [
             f"summary: {len(timer.step_times)} steps; mean throughput {throughput}",

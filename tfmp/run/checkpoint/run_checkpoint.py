@@ -63,7 +63,10 @@ class RunCheckpoint:
         self._signature = tf.Variable(json.dumps(self.signature, sort_keys=True), dtype=tf.string, trainable=False)
         for name, optimizer in trainer.optimizers.items():
             if not optimizer.built:
-                raise ValueError(f"Build the optimizer of {name!r} before checkpointing (trainer.compile does).")
+                raise ValueError(
+                    f"Build optimizer {name!r} ({type(optimizer).__name__}) of {trainer.name} before checkpointing: "
+                    "a trainer's compile() builds each optimizer on the variables it updates."
+                )
         self._trainer = trainer
         # One top-level name per optimizer, as the signature's `optimizers` names them, rather than one
         # name-keyed object: the same top-level names as the 0.1.0 layout, so a checkpoint's keys say
