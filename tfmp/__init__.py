@@ -4,14 +4,18 @@ The public names most users need:
 
 * `tfmp.set_precision`, `tfmp.precision_scope`: the global Keras dtype policy
   (`float32`, `mixed_float16`, `mixed_bfloat16`, `auto`).
-* `tfmp.LossScaleOptimizer`: loss scaling with both the tf.keras 2 and the
-  Keras 3 custom-loop API.
+* `tfmp.LossScaleOptimizer`: Keras 3's loss-scale optimizer (`scale_loss`,
+  then an update that divides by the scale), with hysteresis, scale bounds
+  and an exact skip of non-finite steps. tf.keras 2's class is
+  `tfmp.mixed_precision.LossScaleOptimizer`.
 * `tfmp.wrap_optimizer`: the optimizer a precision needs.
 * `tfmp.Trainer`, `tfmp.GANTrainer`: `keras.Model`s whose `train_step` is the
   loss-scaled custom step (`tfmp.trainers`); `tfmp.Trainer` wraps any
   supervised model.
 * `tfmp.undo_if_skipped`: a custom loop's step as a transaction, so that a
-  skipped step also leaves BatchNorm's statistics as they were.
+  skipped step also leaves BatchNorm's statistics as they were; it yields
+  the step, which the update takes (`step=step`) and which keeps metric
+  updates out of a skipped step (`step.unless_skipped`).
 * `tfmp.LogLossScale`: the loss scale and skipped steps of every
   `tfmp.LossScaleOptimizer` a model holds, in plain `fit()`'s logs.
 * `tfmp.float32_layers`: the layers that compute in float32 under a mixed

@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
         ("own_trainer.py", ()),
         # A run of the run framework: its directory is named by the time it started.
         ("text_classifier.py", ("logs/*/train", "logs/*/validation")),
+        ("wgan_gp.py", ()),
     ],
 )
 def test_example_runs_and_ends_with_a_finite_loss(name, event_dirs, tmp_path):
