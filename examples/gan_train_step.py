@@ -6,8 +6,10 @@ images real, then the discriminator learns real from fake, with softened
 labels (real 0.01, fake 0.99; 10% of them swapped). Under `mixed_float16`
 each optimizer is a `tfmp.LossScaleOptimizer`, used with Keras 3's custom-step
 API: `scale_loss` before differentiating, `apply` (which unscales, and skips
-the update if a gradient is NaN/Inf) after. `tfmp.GANTrainer` is this step
-with checkpoints, distribution and diagnostics around it.
+the update if a gradient is NaN/Inf) after, each update a transaction
+(`tfmp.undo_if_skipped`) that keeps a skipped step out of the losses.
+`tfmp.GANTrainer` is this step with checkpoints, distribution and diagnostics
+around it.
 
 It trains on the digits that ship with tfmp (no download), resized to
 MNIST's 28x28. Run it with
@@ -65,17 +67,21 @@ class GAN(keras.Model):
         # once, cached). Empty on a GPU.
         self.routed = tfmp.cpu_kernels.float16_gradient_ops()
 
-    def _step(self, optimizer, variables, loss_fn):
-        with tf.GradientTape() as tape:
-            loss = loss_fn()
-            # Keeps small float16 gradients from flushing to zero.
-            scaled_loss = optimizer.scale_loss(loss)
-        # Those computed in float32 from the float16 values, rounded to float16.
-        with tfmp.cpu_kernels.float32_gradients(self.routed):
-            grads = tape.gradient(scaled_loss, variables)
-        # Unscales the gradients, and skips the update if one is NaN/Inf.
-        optimizer.apply(grads, variables)
-        return loss
+    def _step(self, optimizer, variables, loss_fn, tracker):
+        # A transaction: if the optimizer skips the step, the BatchNorm statistics
+        # its forward pass wrote are put back, and its loss stays out of `tracker`.
+        networks = [self.generator, self.discriminator]
+        with tfmp.undo_if_skipped(networks, optimizer) as step:
+            with tf.GradientTape() as tape:
+                loss = loss_fn()
+                # Keeps small float16 gradients from flushing to zero.
+                scaled_loss = optimizer.scale_loss(loss)
+            # Those computed in float32 from the float16 values, rounded to float16.
+            with tfmp.cpu_kernels.float32_gradients(self.routed):
+                grads = tape.gradient(scaled_loss, variables)
+            # Unscales the gradients, and skips the update if one is NaN/Inf.
+            optimizer.apply(grads, variables, step=step)
+        step.unless_skipped(lambda: tracker.update_state(loss))
 
     def _noise(self, batch):
         shape = (batch, self.generator.input_shape[-1])
@@ -99,12 +105,8 @@ class GAN(keras.Model):
 
         g_variables = self.generator.trainable_variables
         d_variables = self.discriminator.trainable_variables
-        self.g_loss.update_state(
-            self._step(self.g_optimizer, g_variables, generator_loss)
-        )
-        self.d_loss.update_state(
-            self._step(self.d_optimizer, d_variables, discriminator_loss)
-        )
+        self._step(self.g_optimizer, g_variables, generator_loss, self.g_loss)
+        self._step(self.d_optimizer, d_variables, discriminator_loss, self.d_loss)
         return {"g_loss": self.g_loss.result(), "d_loss": self.d_loss.result()}
 
 

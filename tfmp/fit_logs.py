@@ -59,12 +59,16 @@ class LogLossScale(keras.callbacks.Callback):
 
         def train_step(self, real_images):
             ...
-            with tf.GradientTape() as tape:
-                d_loss = self.loss_fn(labels, self.discriminator(images))
-                scaled = self.d_optimizer.scale_loss(d_loss)
-            grads = tape.gradient(scaled, self.discriminator.trainable_weights)
-            self.d_optimizer.apply_gradients(zip(grads, self.discriminator.trainable_weights))  # unscales
-            ...  # the generator's step, the same with g_optimizer
+            with tfmp.undo_if_skipped([self.generator, self.discriminator], self.d_optimizer) as d_step:
+                with tf.GradientTape() as tape:
+                    d_loss = self.loss_fn(labels, self.discriminator(images))
+                    scaled = self.d_optimizer.scale_loss(d_loss)
+                grads = tape.gradient(scaled, self.discriminator.trainable_weights)
+                self.d_optimizer.apply_gradients(zip(grads, self.discriminator.trainable_weights), step=d_step)
+            ...  # the generator's step, the same with g_optimizer and g_step
+            d_step.unless_skipped(lambda: self.d_loss_tracker.update_state(d_loss))  # not a skipped step's loss
+            g_step.unless_skipped(lambda: self.g_loss_tracker.update_state(g_loss))
+            return {"d_loss": self.d_loss_tracker.result(), "g_loss": self.g_loss_tracker.result()}
 
     gan.compile(
         d_optimizer=tfmp.LossScaleOptimizer(keras.optimizers.Adam(3e-4)),
