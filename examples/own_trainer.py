@@ -64,13 +64,13 @@ class PointGAN(MixedPrecisionTrainer):
         g_optimizer,
         d_optimizer,
         loss_scale="dynamic",
-        skip_nonfinite=False,
+        skip_nonfinite=True,
         **kwargs,
     ):
         # optimizer=None: the trainer holds its own two (else Keras holds an RMSprop).
         super().compile(optimizer=None, **kwargs)
-        # tfmp.LossScaleOptimizer for float16 networks, the bare optimizer otherwise
-        # (skip_nonfinite: one that skips non-finite steps, at a fixed scale of 1).
+        # A tfmp.LossScaleOptimizer for float16 networks; otherwise one that skips
+        # non-finite steps at the fixed scale 1 (skip_nonfinite=False: the bare one).
         prepare = tfmp.trainers.prepare_optimizer
         self.g_optimizer = prepare(
             g_optimizer, self.generator, loss_scale, skip_nonfinite
