@@ -4,7 +4,9 @@ The routing is decided from an injected measurement (a cache file, or a
 `KernelTimes` passed in), so each CPU class's branch is tested on any CPU.
 """
 
+import dataclasses
 import json
+import os
 
 import keras
 import numpy as np
@@ -35,6 +37,10 @@ AVX512_FP16_TIMES = _times(
     {"conv2d": 1.6, "conv2d d/filter": 810.1, "depthwise d/input": 14.5, "depthwise d/filter": 133.1},
     bfloat16_native=True,
     float16_native=True,
+)
+# AVX512-BF16 (avx512bf16-kernels): the conv2d gradients routed, the depthwise ones not.
+AVX512_BF16_TIMES = _times(
+    {"conv2d d/input": 3.7, "conv2d d/filter": 2.0, "depthwise d/filter": 1.1}, bfloat16_native=True
 )
 FAST_FLOAT16_TIMES = _times({kernel: 0.5 for kernel in cpu_kernels.KERNELS}, float16_native=True)
 
@@ -93,12 +99,63 @@ def test_the_measurement_is_made_once_per_cpu_then_read_from_the_cache(tmp_path)
 
 def test_a_corrupt_cache_is_measured_again(tmp_path):
     path = tmp_path / "cpu_kernels.json"
-    path.write_text(json.dumps({"version": 1, "entries": {cpu_kernels.machine_id(): {"ms": "nonsense"}}}))
+    entries = {cpu_kernels.machine_id(): {"ms": "nonsense"}}
+    path.write_text(json.dumps({"version": cpu_kernels._CACHE_VERSION, "entries": entries}))
     assert cpu_kernels.kernel_times(path=str(path), measure=lambda: AVX2_TIMES) == AVX2_TIMES
 
 
 def _never():
     raise AssertionError("measured although the cache holds this CPU")
+
+
+def test_two_cpus_of_one_model_name_get_two_entries_and_neither_reads_the_other_s(tmp_path):
+    # Two virtual machines named "AMD EPYC" sharing a cache directory: one AVX2 only, one with AVX512-BF16.
+    avx2, avx512_bf16 = tmp_path / "avx2", tmp_path / "avx512_bf16"
+    avx2.write_text(AVX2)
+    avx512_bf16.write_text(AVX2.replace("fma f16c", "fma f16c avx512f avx512_bf16"))
+    path = str(tmp_path / "cpu_kernels.json")
+    measured = {}
+
+    def measure(cpuinfo, times):
+        def planted():
+            measured[str(cpuinfo)] = measured.get(str(cpuinfo), 0) + 1
+            return dataclasses.replace(times, machine=cpu_kernels.machine_id(str(cpuinfo)))
+
+        return planted
+
+    # This AVX2 machine's measurement routes the depthwise gradients too (d/filter at 1.4x float32's time).
+    avx2_times = _times({"conv2d d/input": 3.2, "conv2d d/filter": 2.6, "depthwise d/filter": 1.4})
+    first = cpu_kernels.kernel_times(cpuinfo=str(avx2), path=path, measure=measure(avx2, avx2_times))
+    second = cpu_kernels.kernel_times(
+        cpuinfo=str(avx512_bf16), path=path, measure=measure(avx512_bf16, AVX512_BF16_TIMES)
+    )
+    assert measured == {str(avx2): 1, str(avx512_bf16): 1}  # the second CPU measured, it read nothing
+    assert (first.routed_ops(), second.routed_ops()) == ({*CONV, *DEPTHWISE}, {*CONV})
+    entries = json.loads(open(path).read())["entries"]
+    assert sorted(key.split(" | ")[:2] for key in entries) == [
+        ["AMD EPYC", "AVX2 only (avx2 f16c fma)"],
+        ["AMD EPYC", "AVX512-BF16 (avx2 avx512_bf16 avx512f f16c fma)"],
+    ]
+    # A later process (a copy of the file) reads each CPU's own entry and measures nothing.
+    copy = tmp_path / "copy.json"
+    copy.write_text(open(path).read())
+    assert cpu_kernels.kernel_times(cpuinfo=str(avx2), path=str(copy), measure=_never) == first
+    assert cpu_kernels.kernel_times(cpuinfo=str(avx512_bf16), path=str(copy), measure=_never) == second
+
+
+def test_a_cache_file_keyed_by_the_model_name_alone_is_measured_again(tmp_path):
+    # tfmp 0.1's file: version 1, keyed by the model name, the core count and the versions only.
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(AVX512_BF16)
+    old_key = f"AMD EPYC 9R14 | {os.cpu_count()} cpus | tensorflow {tf.__version__} | keras {keras.__version__}"
+    path = tmp_path / "cpu_kernels.json"
+    path.write_text(json.dumps({"version": 1, "entries": {old_key: {**AVX2_TIMES.to_json(), "machine": old_key}}}))
+    times = cpu_kernels.kernel_times(cpuinfo=str(cpuinfo), path=str(path), measure=lambda: AVX512_BF16_TIMES)
+    assert times == AVX512_BF16_TIMES
+    cache = json.loads(path.read_text())
+    assert cache["version"] == cpu_kernels._CACHE_VERSION and list(cache["entries"]) == [
+        cpu_kernels.machine_id(str(cpuinfo))
+    ]
 
 
 def test_a_real_measurement_times_every_kernel_and_round_trips_through_json():
@@ -196,7 +253,8 @@ def _inject(monkeypatch, tmp_path, times):
     tmp_path.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("TFMP_CACHE_DIR", str(tmp_path))
     entry = {**times.to_json(), "machine": cpu_kernels.machine_id()}
-    (tmp_path / "cpu_kernels.json").write_text(json.dumps({"version": 1, "entries": {entry["machine"]: entry}}))
+    cache = {"version": cpu_kernels._CACHE_VERSION, "entries": {entry["machine"]: entry}}
+    (tmp_path / "cpu_kernels.json").write_text(json.dumps(cache))
 
 
 def _filter_gradient_dtypes(trainer, batch):

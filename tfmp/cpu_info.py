@@ -14,7 +14,7 @@ import platform
 import keras
 import tensorflow as tf
 
-__all__ = ["cpu_class", "cpu_has_bfloat16", "cpu_has_float16", "machine_id"]
+__all__ = ["cpu_class", "cpu_has_bfloat16", "cpu_has_float16", "kernel_flags", "machine_id"]
 
 # x86 AVX512-BF16 / AMX-BF16; Arm's `Features: bf16`.
 _BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
@@ -30,13 +30,17 @@ def _cpuinfo(path: str) -> str:
         return ""
 
 
-def _cpu_flags(cpuinfo: str) -> set[str]:
+def _flags(text: str) -> set[str]:
     flags: set[str] = set()
-    for line in _cpuinfo(cpuinfo).splitlines():
+    for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
             flags.update(value.split())
     return flags
+
+
+def _cpu_flags(cpuinfo: str) -> set[str]:
+    return _flags(_cpuinfo(cpuinfo))
 
 
 def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -68,16 +72,55 @@ _CLASSES = (
 )
 
 
-def cpu_class(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's class as tfmp's figures name it (`_CLASSES`; `"Arm"` for other flags, "" for none readable)."""
-    flags = _cpu_flags(cpuinfo)
+def _class(flags: set[str]) -> str:
     return next((name for name, marks in _CLASSES if marks & flags), "Arm" if flags else "")
 
 
+def cpu_class(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's class as tfmp's figures name it (`_CLASSES`; `"Arm"` for other flags, "" for none readable)."""
+    return _class(_cpu_flags(cpuinfo))
+
+
+# Besides every AVX-512 and AMX flag: the other instruction sets TensorFlow's CPU kernels (oneDNN, Eigen)
+# choose their code by, on x86 and on Arm. Two CPUs of one model name can differ in them (a virtual
+# machine's CPU shows what its host and hypervisor allow), and with them in what a 16-bit kernel costs.
+_KERNEL_FLAGS = frozenset(
+    {"avx2", "fma", "f16c", "avx_vnni", "asimdhp", "asimddp", "bf16", "i8mm", "sve", "sve2", "svebf16"}
+)
+
+
+def _kernel_flags(flags: set[str]) -> tuple[str, ...]:
+    return tuple(sorted(f for f in flags if f in _KERNEL_FLAGS or f.startswith(("avx512", "amx"))))
+
+
+def kernel_flags(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, ...]:
+    """The CPU's flags that its 16-bit kernels depend on, sorted (empty where none can be read).
+
+    Every AVX-512 and AMX flag, and AVX2, FMA, F16C and AVX-VNNI on x86;
+    half-precision, dot-product, BF16, I8MM and SVE on Arm. Other flags
+    (a hypervisor's, a security mitigation's) do not change a kernel's cost.
+    """
+    return _kernel_flags(_cpu_flags(cpuinfo))
+
+
 def machine_id(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU model, core count and software versions: what a CPU measurement depends on."""
+    """What a CPU measurement depends on, as one readable key.
+
+    The CPU model, its class and the flags its kernels depend on (`cpu_class`,
+    `kernel_flags`), the core count and the TensorFlow and Keras versions, e.g.
+    `AMD EPYC | AVX2 only (avx2 f16c fma) | 2 cpus | tensorflow 2.21.0 | keras 3.15.1`.
+    Two CPUs of one model name whose flags differ (virtual machines named
+    after their host's model) have two keys, so a measurement cached for one
+    is never read for the other. Where no flags can be read (no `cpuinfo`),
+    the second field is `flags unknown`.
+    """
+    text = _cpuinfo(cpuinfo)
     model = next(
-        (line.partition(":")[2].strip() for line in _cpuinfo(cpuinfo).splitlines() if line.startswith("model name")),
+        (line.partition(":")[2].strip() for line in text.splitlines() if line.startswith("model name")),
         platform.processor() or platform.machine(),
     )
-    return f"{model} | {os.cpu_count()} cpus | tensorflow {tf.__version__} | keras {keras.__version__}"
+    flags = _flags(text)
+    features = " ".join(_kernel_flags(flags))
+    kind = _class(flags) or "flags unknown"
+    isa = f"{kind} ({features})" if features else kind
+    return f"{model} | {isa} | {os.cpu_count()} cpus | tensorflow {tf.__version__} | keras {keras.__version__}"

@@ -67,7 +67,9 @@ __all__ = [
 ]
 
 _CACHE_NAME = "cpu_kernels.json"
-_CACHE_VERSION = 1
+# 2: keyed by the CPU's class and kernel flags too. A file of version 1, keyed by the model name, core count and
+# versions alone, reads as empty: its entries may be another CPU's.
+_CACHE_VERSION = 2
 TYPES = ("float32", "bfloat16", "float16")
 
 # A family of ops whose float16 gradients are routed together: the op types whose gradient functions are
@@ -295,8 +297,10 @@ def kernel_times(
     """This CPU's `KernelTimes`: from the cache, else measured now and cached.
 
     The cache is `cpu_kernels.json` in `$TFMP_CACHE_DIR` (default `~/.cache/tfmp`), keyed by
-    `machine_id`; delete it to measure again. Within a process the answer
-    is also kept in memory.
+    `machine_id`: the CPU's model, class and kernel flags, its core count and
+    the versions, so an entry another CPU made is never read, even under one
+    model name. Delete it to measure again. Within a process the answer is
+    also kept in memory.
 
     Args:
         cpuinfo: Where the CPU is described.

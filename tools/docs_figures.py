@@ -21,7 +21,7 @@ disagree:
   minutes, and needs `tensorboard` and a Chromium on the PATH.
 
 `--measure` reruns the benchmark record's own command first and rewrites the record (minutes; the
-record then names this machine, this commit and today).
+record then names this machine and its CPU class, this commit and today).
 
 Titles name the CPU class; the type is large enough to read at 420 px wide, and the pages link each
 image to its full-size file.
@@ -378,11 +378,13 @@ def _measure(record_path: str, workdir: str) -> None:
 
     record.update(
         machine=f"{os.cpu_count()}-core {cpu_kernels.machine_id().split(' | ')[0]}, {cpu_kernels.cpu_class()}",
+        cpu_class=cpu_kernels.cpu_class(),
         tfmp_commit=commit or "unknown",
         date=started,
         source="measured: `data.rows` is the command's --json_out file",
     )
     record["data"].pop("table", None)
+    record.pop("cpu_note_class", None)  # this run's notes are this CPU's
     with open(record_path, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1, ensure_ascii=False)
         f.write("\n")

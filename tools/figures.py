@@ -69,6 +69,8 @@ __all__ = [
     "MEASURED_SHARE",
     "record_names",
     "record_problems",
+    "CPU_CLASSES",
+    "class_problems",
     "load_record",
     "lookup",
     "DERIVED",
@@ -95,6 +97,25 @@ MEASURED_SHARE = 0.6
 # Pages that may quote the `history` record: README and the reports, which say where a figure was measured
 # before, the contributors' page of what was measured before, and the CHANGELOG. Not the guides.
 HISTORY_PAGES = ("README.md", "docs/PERFORMANCE.md", "docs/NUMERICS.md", "docs/measured-before.md", "CHANGELOG.md")
+# The CPU classes as `tfmp.cpu_info.cpu_class` names them from the flags, each with whether it runs bfloat16
+# and float16 natively (None: the class alone does not say). A record made on a machine names the class of
+# its CPU in `cpu_class`; one whose CPU note came from another CPU's cached measurement names that CPU's
+# class in `cpu_note_class`.
+CPU_CLASSES: dict[str, tuple[bool | None, bool | None]] = {
+    "AMX": (None, None),
+    "AVX512-FP16": (None, True),
+    "AVX512-BF16": (True, False),
+    "AVX-512": (False, False),
+    "AVX2 only": (False, False),
+    "Arm BF16": (True, None),
+    "Arm": (False, None),
+}
+# What a run's output says of its CPU: the note a 16-bit run prints (from the kernel measurement), the
+# benchmark's first line (from the flags) and a machine id (`tfmp.cpu_info.machine_id`, from the flags).
+_CPU_NOTE = re.compile(r"note: (?:bfloat16|float16) is (?:native|emulated)\b[^\n]*")
+_NOTE_TYPE = re.compile(r"note: (bfloat16|float16) is (native|emulated)")
+_BENCHMARK_TYPES = re.compile(r"auto measures on this CPU \((?:no 16-bit arithmetic|native (\w+)(?: and (\w+))?)")
+_MACHINE_CLASS = re.compile(r" \| ([\w -]+?) \([\w ]*\) \| \d+ cpus \| ")
 # A path outside the repository (absolute, a parent's, the shared folder) or one that no longer exists in it.
 _OUTSIDE = re.compile(r"(?<![\w.])(?:/(?:work|home|tmp|root|mnt)/\S*|\.\./\S*|shared/\S*|REFERENCE\.md)")
 _REPO_PATH = re.compile(r"(?<![\w./-])(?:docs|tools|scripts|tfmp|tests|models)/[\w./-]*\w")
@@ -202,8 +223,9 @@ def _strings(value: object) -> Iterable[str]:
 
 def record_problems(records: str | None = None, repo: str = REPO) -> list[str]:
     """What keeps the records from standing alone: an unknown `kind`, a measured record without its raw
-    output, a path outside the repository (or one gone from it, unless named "at commit ..."), or fewer
-    than `MEASURED_SHARE` of the records holding their raw output."""
+    output, a path outside the repository (or one gone from it, unless named "at commit ..."), fewer
+    than `MEASURED_SHARE` of the records holding their raw output, or a CPU class that is missing or
+    disagrees with the record's own output (`class_problems`)."""
     problems = []
     names = record_names(records)
     measured = 0
@@ -238,6 +260,72 @@ def record_problems(records: str | None = None, repo: str = REPO) -> list[str]:
                     problems.append(f"{name}: names {match.group()!r}, which is not in the repository")
     if names and measured < MEASURED_SHARE * len(names):
         problems.append(f"{measured} of {len(names)} records hold their raw output; at least {MEASURED_SHARE:.0%} must")
+    return problems + class_problems(records)
+
+
+def _native_types(text: str) -> Iterable[tuple[str, bool]]:
+    """What the benchmark's first line says of each 16-bit type on the CPU: (type, native)."""
+    for match in _BENCHMARK_TYPES.finditer(text):
+        native = {t for t in match.groups() if t}
+        yield from (("bfloat16", "bfloat16" in native), ("float16", "float16" in native))
+
+
+def class_problems(records: str | None = None) -> list[str]:
+    """Where a record's CPU class is missing or disagrees with its own output.
+
+    A `measured` or `transcribed` record names its CPU's class in `cpu_class` (one of `CPU_CLASSES`).
+    Its output must agree where it shows the class: a machine id (`tfmp.cpu_info.machine_id`) names it,
+    the benchmark's first line names the types the CPU runs natively, and a 16-bit run's CPU note says
+    whether its type is native. A note comes from one CPU's kernel measurement, its figures with it, so
+    records of two classes that print the same note cannot both be right: one read a measurement another
+    CPU cached. Such a record names the class that measured its note in `cpu_note_class`.
+    """
+    problems = []
+    notes: dict[str, list[tuple[str, str]]] = {}
+    for name in record_names(records):
+        try:
+            record = load_record(name, records)
+        except ValueError:
+            continue  # record_problems names it
+        if record["kind"] not in ("measured", "transcribed"):
+            continue
+        kind = record.get("cpu_class")
+        if kind not in CPU_CLASSES:
+            problems.append(
+                f"{name}: a record made on a machine names its CPU's class in `cpu_class`, as "
+                f"tfmp.cpu_info.cpu_class() reads it from the flags: one of {list(CPU_CLASSES)}. Received: {kind!r}"
+            )
+            continue
+        note_class = record.get("cpu_note_class", kind)
+        if note_class not in CPU_CLASSES:
+            problems.append(f"{name}: `cpu_note_class` is one of {list(CPU_CLASSES)}. Received: {note_class!r}")
+            continue
+        said: list[tuple[str, str, bool]] = []  # (where, type, native) as the output says
+        for text in _strings(record["data"]):
+            for match in _MACHINE_CLASS.finditer(text):
+                if match.group(1) != kind:
+                    problems.append(f"{name}: its output's machine id names {match.group(1)!r}, the record {kind!r}")
+            said += [(kind, dtype, native) for dtype, native in _native_types(text)]
+            for note in dict.fromkeys(_CPU_NOTE.findall(text)):
+                dtype, native = _NOTE_TYPE.match(note).groups()
+                said.append((note_class, dtype, native == "native"))
+                notes.setdefault(note, []).append((name, note_class))
+        for where, dtype, native in dict.fromkeys(said):
+            known = CPU_CLASSES[where][dtype == "float16"]
+            if known is not None and known != native:
+                state = "native" if native else "emulated"
+                problems.append(
+                    f"{name}: its output says {dtype} is {state} on its CPU, which on an {where} CPU it is not"
+                )
+    for note, made in notes.items():
+        classes = dict.fromkeys(cls for _, cls in made)
+        if len(classes) > 1:
+            named = ", ".join(f"{name} ({cls})" for name, cls in dict.fromkeys(made))
+            problems.append(
+                f"records of {len(classes)} CPU classes print one CPU note: {named}. A note comes from one CPU's "
+                "kernel measurement: name the class that measured it in `cpu_note_class` where it is another "
+                f"CPU's. The note: {note[:80]}..."
+            )
     return problems
 
 

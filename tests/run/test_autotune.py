@@ -186,6 +186,32 @@ def test_a_cpu_measures_once_then_uses_the_cache(tmp_path):
     assert {e["machine"] for e in entries.values()} == {"host | tensorflow x"}
 
 
+ZEN4 = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma f16c avx512f avx512_bf16\n"
+ZEN5 = ZEN4.replace("avx512_bf16", "avx512_bf16 avx512_vp2intersect avx_vnni")
+
+
+def test_two_cpus_of_one_model_name_keep_their_own_choice(tmp_path):
+    # Two virtual machines named "AMD EPYC" sharing a home directory: both AVX512-BF16, one with more flags.
+    zen4, zen5 = tmp_path / "zen4", tmp_path / "zen5"
+    zen4.write_text(ZEN4)
+    zen5.write_text(ZEN5)
+    hardware = {cpu: autotune.detect_hardware(str(cpu)) for cpu in (zen4, zen5)}
+    assert autotune.candidates(hardware[zen4]) == autotune.candidates(hardware[zen5]) == ("float32", "mixed_bfloat16")
+    path = str(tmp_path / "auto.json")
+    first = autotune.choose("gan b512", Probe({"float32": 971.0, "mixed_bfloat16": 1365.0}), hardware[zen4], path)
+    probe = Probe({"float32": 1200.0, "mixed_bfloat16": 1100.0})
+    second = autotune.choose("gan b512", probe, hardware[zen5], path)
+    assert (first.precision, second.precision, second.cached) == ("mixed_bfloat16", "float32", False)
+    assert probe.calls == ["float32", "mixed_bfloat16"]  # measured, not read from the first CPU's entry
+    machines = sorted(e["machine"].split(" | ")[1] for e in json.load(open(path))["entries"].values())
+    assert machines == [
+        "AVX512-BF16 (avx2 avx512_bf16 avx512_vp2intersect avx512f avx_vnni f16c fma)",
+        "AVX512-BF16 (avx2 avx512_bf16 avx512f f16c fma)",
+    ]
+    assert autotune.choose("gan b512", never, hardware[zen4], path).precision == "mixed_bfloat16"
+    assert autotune.choose("gan b512", never, hardware[zen5], path).precision == "float32"
+
+
 def test_ties_keep_the_earlier_candidate_and_a_cpu_without_bfloat16_measures_nothing(tmp_path):
     path = str(tmp_path / "auto.json")
     assert autotune.choose("tie", Probe({"float32": 5.0, "mixed_bfloat16": 5.0}), CPU, path).precision == "float32"
@@ -201,7 +227,7 @@ def test_a_corrupt_or_unwritable_cache_only_costs_a_new_measurement(tmp_path):
     path.write_text("{not json")
     probe = Probe({"float32": 1.0, "mixed_bfloat16": 2.0})
     assert autotune.choose("sig", probe, CPU, str(path)).precision == "mixed_bfloat16"
-    assert json.load(open(path))["version"] == 1  # rewritten whole
+    assert json.load(open(path))["version"] == 2  # rewritten whole
     # An entry with other candidates or a bad figure is measured again.
     cache = json.load(open(path))
     (entry,) = cache["entries"].values()

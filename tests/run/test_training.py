@@ -90,7 +90,8 @@ def test_a_float16_gan_epoch_with_every_convolution_gradient_in_float32_trains_o
     monkeypatch.setenv("TFMP_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "cache").mkdir()
     entries = {times.machine: times.to_json()}
-    (tmp_path / "cache" / "cpu_kernels.json").write_text(json.dumps({"version": 1, "entries": entries}))
+    cache = {"version": cpu_kernels._CACHE_VERSION, "entries": entries}
+    (tmp_path / "cache" / "cpu_kernels.json").write_text(json.dumps(cache))
     lines = []
     config = dataclasses.replace(TINY_GAN, precision="mixed_float16", epochs=1, logdir=str(tmp_path / "logs"))
     result = training.train_gan(config, print_fn=lines.append)

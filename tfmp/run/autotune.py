@@ -9,8 +9,9 @@ compute-capability rule (`tfmp.precision.choose_precision`) would pick
 bfloat16 for both. So `choose` has each candidate precision measured (for
 a task: a few training steps of its model, `tfmp.run.trials.fastest`),
 picks the fastest, reports every figure, and caches the answer in a small
-JSON file keyed by the device and the model's signature, so the measurement
-runs once.
+JSON file keyed by the device (the CPU's model, class and kernel flags,
+`machine_id`; each GPU's name and compute capability) and the model's
+signature, so the measurement runs once per machine.
 
 The candidates (`candidates`) follow the device:
 
@@ -68,7 +69,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _CACHE_NAME = "auto_precision.json"
-_CACHE_VERSION = 1
+# 2: the machine in the key names the CPU's class and kernel flags (`machine_id`); version 1's entries are
+# dropped rather than kept beside keys they can no longer match.
+_CACHE_VERSION = 2
 
 
 def cache_file() -> str:
@@ -99,8 +102,9 @@ class Hardware:
             without a GPU).
         cpu_float16: Whether the CPU has float16 arithmetic (used without
             a GPU).
-        machine: The host and software (`machine_id`, plus the CUDA and
-            cuDNN versions with a GPU); part of the cache key.
+        machine: The host and software (`machine_id`: the CPU's model,
+            class and kernel flags, core count and versions; plus the CUDA
+            and cuDNN versions with a GPU); part of the cache key.
     """
 
     gpus: tuple[GPU, ...] = ()
