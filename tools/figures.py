@@ -138,7 +138,7 @@ _OPTIONS = ("scale", "lower", "q")
 # comment may sit between the number and its unit (0.93<!-- figure: ... -->x). Not 32x32 (a size) nor
 # 2 x 512 (a product); seconds only apart from their number (5 s, 5 seconds), so that 1990s is not one.
 MEASURED = re.compile(
-    r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:\*\*)?(?P<figure><!--\s*figure:.*?-->)?(?:\*\*)?"
+    r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:\*\*)?(?P<figure><!--\s*figure:(?:(?!-->).)*-->)?(?:\*\*)?"
     r"(?:x|[ \u00a0]?%|[ \u00a0]?[A-Za-z]+/s(?:ec)?|[ \u00a0](?:images|examples|steps|samples) (?:a|per) second"
     r"|[ \u00a0]?(?:ms|[\u00b5\u03bc]s|us)|[ \u00a0]?[KMGT]i?B|[ \u00a0](?:s|seconds?|min|minutes?|h|hours?))(?![\w/])"
 )
@@ -159,6 +159,7 @@ NOT_MEASURED = (
     r"within \d+ s naming",  # the preemption test's limit on a survivor's exit
     r"(?<![\d.])(?:\u00b1|\+-)?1[ -]point\b",  # the parity band (docs_figures.PARITY_BAND, the sweep test's TARGET_GAP)
     r"\b\d\.\d(?:\+| or newer)",  # a GPU's compute capability (tfmp.precision's rule)
+    r"the bound is -\d+\.\d+ points",  # the accuracy sweep test's bound, from its constants (tests/run/parity)
 )
 _NOT_MEASURED = re.compile("|".join(NOT_MEASURED))
 # A measured throughput in a block of console output: such a block is a sample, and names its record.

@@ -340,3 +340,8 @@ def test_numbers_that_are_not_figures_pass_the_guard():
         "```text\nmeasured 2.95 and -0.64 points in a code block\n```\n"
     )
     assert figures.unmarked_figures(text) == []
+
+
+def test_a_figure_comment_marks_only_the_number_right_before_it():
+    text = "a batch of 384<!-- figure: bench data.rows[0].images_per_sec -->, and one trial took 13 minutes.\n"
+    assert [p.message for p in figures.unmarked_figures(text)] == ["'13 minutes' quoted with no figure comment"]
