@@ -13,8 +13,10 @@ decimals as the quote has, and fails when the two differ. Options after the key:
 percentage of a ratio), `lower` (`1 - value`, for "34% lower" with `scale=100`). A key is a dotted
 path into the record (`data.ms.matmul.float32`); a segment `rows[model=gan,precision=float32]`
 picks the one list item whose fields have those values (a value with a comma quoted: `[arm="a, b"]`),
-`rows[0]` or `.0` an index; `a / b` quotes the ratio of two values; `step_ms(KEY)` a figure derived
-from the fields of a benchmark row (`DERIVED`: its step time, counting the GAN's 2 images per example).
+`rows[0]` or `.0` an index; `a / b` quotes the ratio of two values; `NAME(KEY)` a figure derived from
+a value (`DERIVED`): `step_ms(ROW)` a benchmark row's step time, counting the GAN's 2 images per example,
+`slowest_kernel(NOTE)` the ratio of the slowest float16 kernel that a 16-bit run's CPU note prints.
+A figure named `q=NAME` is one quantity: every page quotes it from one key with the same digits.
 
 Where the prose should read cleanly raw (README.md), the figures of a paragraph or table go in a block on
 the lines after it instead, one a line, each with the number as the text writes it:
@@ -89,6 +91,7 @@ __all__ = [
     "DERIVED",
     "IMAGES_PER_EXAMPLE",
     "step_ms",
+    "slowest_kernel",
     "guarded",
     "main",
     "unmarked_figures",
@@ -372,8 +375,21 @@ def step_ms(row: dict) -> float:
     return 1000.0 * images / row["images_per_sec"]
 
 
-# Figures the check derives from a record's fields (a key `NAME(KEY)`), so that no marker computes by hand.
-DERIVED = {"step_ms": step_ms}
+def slowest_kernel(note: str) -> float:
+    """The ratio a 16-bit run's CPU note gives its slowest float16 kernel (`... takes 1.9x float32's time`).
+
+    Raises:
+        KeyError: when `note` names no slowest kernel.
+    """
+    match = re.search(r"slowest kernel, [^,]+, takes (\d+(?:\.\d+)?)x float32's time", str(note))
+    if match is None:
+        raise KeyError(f"slowest_kernel: the text names no slowest kernel. Received: {str(note)[:120]!r}")
+    return float(match[1])
+
+
+# Figures the check derives from a record's fields (a key `NAME(KEY)`), so that no marker computes by hand or
+# copies a figure out of a record's raw output: `step_ms(ROW)`, `slowest_kernel(NOTE)`.
+DERIVED = {"step_ms": step_ms, "slowest_kernel": slowest_kernel}
 
 
 def lookup(record: dict, key: str) -> object:

@@ -345,3 +345,10 @@ def test_numbers_that_are_not_figures_pass_the_guard():
 def test_a_figure_comment_marks_only_the_number_right_before_it():
     text = "a batch of 384<!-- figure: bench data.rows[0].images_per_sec -->, and one trial took 13 minutes.\n"
     assert [p.message for p in figures.unmarked_figures(text)] == ["'13 minutes' quoted with no figure comment"]
+
+
+def test_the_slowest_kernel_is_read_from_a_cpu_note_in_a_record_s_output():
+    record = figures.load_record("avx2-main-job")
+    assert figures.lookup(record, "slowest_kernel(data.terminal.1)") == 1.9
+    with pytest.raises(KeyError, match="names no slowest kernel"):
+        figures.lookup(record, "slowest_kernel(data.terminal.0)")
