@@ -278,8 +278,8 @@ _BARE_MARKED = (
     " the other (-0.93<!-- figure: bench data.parity.low -->..+0.47<!-- figure: bench data.parity.high -->).\n"
     "The gaps spread with SD 3.94<!-- figure: bench data.parity.sd --> per unit.\n"
     "Over seeds 6-7 the spread measured 2.95<!-- figure: bench data.parity.spread -->.\n"
-    "Every float16 run skips 5<!-- figure: bench data.parity.skipped.0 -->-8<!-- figure: bench data.parity.skipped.1 -->"
-    " steps at the start.\n"
+    "Every float16 run skips 5<!-- figure: bench data.parity.skipped.0 -->"
+    "-8<!-- figure: bench data.parity.skipped.1 --> steps at the start.\n"
 )
 
 
