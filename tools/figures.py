@@ -160,7 +160,7 @@ NOT_MEASURED = (
     r"under \d+ minutes",  # the default test suite's limit
     r"at least 60% of the records",  # MEASURED_SHARE
     r"within \d+ s naming",  # the preemption test's limit on a survivor's exit
-    r"(?<![\d.])(?:\u00b1|\+-)?1[ -]point\b",  # the parity band (docs_figures.PARITY_BAND, the sweep test's TARGET_GAP)
+    r"(?<![\d.+\u2212-])(?:\u00b1|\+-)?1[ -]point\b",  # the parity band (docs_figures.PARITY_BAND, TARGET_GAP)
     r"\b\d\.\d(?:\+| or newer)",  # a GPU's compute capability (tfmp.precision's rule)
     r"the bound is -\d+\.\d+ points",  # the accuracy sweep test's bound, from its constants (tests/run/parity)
 )
