@@ -1,16 +1,16 @@
 """16-bit types on a CPU: what their kernels cost, and float16 gradients in float32.
 
 TensorFlow's CPU kernels for float16 and bfloat16 differ by CPU class far
-more than the arithmetic does. Measured on 2 cores (docs/PERFORMANCE.md has
-the tables):
+more than the arithmetic does (docs/PERFORMANCE.md has each class's
+figures, with the records they come from):
 
-* AVX2 only: neither type is native; float16 convolution gradients run
-  3-6x slower than float32's, bfloat16's 13-22x.
-* AVX512-BF16: bfloat16 matmuls and convolutions run about 2x float32;
-  float16 is emulated.
-* AVX512-FP16 without AMX: float16 matmuls are native, bfloat16 runs about
-  0.6x float32, and the float16 convolution filter gradients fall to a
-  kernel 100-800x slower than float32's.
+* AVX2 only: neither type is native; float16's convolution gradients are
+  slower than float32's, bfloat16's many times slower.
+* AVX512-BF16: bfloat16 matmuls and convolutions are native and faster than
+  float32's; float16 is emulated.
+* AVX512-FP16 without AMX: float16 matmuls are native, bfloat16 is slower
+  than float32, and the float16 convolution filter gradients fall to a
+  kernel hundreds of times slower than float32's.
 
 float16 on a CPU serves one purpose: to check a model's float16 numerics
 (overflow, underflow, the loss scale, the first non-finite layer) before a
@@ -81,14 +81,14 @@ GRADIENT_FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 # A family is routed when one of its float16 gradient kernels takes this many times float32's time or more.
 # Low, because the two mistakes cost differently: routing a kernel that was fast costs a few casts, while
-# leaving a slow one costs its whole slowdown (at the models' shapes the ratios are larger than measured
-# here: 3.8-5.9x against 2.5-3.3x on an AVX2 CPU).
+# leaving a slow one costs its whole slowdown (on an AVX2 CPU the ratios measured larger at the models' shapes
+# than at the small ones here).
 SLOW_RATIO = 1.25
 
 
 # -- Measuring ------------------------------------------------------------------------------------
 
-# Small shapes: a pathological kernel (800x float32's) still answers in a fraction of a second, and
+# Small shapes: a pathological kernel (hundreds of times float32's) still answers in a fraction of a second, and
 # the ratios hold at the models' shapes (batch 16, 8x8, 32 -> 32 channels, 3x3 filters).
 _N, _HW, _C, _K = 16, 8, 32, 3
 

@@ -62,8 +62,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
             loss-scale state) is compiled with XLA into a few kernels, as
             tf.keras 2 compiled its optimizers on a GPU. `"auto"` (the
             default) compiles on a GPU, where an uncompiled update is
-            hundreds of small kernel launches, and not on a CPU, where the
-            compiled update measured slower. A compiled update selects the
+            hundreds of small kernel launches, and not on a CPU, where
+            compiling it made the step no faster beyond noise and changes
+            Adam's last bits. A compiled update selects the
             new or the old values instead of branching, so it never waits
             on the host for the finite check. Inside a step that XLA
             compiles whole (`compile(jit_compile=True)`) the update is

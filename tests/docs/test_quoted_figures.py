@@ -63,3 +63,12 @@ def test_the_build_hook_fails_a_guide_with_an_unmarked_ratio():
     page = types.SimpleNamespace(file=types.SimpleNamespace(src_path="guides/page.md"))
     with pytest.raises(PluginError, match="docs/guides/page.md:1: '1.7x' quoted with no figure comment"):
         hook.on_page_markdown("bfloat16 ran at 1.7x float32's speed\n", page=page)
+
+
+def test_the_build_hook_fails_a_guide_with_unmarked_points():
+    hook = _build_hook()
+    from mkdocs.exceptions import PluginError
+
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_path="guides/page.md"))
+    with pytest.raises(PluginError, match="'-0.64 points' quoted with no figure comment"):
+        hook.on_page_markdown("The fused layer averaged -0.64 points.\n", page=page)

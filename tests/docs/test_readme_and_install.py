@@ -90,3 +90,16 @@ def test_no_user_guide_keeps_lab_notes():
         text = page.read_text()
         for lab in ("What did not help", "before re-routing", "at tfmp 4039883", "transcribed from", ", transcribed"):
             assert lab not in text, (page.name, lab)
+
+
+def test_readme_and_the_performance_report_stay_short():
+    # Detail belongs on the page it is about (the guides, the report's sections, Measured before).
+    assert len(_README.splitlines()) <= 250
+    assert len((_ROOT / "docs" / "PERFORMANCE.md").read_text().splitlines()) <= 300
+
+
+def test_readme_counts_the_examples_it_lists():
+    examples = sorted(p.name for p in (_ROOT / "examples").glob("*.py"))
+    words = {4: "Four", 5: "Five", 6: "Six", 7: "Seven", 8: "Eight"}
+    assert f"{words[len(examples)]} runnable scripts" in _README
+    assert all(f"`{name}`" in _README for name in examples)

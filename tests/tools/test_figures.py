@@ -27,6 +27,7 @@ def records(tmp_path, monkeypatch):
                 {"model": "gan", "precision": "mixed_float16", "images_per_sec": 197.4, "ratio_to_float32": 0.933},
             ],
             "output": ["first line", "second line", "third line"],
+            "parity": {"gap": -0.64, "sd": 3.94, "low": -0.93, "high": 0.47, "spread": 2.95, "skipped": [5, 8]},
         },
     }
     (tmp_path / "bench.json").write_text(json.dumps(record))
@@ -253,6 +254,7 @@ def test_a_figures_block_checks_the_paragraph_above_it_and_marks_its_figures(rec
     wrong = text.replace("0.93 bench", "0.73 bench").replace("211.5 bench", "212.5 bench")
     assert [p.message for p in figures.check_text(wrong, "page.md", guard=True)] == [
         "'0.93x' quoted with no figure comment",
+        "'211.5' quoted with no figure comment (a measured ratio)",
         "0.73 is not in the paragraph above its block",
         "0.73 quoted, the record bench data.rows[precision=mixed_float16].ratio_to_float32 gives 0.93",
         "212.5 is not in the paragraph above its block",
@@ -260,3 +262,93 @@ def test_a_figures_block_checks_the_paragraph_above_it_and_marks_its_figures(rec
     ]
     unmarked = text.replace("197.4 bench data.rows[1].images_per_sec\n", "")
     assert [p.message for p in figures.unmarked_figures(unmarked)] == ["'197.4 img/s' quoted with no figure comment"]
+
+
+# One figure with no unit of each kind the guard reads, unmarked; and the same text with each one's comment.
+_BARE = (
+    "Fused minus Keras averaged -0.64 points on one split.\n"
+    "Its interval was [-0.93, +0.47], the other (-0.93..+0.47).\n"
+    "The gaps spread with SD 3.94 per unit.\n"
+    "Over seeds 6-7 the spread measured 2.95.\n"
+    "Every float16 run skips 5-8 steps at the start.\n"
+)
+_BARE_MARKED = (
+    "Fused minus Keras averaged -0.64<!-- figure: bench data.parity.gap --> points on one split.\n"
+    "Its interval was [-0.93<!-- figure: bench data.parity.low -->, +0.47<!-- figure: bench data.parity.high -->],"
+    " the other (-0.93<!-- figure: bench data.parity.low -->..+0.47<!-- figure: bench data.parity.high -->).\n"
+    "The gaps spread with SD 3.94<!-- figure: bench data.parity.sd --> per unit.\n"
+    "Over seeds 6-7 the spread measured 2.95<!-- figure: bench data.parity.spread -->.\n"
+    "Every float16 run skips 5<!-- figure: bench data.parity.skipped.0 -->"
+    "-8<!-- figure: bench data.parity.skipped.1 --> steps at the start.\n"
+)
+
+
+def test_a_figure_with_no_unit_of_each_kind_and_no_record_fails(records, tmp_path, monkeypatch, capsys):
+    page = _guarded_page(tmp_path, monkeypatch, _BARE)
+    assert [(p.line, p.message) for p in figures.check_file(str(page))] == [
+        (1, "'-0.64 points' quoted with no figure comment (points)"),
+        (2, "'[-0.93, +0.47]' quoted with no figure comment (an interval)"),
+        (2, "'-0.93..+0.47' quoted with no figure comment (an interval)"),
+        (3, "'SD 3.94' quoted with no figure comment (a standard deviation)"),
+        (4, "'2.95' quoted with no figure comment (a measured ratio)"),
+        (5, "'skips 5-8 steps' quoted with no figure comment (a measured count)"),
+    ]
+    assert figures.main([str(page)]) == 1
+    assert capsys.readouterr().out.endswith("0 differ from their records, 6 without a record\n")
+
+
+def test_a_figure_with_no_unit_of_each_kind_with_its_record_passes(records, tmp_path, monkeypatch, capsys):
+    page = _guarded_page(tmp_path, monkeypatch, _BARE_MARKED)
+    assert figures.check_file(str(page)) == []
+    assert figures.main([str(page)]) == 0
+    assert capsys.readouterr().out.endswith("0 differ from their records, 0 without a record\n")
+    wrong = _BARE_MARKED.replace("averaged -0.64", "averaged -0.46")
+    assert [p.message for p in figures.check_text(wrong, "page.md", guard=True)] == [
+        "-0.46 quoted, the record bench data.parity.gap gives -0.64"
+    ]
+
+
+def test_a_figure_with_no_unit_listed_in_its_paragraphs_block_passes(records):
+    text = (
+        "float16's gap averaged\n-0.64 points, within\n[-0.93, +0.47].\n"
+        "<!-- figures:\n-0.64 bench data.parity.gap\n-0.93 bench data.parity.low\n+0.47 bench data.parity.high\n-->\n"
+    )
+    assert figures.check_text(text, "page.md", guard=True) == []
+    assert [p.message for p in figures.check_text(text.replace("+0.47 bench data.parity.high\n", ""), guard=True)] == [
+        "'[-0.93, +0.47]' quoted with no figure comment (an interval)"
+    ]
+
+
+def test_a_ratio_or_count_is_a_figure_only_in_a_sentence_that_says_it_measured():
+    assert figures.unmarked_figures("The default spread of 2.95 was measured.\n") != []
+    assert figures.unmarked_figures("The model's width is 0.35 and its loss scale 2.95.\n") == []
+    text = "It ran in 3-5 processes. It ran 27 small kernels per variable. The scale measured 1024-128.\n"
+    assert [p.message.split(" quoted")[0] for p in figures.unmarked_figures(text)] == [
+        "'3-5'",
+        "'27 small kernels'",
+        "'1024-128'",
+    ]
+
+
+def test_numbers_that_are_not_figures_pass_the_guard():
+    text = (
+        "We measured it with TensorFlow 2.21, Keras 3.15, tfmp 0.2 and scikit-learn 1.9.1 on 2026-12-02 at commit\n"
+        "3c859f6 (section 2.3), with ResNet-50 v1.5 and MobileNetV2 alpha 0.35: batch 256 on 2 cores, 13 of the 17\n"
+        "layers, 35 units over seeds 0-7 and folds 0-3, 200 rounds, pixels in [0, 1], `a 0.93 in code`, and a\n"
+        "a [link](page.md#measured-2-95); bfloat16 was within 1 point of float32, the ±1-point band.\n"
+        "The mean time took `ratio=1.5` <!-- a comment measured 2.95 --> on GPUs of compute capability 8.0+.\n"
+        "```text\nmeasured 2.95 and -0.64 points in a code block\n```\n"
+    )
+    assert figures.unmarked_figures(text) == []
+
+
+def test_a_figure_comment_marks_only_the_number_right_before_it():
+    text = "a batch of 384<!-- figure: bench data.rows[0].images_per_sec -->, and one trial took 13 minutes.\n"
+    assert [p.message for p in figures.unmarked_figures(text)] == ["'13 minutes' quoted with no figure comment"]
+
+
+def test_the_slowest_kernel_is_read_from_a_cpu_note_in_a_record_s_output():
+    record = figures.load_record("avx2-main-job")
+    assert figures.lookup(record, "slowest_kernel(data.terminal.1)") == 1.9
+    with pytest.raises(KeyError, match="names no slowest kernel"):
+        figures.lookup(record, "slowest_kernel(data.terminal.0)")
