@@ -40,3 +40,20 @@ def test_one_finite_check_over_every_gradient_and_dtype():
 def test_the_loss_scale_module_still_exports_the_state_machine():
     assert loss_scale.next_loss_scale is scaling.next_loss_scale
     assert loss_scale.LossScaleState is scaling.LossScaleState
+
+
+def test_a_large_gradient_is_checked_where_it_is_and_only_small_ones_are_copied_together():
+    large = np.ones(scaling.CHECKED_ALONE, np.float32)
+    small = [tf.ones([3]), tf.ones([2, 2])]
+    for position in (0, scaling.CHECKED_ALONE - 1):
+        bad = large.copy()
+        bad[position] = np.nan
+        assert not bool(scaling.all_finite([*small, tf.constant(bad)]))
+    assert bool(scaling.all_finite([*small, tf.constant(large), tf.constant(large)]))
+    graph = (
+        tf.function(scaling.all_finite).get_concrete_function([*small, tf.constant(large), tf.constant(large)]).graph
+    )
+    ops = [op for op in graph.get_operations()]
+    assert sum(op.type == "IsFinite" for op in ops) == 3  # the two large ones, and the small ones' one vector
+    (concat,) = [op for op in ops if op.type == "ConcatV2"]
+    assert [x.shape.num_elements() for x in concat.inputs[:-1]] == [3, 4]  # the axis is its last input
