@@ -1,5 +1,5 @@
-"""The docs build's hook that keeps flags and module names whole on narrow screens, without letting a long one
-widen the page."""
+"""Pages on a phone and a wide screen: the docs build's hook that keeps flags and module names whole on narrow
+screens without letting a long one widen the page, and console output that wraps."""
 
 import html
 import importlib.util
@@ -141,6 +141,29 @@ def test_no_inline_code_on_any_page_has_a_piece_wider_than_a_narrow_screen():
         if len(piece) > narrow_screens.NARROW_LINE
     }
     assert too_wide == set()
+
+
+# The characters of a code block's line that a 1400-px screen's page column shows (868 px of 8.2-px characters).
+_WIDE_COLUMN = 100
+_BLOCK = re.compile(r"^[ \t]*```[ \t]*(?P<info>[^\n]*)\n(?P<body>.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
+
+
+def test_console_output_wider_than_a_wide_screen_wraps():
+    # A console block (text, or no language) with a line longer than the column scrolls, and its end (often
+    # the result) is out of sight: written ``` { .text .wrap }, docs/stylesheets/extra.css wraps it. Code keeps
+    # its lines.
+    scrolling = []
+    for page in sorted((_REPO / "docs").rglob("*.md")):
+        for block in _BLOCK.finditer(page.read_text(encoding="utf-8")):
+            info = block.group("info").strip()
+            console = info in ("", "text") or (info.startswith("{") and ".text" in info)
+            longest = max(map(len, block.group("body").splitlines()), default=0)
+            if console and longest > _WIDE_COLUMN and ".wrap" not in info:
+                line = page.read_text(encoding="utf-8")[: block.start()].count("\n") + 1
+                scrolling.append(f"{page.relative_to(_REPO)}:{line}")
+    assert scrolling == []
+    css = (_REPO / "docs" / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert re.search(r"\.wrap pre > code \{\s*white-space: pre-wrap;", css)
 
 
 _TABLE = (
