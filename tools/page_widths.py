@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=420, help="The screen's width in pixels (default 420).")
     parser.add_argument("--blocks", action="store_true", help="Also list the code blocks that scroll inside.")
     parser.add_argument("pages", nargs="*", help="Pages' paths in the site (default: every .html file).")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     results = measure(args.site, args.width, args.pages or None)
     wide = [r for r in results if r.width > args.width]
     for result in results:
