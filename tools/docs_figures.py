@@ -3,6 +3,7 @@
     python tools/docs_figures.py                      # all four figures
     python tools/docs_figures.py --only=benchmark     # one of tensorboard, benchmark, memory, parity
     python tools/docs_figures.py --only=parity --parity_records=parity.json
+    python tools/docs_figures.py --only=tensorboard --tensorboard_logs=DIR   # kept runs, no training
 
 The benchmark, memory and parity charts are drawn from a committed record, the same file the pages'
 quoted figures are checked against (tools/figures.py), so a chart and the sentence under it cannot
@@ -17,8 +18,10 @@ disagree:
   `PARITY_RECORD` (the k-fold sweep), or from `tfmp-parity --json_out` records (`--parity_records`);
 - tensorboard: two classifier runs on the embedded digits (float32, and mixed_float16 with dynamic
   loss scaling, whose first steps overflow and are skipped), shown by TensorBoard itself (headless
-  Chromium screenshot of the loss, `loss_scale` and `skipped_steps` curves); this one trains, for
-  minutes, and needs `tensorboard` and a Chromium on the PATH.
+  Chromium screenshot of the loss, `loss_scale` and `skipped_steps` curves, every tick label drawn
+  whole); this one trains, for minutes, unless `--tensorboard_logs` names the folder of two runs
+  kept from before (its `float32/` and `mixed_float16/`), and needs `tensorboard` and a Chromium on
+  the PATH.
 
 `--measure` reruns the benchmark record's own command first and rewrites the record (minutes; the
 record then names this machine and its CPU class, this commit and today).
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.server
 import json
 import math
 import os
@@ -39,7 +43,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -63,9 +69,15 @@ __all__ = [
     "plot_throughput",
     "record_sweep",
     "tensorboard_url",
+    "blank_cards",
     "crop_tensorboard",
+    "make_tensorboard",
+    "styled",
     "TENSORBOARD_CARDS",
+    "TENSORBOARD_GAP_PX",
     "TENSORBOARD_RECORD",
+    "TENSORBOARD_STYLE",
+    "TENSORBOARD_TITLE_PX",
 ]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,6 +94,21 @@ TENSORBOARD_RECORD = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "records", "avx512bf16-tensorboard-runs.json"
 )
 TENSORBOARD_CARDS = ((301, 171, 705, 590), (723, 171, 1127, 590), (301, 608, 705, 1000))
+# TensorBoard 2.21 fades the tick labels in each axis's outer tenth and cuts a label at an axis's end in
+# half (its axis, chart and card clip their paint), so the picture showed its lowest y tick and the x tick
+# 0 in part. This stylesheet, added to the page the screenshot loads, draws every label whole; the x axis
+# keeps its fade at its right end only, where the step selector's chip covers the last tick.
+TENSORBOARD_STYLE = (
+    "line-chart, line-chart-axis { contain: size layout style !important; }"
+    " scalar-card-component .chart-container, line-chart .container, line-chart-axis, line-chart-axis .minor,"
+    " line-chart-axis svg.ticks { overflow: visible !important; }"
+    " line-chart-axis .y-axis .ticks { -webkit-mask-image: none !important; mask-image: none !important; }"
+    " line-chart-axis .x-axis .ticks { -webkit-mask-image: linear-gradient(to right, #000 90%, transparent)"
+    " !important; mask-image: linear-gradient(to right, #000 90%, transparent) !important; }"
+)
+# The picture: the title's band above the cards, and the white rows between two cards (pixels).
+TENSORBOARD_TITLE_PX = 110
+TENSORBOARD_GAP_PX = 10
 TENSORBOARD_RUNS = (
     ("float32", ["--precision=float32"]),
     ("mixed_float16", ["--precision=mixed_float16", "--loss_scale=dynamic"]),
@@ -196,25 +223,89 @@ def screenshot(url: str, path: str, width: int = 1400, height: int = 1000, wait_
     return path
 
 
-def make_tensorboard(workdir: str, out: str) -> str:
-    """Trains the two tiny classifier runs and screenshots TensorBoard on them; returns the PNG path."""
-    logdir = os.path.join(workdir, "logs")
-    for name, flags in TENSORBOARD_RUNS:
-        _script(
-            "train_classifier",
-            [
-                "--dataset=digits",
-                "--alpha=0.35",
-                "--epochs=2",
-                "--seed=0",
-                "--console=lines",
-                f"--logdir={logdir}",
-                f"--run_name={name}",
-                *flags,
-            ],
-        )
-    with _tensorboard(logdir) as port:
-        shot = screenshot(tensorboard_url(port), os.path.join(workdir, "tensorboard_window.png"))
+@contextlib.contextmanager
+def styled(port: int, style: str = TENSORBOARD_STYLE) -> Iterator[int]:
+    """Serves the local server on `port` again, with `style` added to each HTML page; yields the new port.
+
+    A proxy on a free local port until the block ends: requests (GET and POST, with their bodies) go
+    to `port` as they came, and answers come back with their status and content type, each HTML
+    page's `</head>` preceded by a `<style>` of `style`.
+    """
+    sheet = f"<style>{style}</style></head>".encode()
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+            headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}{self.path}", data=body, headers=headers, method=self.command
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    status, kind, data = answer.status, answer.headers.get("Content-Type", ""), answer.read()
+            except urllib.error.HTTPError as error:
+                status, kind, data = error.code, error.headers.get("Content-Type", ""), error.read()
+            if kind.startswith("text/html"):
+                data = data.replace(b"</head>", sheet, 1)
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _forward
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def make_tensorboard(workdir: str, out: str, logdir: str | None = None, tries: int = 3) -> str:
+    """Screenshots TensorBoard on the two classifier runs and makes the picture of it; returns the PNG path.
+
+    Args:
+        workdir: Where the runs and the window's screenshot go.
+        out: The folder of the picture (`tensorboard.png`).
+        logdir: The folder of two runs kept from before (`float32/`, `mixed_float16/`); None trains
+            them first (minutes).
+        tries: How many screenshots to take at most while one of them shows a card without curves
+            (TensorBoard has not always drawn them within the page time).
+
+    Raises:
+        RuntimeError: when every screenshot shows a card without curves.
+    """
+    if logdir is None:
+        logdir = os.path.join(workdir, "logs")
+        for name, flags in TENSORBOARD_RUNS:
+            _script(
+                "train_classifier",
+                [
+                    "--dataset=digits",
+                    "--alpha=0.35",
+                    "--epochs=2",
+                    "--seed=0",
+                    "--console=lines",
+                    f"--logdir={logdir}",
+                    f"--run_name={name}",
+                    *flags,
+                ],
+            )
+    os.makedirs(workdir, exist_ok=True)
+    shot = os.path.join(workdir, "tensorboard_window.png")
+    with _tensorboard(logdir) as port, styled(port) as styled_port:
+        for _ in range(tries):
+            screenshot(tensorboard_url(styled_port), shot)
+            if not blank_cards(shot):
+                break
+        else:
+            raise RuntimeError(f"TensorBoard drew no curves in {tries} screenshots of {logdir} (the last: {shot}).")
     record = load_record(TENSORBOARD_RECORD)
     title = (
         "TensorBoard: MobileNetV2 on digits, 2 epochs\n"
@@ -224,31 +315,49 @@ def make_tensorboard(workdir: str, out: str) -> str:
     return crop_tensorboard(shot, os.path.join(out, "tensorboard.png"), title)
 
 
+def blank_cards(shot: str) -> list[int]:
+    """The indexes of a TensorBoard screenshot's cards (`TENSORBOARD_CARDS`) showing nothing dark: no text or curve."""
+    reporting.require_matplotlib()
+    import matplotlib.image
+
+    image = matplotlib.image.imread(shot)[..., :3]
+    cards = [image[top:bottom, left:right] for left, top, right, bottom in TENSORBOARD_CARDS]
+    return [i for i, card in enumerate(cards) if card.min() > 0.5]
+
+
 def crop_tensorboard(shot: str, path: str, title: str) -> str:
     """Crops a 1400x1000 TensorBoard screenshot to its three cards, stacks them, titles them; returns `path`.
 
     The run list and the settings pane are left out, and the cards, one above the other at their
-    own size, read at 420 px wide. `TENSORBOARD_CARDS` holds where TensorBoard 2.21 draws them.
+    own size, read at 420 px wide. `TENSORBOARD_CARDS` holds where TensorBoard 2.21 draws them. Each
+    card keeps its pixels as they are (it is not resampled, which would drop rows and columns of its
+    type): the picture is the title's band (`TENSORBOARD_TITLE_PX`) and the cards with
+    `TENSORBOARD_GAP_PX` white rows between them.
     """
     reporting.require_matplotlib()
     import matplotlib.image
+    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     image = matplotlib.image.imread(shot)
+    if image.dtype != np.uint8:
+        image = np.round(image * 255).astype(np.uint8)
+    if image.shape[2] == 3:
+        image = np.concatenate([image, np.full(image.shape[:2] + (1,), 255, np.uint8)], axis=2)
     cards = [image[top:bottom, left:right] for left, top, right, bottom in TENSORBOARD_CARDS]
     width = max(card.shape[1] for card in cards)
-    heights = [card.shape[0] for card in cards]
     dpi = 100
-    figure = Figure(figsize=(width / dpi, (sum(heights) + 150) / dpi), dpi=dpi)
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(len(cards), 1, gridspec_kw={"height_ratios": heights, "hspace": 0.02})
-    for ax, card in zip(axes, cards):
-        ax.imshow(card, interpolation="none")
-        ax.set_axis_off()
-    figure.subplots_adjust(left=0, right=1, bottom=0, top=1 - 150 / (sum(heights) + 150))
-    figure.suptitle(title, fontsize=12, y=0.995, va="top")
-    figure.savefig(path, format="png", dpi=dpi)
+    figure = Figure(figsize=(width / dpi, TENSORBOARD_TITLE_PX / dpi), dpi=dpi)
+    canvas = FigureCanvasAgg(figure)
+    figure.text(0.5, 0.5, title, fontsize=12, ha="center", va="center", linespacing=1.3)
+    canvas.draw()
+    rows = [np.asarray(canvas.buffer_rgba())]
+    for card in cards:
+        gap = 0 if len(rows) == 1 else TENSORBOARD_GAP_PX
+        rows.append(np.full((gap, width, 4), 255, np.uint8))
+        rows.append(np.pad(card, ((0, 0), (0, width - card.shape[1]), (0, 0)), constant_values=255))
+    matplotlib.image.imsave(path, np.concatenate(rows), format="png")
     return path
 
 
@@ -558,6 +667,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--measure", action="store_true", help="Rerun the benchmark record's command first and rewrite the record."
     )
+    parser.add_argument(
+        "--tensorboard_logs",
+        default=None,
+        help="Picture these kept runs (float32/, mixed_float16/) instead of training two new ones.",
+    )
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     workdir = args.workdir or tempfile.mkdtemp(prefix="tfmp_docs_figures_")
@@ -565,7 +679,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.measure:
         _measure(BENCHMARK_RECORD, workdir)
     makers = {
-        "tensorboard": lambda: make_tensorboard(os.path.join(workdir, "tensorboard"), args.out),
+        "tensorboard": lambda: make_tensorboard(
+            os.path.join(workdir, "tensorboard"), args.out, logdir=args.tensorboard_logs
+        ),
         "benchmark": lambda: plot_throughput(load_record(BENCHMARK_RECORD), os.path.join(args.out, "benchmark.png")),
         "memory": lambda: plot_memory(load_record(BENCHMARK_RECORD), os.path.join(args.out, "memory.png")),
         "parity": lambda: make_parity(args.out, args.parity_records),

@@ -12,8 +12,11 @@ characters) gets break points, so on a wide screen and for every shorter word no
 a slash in a path; after a dot before a name in a dotted name (not a leading dot, and not in a path,
 whose file's extension stays on); after a comma, an `=`, an opening parenthesis or `::`; and inside
 a part between those that is longer than `LONG_PART` characters, after its underscores and
-hyphens, unless it is the word's last part or a flag's name (`--flag`). Only the HTML's layout
-changes: the text, and what a reader copies, stay the same.
+hyphens. The word's last part (a file's or a function's name) and a flag's name (`--flag`) stay
+whole while a narrow screen's line holds them (`NARROW_LINE` characters); a longer one breaks after
+its underscores and hyphens too, and a run without any (a hash) every `NARROW_LINE` characters, so
+that no piece of inline code is wider than a 420-px screen. Only the HTML's layout changes: the
+text, and what a reader copies, stay the same.
 """
 
 from __future__ import annotations
@@ -27,11 +30,16 @@ _OBJECT_NAME = re.compile(r'(<span class="doc doc-object-name[^"]*">)([^<]*)(</s
 # A word of inline code longer than this may wrap on a narrow screen (a 420-px screen holds about 40
 # characters of code after the text before it); shorter words never do.
 NARROW_WORD = 32
+# The characters of code a 420-px screen's line holds, in a list or a note too (about 8.4 px each): a
+# word's last part or a flag's name up to this long stays whole, and no piece of inline code between
+# its break points is longer.
+NARROW_LINE = 40
 # Where a long word may wrap: after a dot that follows a name and starts one (not a decimal point or a
 # leading dot), a slash, a comma, an `=`, an opening parenthesis with arguments after it, `::`.
 _SEPARATOR = re.compile(r"(?<=[\w)]\.)(?=[A-Za-z_])|(?<=[/,=])(?=.)|(?<=\()(?=[^)])|(?<=::)(?=.)")
-# In a path, only after its slashes (and commas): `digits.npz` keeps its extension.
-_PATH_SEPARATOR = re.compile(r"(?<=[/,])(?=.)")
+# In a path, only after its slashes, commas and a test's `::` (`tests/test_x.py::test_y`): `digits.npz`
+# keeps its extension.
+_PATH_SEPARATOR = re.compile(r"(?<=[/,])(?=.)|(?<=::)(?=.)")
 # A part (between separators) longer than this may also wrap after its underscores and hyphens.
 LONG_PART = 24
 _INNER = re.compile(r"(?<=[_-])(?=[^_-])")
@@ -47,6 +55,11 @@ _TAG = re.compile(r"<[^>]+>")
 _ENTITY = re.compile(r"&[#\w]+;")
 
 
+def _pieces(run: str) -> str:
+    """`run` with a `<wbr>` every `NARROW_LINE` characters: a run with no separator (a hash) still fits."""
+    return "<wbr>".join(run[i : i + NARROW_LINE] for i in range(0, len(run), NARROW_LINE))
+
+
 def _break_points(word: str) -> str:
     """`word` with `<wbr>` where a narrow screen may wrap it (see the module docstring); entities kept whole."""
     entities = _ENTITY.findall(word)
@@ -59,10 +72,14 @@ def _break_points(word: str) -> str:
         flag = word.startswith("--")
 
         def inner(index: int, part: str) -> str:
-            last = index == len(parts) - 1
-            if len(part) <= LONG_PART or last or (flag and index == 0):
+            # The last part and a flag's name stay whole while a narrow line holds them.
+            whole = index == len(parts) - 1 or (flag and index == 0)
+            if len(part) <= (NARROW_LINE if whole else LONG_PART):
                 return part
-            return _INNER.sub("<wbr>", part)
+            body = part.lstrip("-")  # never between a flag's leading hyphens and its name
+            pieces = _INNER.split(body)
+            pieces[0] = part[: len(part) - len(body)] + pieces[0]
+            return "<wbr>".join(_pieces(piece) for piece in pieces)
 
         word = "<wbr>".join(inner(i, p) for i, p in enumerate(parts))
     for i, entity in enumerate(entities):

@@ -169,3 +169,85 @@ def test_the_tensorboard_picture_names_a_record_with_the_runs_raw_output():
     assert record["kind"] == "measured"
     assert record["data"]["mixed_float16"][-1].startswith("  logs:")
     assert any("skipped steps: 5" in line for line in record["data"]["mixed_float16"])
+
+
+def _window(path):
+    """A 1400x1000 screenshot whose every pixel differs from its neighbours, written as a PNG; returns its pixels."""
+    import numpy as np
+    from matplotlib import image
+
+    y, x = np.mgrid[:1000, :1400]
+    pixels = np.stack([x % 256, y % 256, (x * 7 + y * 3) % 256], axis=-1).astype(np.uint8)
+    image.imsave(path, pixels)
+    return pixels
+
+
+def test_the_tensorboard_picture_keeps_each_card_s_pixels_under_the_title(tmp_path):
+    # Resampled, a card lost rows and columns of its type (the x tick 0 drawn in part).
+    from matplotlib import image
+
+    window = _window(str(tmp_path / "window.png"))
+    path = docs_figures.crop_tensorboard(str(tmp_path / "window.png"), str(tmp_path / "tb.png"), "a\ntitle")
+    picture = (image.imread(path) * 255).round().astype("uint8")
+    top = docs_figures.TENSORBOARD_TITLE_PX
+    for left, card_top, right, bottom in docs_figures.TENSORBOARD_CARDS:
+        height = bottom - card_top
+        assert (picture[top : top + height, : right - left, :3] == window[card_top:bottom, left:right]).all()
+        top += height + docs_figures.TENSORBOARD_GAP_PX
+    assert picture.shape[0] == top - docs_figures.TENSORBOARD_GAP_PX
+    assert picture[: docs_figures.TENSORBOARD_TITLE_PX].min() < 128  # the title's type
+
+
+def test_blank_cards_names_the_cards_tensorboard_has_not_drawn(tmp_path):
+    import numpy as np
+    from matplotlib import image
+
+    pixels = np.full((1000, 1400, 3), 240, np.uint8)
+    left, top, right, bottom = docs_figures.TENSORBOARD_CARDS[1]
+    pixels[top + 50, left + 50 : left + 90] = 40  # a curve in the second card
+    image.imsave(tmp_path / "window.png", pixels)
+    assert docs_figures.blank_cards(str(tmp_path / "window.png")) == [0, 2]
+
+
+def test_styled_adds_the_stylesheet_to_html_pages_and_forwards_everything_else():
+    import http.server
+    import threading
+    import urllib.error
+    import urllib.request
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def _answer(self, status, kind, data):
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/":
+                self._answer(200, "text/html; charset=utf-8", b"<html><head></head><body>runs</body></html>")
+            else:
+                self._answer(404, "application/json", b'{"error": "no such page"}')
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            self._answer(200, "application/json", self.headers["Content-Type"].encode() + b" " + body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with docs_figures.styled(server.server_address[1], "p { color: red; }") as port:
+            url = f"http://127.0.0.1:{port}"
+            page = urllib.request.urlopen(url + "/").read()
+            assert page == b"<html><head><style>p { color: red; }</style></head><body>runs</body></html>"
+            posted = urllib.request.Request(url + "/data", data=b"tag=a", headers={"Content-Type": "text/plain"})
+            assert urllib.request.urlopen(posted).read() == b"text/plain tag=a"
+            with pytest.raises(urllib.error.HTTPError) as missing:
+                urllib.request.urlopen(url + "/missing")
+            assert missing.value.code == 404 and missing.value.read() == b'{"error": "no such page"}'
+    finally:
+        server.shutdown()
+        server.server_close()
