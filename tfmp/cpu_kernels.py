@@ -655,8 +655,8 @@ def float32_gradients(routes: Iterable[str | GradientRoute]) -> Iterator[frozens
     for route in routes:
         by_dtype = merged.setdefault(route.op_type, {})
         dtype = tf.as_dtype(route.dtype)
-        if dtype in by_dtype and (by_dtype[dtype] is None or route.inputs is None):
-            by_dtype[dtype] = None
+        if route.inputs is None or (dtype in by_dtype and by_dtype[dtype] is None):
+            by_dtype[dtype] = None  # every input
         else:
             by_dtype[dtype] = by_dtype.get(dtype, frozenset()) | frozenset(route.inputs)
     _routing.gradients = merged
