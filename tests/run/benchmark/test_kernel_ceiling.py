@@ -142,9 +142,11 @@ def test_ops_list_every_op_type_over_1_percent_of_either_step_float32_first():
 
 # A profile's op times (ms per step) and what computing each routable op in float32 adds in casts, as a share of its
 # float32 time: Tanh and Relu6 stay in bfloat16 (2.1 < 2 + 0.5, 0.9 < 1 + 0.25), TanhGrad and the filter gradient
-# (named as oneDNN's kernel) do not (5 > 2 + 1, 6 > 4 + 1); Conv2D and the casts cannot.
-FLOAT32 = {"Conv2D": 10.0, "Tanh": 2.0, "TanhGrad": 2.0, "Relu6": 1.0, "_MklNativeConv2DBackpropFilter": 4.0}
-BFLOAT16 = {"Conv2D": 5.0, "Tanh": 2.1, "TanhGrad": 5.0, "Relu6": 0.9, "_MklNativeConv2DBackpropFilter": 6.0}
+# (named as oneDNN's kernel, fused with the bias gradient) do not (5 > 2 + 1, 6 > 4 + 1); Conv2D and the casts
+# cannot.
+FILTER_GRADIENT = "_MklNativeConv2DBackpropFilterWithBias"
+FLOAT32 = {"Conv2D": 10.0, "Tanh": 2.0, "TanhGrad": 2.0, "Relu6": 1.0, FILTER_GRADIENT: 4.0}
+BFLOAT16 = {"Conv2D": 5.0, "Tanh": 2.1, "TanhGrad": 5.0, "Relu6": 0.9, FILTER_GRADIENT: 6.0}
 BFLOAT16["Cast"] = 1.5
 SHARES = {"Tanh": 0.25, "TanhGrad": 0.5, "Relu6": 0.25, "Conv2DBackpropFilter": 0.25}
 

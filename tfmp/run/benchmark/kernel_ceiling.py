@@ -208,10 +208,13 @@ def _profile_step(
 
 
 def _tensorflow_op_type(op_type: str) -> str:
-    """The op type TensorFlow's graph names, for one a profile names after the oneDNN kernel that ran it."""
+    """The op type TensorFlow's graph names, for one a profile names after the oneDNN kernel that ran it.
+
+    oneDNN's `_MklNativeConv2DBackpropFilterWithBias` is the filter gradient with the bias gradient fused in.
+    """
     for prefix in ("_MklNative", "_Mkl"):
         if op_type.startswith(prefix):
-            return op_type[len(prefix) :]
+            return op_type[len(prefix) :].removesuffix("WithBias")
     return op_type
 
 
