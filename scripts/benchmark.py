@@ -57,11 +57,13 @@ _MODE = flags.DEFINE_enum(
     "compare: the trainer per precision, against float32 and a hand-written step; "
     "input_pipeline: the trainer fed by the real tf.data pipeline against in-memory tensors; "
     "ceiling: each model's step profiled in float32 and 16 bits, the speed-up its kernels allow against the "
-    "measured one, and the ops that do not speed up; "
+    "measured one, the same with bfloat16's slow ops in float32 (the routed ceiling), and the ops that do not "
+    "speed up; "
     "resident: the compare rows one after another in this process, each row's peak RSS and the memory it "
     "leaves behind (what TensorFlow keeps of every model a process trains, the reason for --isolate); "
     "kernels: this CPU's float32, bfloat16 and float16 kernels (matmul, convolution and depthwise "
-    "convolution, forward and gradients) timed against each other, in seconds (also printed by ceiling); "
+    "convolution, forward and gradients, the elementwise ops and random draw bfloat16 may compute in float32, "
+    "and the casts) timed against each other, in seconds (also printed by ceiling); "
     "max_batch: per model and precision the largest batch whose training step fits --memory_budget, each "
     "trial in a fresh process with its allocator capped (a crash or out-of-memory error: does not fit).",
 )

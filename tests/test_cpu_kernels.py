@@ -161,7 +161,10 @@ def test_a_cache_file_keyed_by_the_model_name_alone_is_measured_again(tmp_path):
 def test_a_real_measurement_times_every_kernel_and_round_trips_through_json():
     times = cpu_kernels.measure_kernels(dtypes=("float16",), budget_s=0.0, most=1)
     assert set(times.ms) == set(cpu_kernels.KERNELS)
-    assert all(set(row) == {"float32", "float16"} and min(row.values()) > 0 for row in times.ms.values())
+    casts = {"cast to float32", "cast from float32"}  # a 16-bit type's only
+    assert all(set(times.ms[kernel]) == {"float32", "float16"} for kernel in set(times.ms) - casts)
+    assert all(set(times.ms[kernel]) == {"float16"} for kernel in casts)
+    assert min(v for row in times.ms.values() for v in row.values()) > 0
     assert cpu_kernels.KernelTimes.from_json(json.loads(json.dumps(times.to_json()))) == times
     assert "| conv2d d/filter |" in times.table()
 
@@ -333,3 +336,247 @@ def test_a_routed_float16_trainer_trains_with_the_forward_values_and_loss_scale_
     # The update differs by the gradients' rounding only.
     for a, b in zip(routed.get_weights(), native.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-2, atol=1e-3)
+
+
+# --- bfloat16: the ops computed in float32 where that is faster -----------------------------------
+
+# A CPU with native bfloat16 at the ratios measured on a 2-core AVX512-BF16 EPYC's models (bfloat16's time over
+# float32's: 1 / its speed), float32 at 1 ms per call, and casts of 0.2 ms per elementwise tensor each way.
+EPYC_BFLOAT16 = {
+    "matmul": 0.6,
+    "conv2d": 0.6,
+    "conv2d d/input": 0.6,
+    "tanh": 1 / 0.95,  # 1.05 ms: under float32's 1 ms plus the 0.4 ms of casts
+    "tanh d/input": 1 / 0.39,  # 2.56 ms: over 1 ms plus 0.6 ms (two casts in, one out)
+    "relu6": 1 / 0.32,
+    "relu6 d/input": 1 / 0.54,  # 1.85 ms: over 1.6 ms
+    "sub": 1 / 0.58,  # 1.72 ms: over 1.6 ms
+    "random uniform": 1 / 0.90,  # 1.11 ms: under 1 ms plus one cast out
+    "conv2d d/filter": 1 / 0.86,  # 1.16 ms: its casts are of small tensors (0.007 ms)
+    "depthwise d/filter": 0.9,
+}
+
+
+def _bfloat16_times(ratios, cast_ms=0.2, native=True):
+    """float32 at 1 ms per call; bfloat16 at the given ratios (1.0 where none is given); each cast at `cast_ms`."""
+    ms = {kernel: {"float32": 1.0, "bfloat16": ratios.get(kernel, 1.0)} for kernel in cpu_kernels.KERNELS}
+    ms["cast to float32"] = ms["cast from float32"] = {"bfloat16": cast_ms}
+    return cpu_kernels.KernelTimes("a test CPU", ms, bfloat16_native=native)
+
+
+def _bf16(route_op, inputs):
+    return cpu_kernels.GradientRoute(route_op, "bfloat16", inputs)
+
+
+def test_slow_bfloat16_ops_are_computed_in_float32_and_fast_ones_left_alone():
+    routed = cpu_kernels.routing({"bfloat16", "float32"}, has_gpu=False, times=_bfloat16_times(EPYC_BFLOAT16))
+    assert routed.forward == {("Relu6", "bfloat16"), ("Sub", "bfloat16")}
+    # Only the filter gradient (input 1) of the convolutions: their input gradients are fast in bfloat16.
+    assert routed.gradients == {
+        _bf16("Tanh", (0,)),
+        _bf16("Relu6", (0,)),
+        _bf16("Conv2D", (1,)),
+        _bf16("Conv2DBackpropInput", (1,)),
+    }
+    assert routed.float16_gradient_ops() == frozenset()
+    # The casts decide Tanh and the random draw: measured cheaper, they are worth them.
+    cheap_casts = cpu_kernels.routing({"bfloat16"}, has_gpu=False, times=_bfloat16_times(EPYC_BFLOAT16, 0.01))
+    assert cheap_casts.forward - routed.forward == {("Tanh", "bfloat16"), ("StatelessRandomUniformV2", "bfloat16")}
+    # A table without the casts (or without the kernel) routes nothing: they are measured, not assumed.
+    no_casts = _bfloat16_times(EPYC_BFLOAT16)
+    no_casts = dataclasses.replace(no_casts, ms={k: v for k, v in no_casts.ms.items() if not k.startswith("cast")})
+    assert not cpu_kernels.routing({"bfloat16"}, has_gpu=False, times=no_casts)
+
+
+@pytest.mark.parametrize("text, native", [(AVX2, False), (AVX512_BF16, True)])
+def test_emulated_bfloat16_and_a_gpu_are_left_untouched(text, native, tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(text)
+    measured = []
+
+    def kernel_times(cpuinfo):
+        measured.append(cpuinfo)
+        return _bfloat16_times(EPYC_BFLOAT16, native=cpu_kernels.cpu_has_bfloat16(cpuinfo))
+
+    monkeypatch.setattr(cpu_kernels, "kernel_times", kernel_times)
+    routed = cpu_kernels.routing({"bfloat16"}, has_gpu=False, cpuinfo=str(cpuinfo))
+    assert bool(routed) == native and measured == ([str(cpuinfo)] if native else [])  # emulated: nothing measured
+    # The table's own word on the CPU decides too, and a GPU is never routed.
+    assert not cpu_kernels.routing({"bfloat16"}, has_gpu=False, times=_bfloat16_times(EPYC_BFLOAT16, native=False))
+    assert not cpu_kernels.routing({"bfloat16"}, has_gpu=True, times=_bfloat16_times(EPYC_BFLOAT16))
+    assert not cpu_kernels.routing({"float32"}, has_gpu=False, times=_bfloat16_times(EPYC_BFLOAT16))
+
+
+def test_the_bfloat16_note_names_the_ops_computed_in_float32():
+    note = cpu_kernels.describe(_bfloat16_times(EPYC_BFLOAT16), "mixed_bfloat16")
+    assert note.startswith("note: bfloat16 is native on this CPU; its matmul runs at 1.67x float32's speed; ")
+    assert (
+        ". tfmp computes tanh d/input, relu6, relu6 d/input, sub, conv2d d/filter in float32 from the bfloat16 "
+        "values and rounds the results to bfloat16: their bfloat16 kernels took longer here than float32's with "
+        "the casts (figures: "
+    ) in note
+    emulated = cpu_kernels.describe(_bfloat16_times(EPYC_BFLOAT16, native=False), "mixed_bfloat16")
+    assert "emulated" in emulated and "tfmp computes" not in emulated
+    assert "tfmp computes" not in cpu_kernels.describe(_bfloat16_times(EPYC_BFLOAT16), "mixed_float16")
+
+
+FORWARD = frozenset({("Tanh", "bfloat16"), ("Relu6", "bfloat16"), ("Sub", "bfloat16")})
+
+
+def _types(function, *args):
+    """{(op type, its dtype attribute)} of the ops in `function`'s traced graph."""
+    graph = function.get_concrete_function(*args).graph
+    return {(op.type, op.get_attr("T").name) for op in graph.get_operations() if "T" in op.node_def.attr}
+
+
+def test_routed_forward_ops_are_float32_results_rounded_to_bfloat16():
+    x = tf.constant([0.5, 1.5, -0.75, 8.0], tf.bfloat16)
+    a, b = tf.constant([1.0, 3.0], tf.bfloat16), tf.constant([2.0**-8, 2.0**-7], tf.bfloat16)
+
+    @tf.function
+    def forward(x, a, b, ops):
+        with cpu_kernels.float32_forward(ops):
+            return tf.math.tanh(x), tf.nn.relu6(x), a - b
+
+    tanh, relu6, sub = forward(x, a, b, FORWARD)
+    assert tanh.dtype == relu6.dtype == sub.dtype == tf.bfloat16
+    # tanh(0.5) = 0.46212 and tanh(1.5) = 0.90515 in float32, to the nearest bfloat16 (8 significant bits):
+    # 237 / 512 and 232 / 256.
+    np.testing.assert_array_equal(tanh.numpy().astype(np.float32), [237 / 512, 232 / 256, -163 / 256, 1.0])
+    np.testing.assert_array_equal(relu6.numpy().astype(np.float32), [0.5, 1.5, 0.0, 6.0])
+    # 3 - 1/128 = 2.9921875 exactly in float32 is halfway between two bfloat16s: it rounds to the even one, 3.
+    np.testing.assert_array_equal(sub.numpy().astype(np.float32), [255 / 256, 3.0])
+    assert {("Tanh", "float32"), ("Relu6", "float32"), ("Sub", "float32")} <= _types(forward, x, a, b, FORWARD)
+    unrouted = _types(forward, x, a, b, frozenset())
+    assert {("Tanh", "bfloat16"), ("Sub", "bfloat16")} <= unrouted and ("Tanh", "float32") not in unrouted
+    # (A routed op's bfloat16 original stays in the traced graph, unused: it is pruned when the graph runs.)
+    with pytest.raises(ValueError, match=r"Received: \['MatMul'\]"):
+        with cpu_kernels.float32_forward({("MatMul", "bfloat16")}):
+            pass
+
+
+def test_a_routed_random_draw_is_the_float32_draw_rounded_and_dropout_uses_it():
+    seed = tf.constant([3, 4])
+    ops = frozenset({("StatelessRandomUniformV2", "bfloat16")})
+
+    @tf.function
+    def draws(ops):
+        with cpu_kernels.float32_forward(ops):
+            uniform = tf.random.stateless_uniform([64], seed, dtype=tf.bfloat16)
+            kept = tf.nn.experimental.stateless_dropout(tf.ones([64], tf.bfloat16), 0.5, seed)
+        return uniform, kept
+
+    uniform, kept = draws(ops)
+    float32 = tf.random.stateless_uniform([64], seed, dtype=tf.float32)
+    np.testing.assert_array_equal(uniform.numpy(), tf.cast(float32, tf.bfloat16).numpy())
+    # Dropout keeps an element where its draw is at least the rate: the float32 draws, rounded, decide.
+    expected = np.where(tf.cast(float32, tf.bfloat16).numpy().astype(np.float32) >= 0.5, 2.0, 0.0)
+    np.testing.assert_array_equal(kept.numpy().astype(np.float32), expected)
+    assert ("StatelessRandomUniformV2", "float32") in {
+        (op.type, op.get_attr("dtype").name)
+        for op in draws.get_concrete_function(ops).graph.get_operations()
+        if op.type == "StatelessRandomUniformV2"
+    }
+
+
+def test_routed_bfloat16_gradients_are_float32_gradients_rounded_once():
+    # y = tanh(1.5) = 232/256 in bfloat16; with dy = 0.2265625 its gradient dy (1 - y^2) is 0.04048920 exactly in
+    # float32 and 166/4096 = 0.04052734 in bfloat16. bfloat16 arithmetic, rounding y^2, 1 - y^2 and the product
+    # each, gets 167/4096.
+    x = tf.constant([1.5, -1.0, 3.0, 8.0], tf.bfloat16)
+    dy = tf.constant([0.2265625, 0.5, 0.5, 0.5], tf.bfloat16)
+    routes = frozenset({_bf16("Tanh", (0,)), _bf16("Relu6", (0,))})
+
+    @tf.function
+    def grads(x, routes):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            with cpu_kernels.float32_forward(FORWARD):
+                tanh, relu6 = tf.math.tanh(x), tf.nn.relu6(x)
+        with cpu_kernels.float32_gradients(routes):
+            return tape.gradient(tanh, x, output_gradients=dy), tape.gradient(relu6, x, output_gradients=dy)
+
+    dtanh, drelu6 = grads(x, routes)
+    assert dtanh.dtype == drelu6.dtype == tf.bfloat16
+    assert dtanh.numpy().astype(np.float32)[0] == 166 / 4096
+    np.testing.assert_array_equal(drelu6.numpy().astype(np.float32), [0.2265625, 0.0, 0.5, 0.0])  # 0 < x < 6
+    assert {("TanhGrad", "float32"), ("Relu6Grad", "float32")} <= _types(grads, x, routes)
+    assert ("TanhGrad", "float32") not in _types(grads, x, frozenset())
+
+
+def test_a_routed_filter_gradient_is_float32_rounded_and_the_input_gradient_stays_bfloat16():
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.standard_normal((2, 6, 6, 4)), tf.bfloat16)
+    w = tf.constant(rng.standard_normal((3, 3, 4, 4)) * 0.3, tf.bfloat16)
+    dy = tf.constant(rng.standard_normal((2, 6, 6, 4)), tf.bfloat16)
+
+    @tf.function
+    def grads(routes):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = tf.nn.conv2d(x, w, 1, "SAME")
+        with cpu_kernels.float32_gradients(routes):
+            return tape.gradient(y, [x, w], output_gradients=dy)
+
+    routes = frozenset({_bf16("Conv2D", (1,))})
+    (dx, dw), (dx_own, _) = grads(routes), grads(frozenset())
+    float32 = tf.raw_ops.Conv2DBackpropFilter(
+        input=tf.cast(x, tf.float32),
+        filter_sizes=[3, 3, 4, 4],
+        out_backprop=tf.cast(dy, tf.float32),
+        strides=[1, 1, 1, 1],
+        padding="SAME",
+    )
+    assert dw.dtype == dx.dtype == tf.bfloat16
+    np.testing.assert_array_equal(dw.numpy(), tf.cast(float32, tf.bfloat16).numpy())
+    np.testing.assert_array_equal(dx.numpy(), dx_own.numpy())  # the input gradient is bfloat16's own kernel's
+    types = _types(grads, routes)
+    assert {("Conv2DBackpropFilter", "float32"), ("Conv2DBackpropInput", "bfloat16")} <= types
+
+
+ROUTES_EVERYTHING = _bfloat16_times({kernel: 100.0 for kernel in cpu_kernels.KERNELS}, cast_ms=0.001)
+
+
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is never routed")
+def test_a_routed_bfloat16_trainer_computes_each_routed_op_in_float32_rounded_once(monkeypatch, tmp_path):
+    # x = [4, 1.5] -> Conv2D(w1 = 2) -> [8, 3] -> ReLU(6) -> [6, 3] -> Conv2D(w2 = 1/4, tanh): tanh([1.5, 0.75])
+    # in float32, rounded: t = [232, 163] / 256 -> Dense(w3 = 1/2, float32) -> p = t / 2; MSE against 0, SGD(1/2).
+    # Every product and sum of bfloat16 values here is exact, so each routed op rounds once, and so does
+    # the cast of the Dense layer's input gradient:
+    #   dp = p; w3 -= (p . t) / 2 = (t . t) / 4                                      -> w3 = 0.19332504
+    #   dt = t / 4; dz2 = bfloat16(dt (1 - t^2)) = [166 / 4096, 388 / 4096]          (TanhGrad in float32)
+    #   dw2 = bfloat16(6 dz2[0] + 3 dz2[1]) = 135 / 256                             -> w2 = 1/4 - 135/512
+    #   dz1 = [0, dz2[1] / 4] (Relu6Grad: 8 was clipped); dw1 = bfloat16(1.5 dz1[1]) = 146 / 4096 (a tie, to even)
+    #                                                                                -> w1 = 2 - 73/4096
+    # (bfloat16's own TanhGrad rounds three times: dz2[0] = 167 / 4096, and w2 = -1/64 on an AVX2 CPU.)
+    _inject(monkeypatch, tmp_path, ROUTES_EVERYTHING)
+    monkeypatch.setattr(cpu_kernels, "cpu_has_bfloat16", lambda cpuinfo="/proc/cpuinfo": True)
+    with tfmp.precision_scope("mixed_bfloat16"):
+        inputs = keras.Input((1, 1, 1))
+        h = keras.layers.Conv2D(1, 1, use_bias=False, kernel_initializer=keras.initializers.Constant(2.0))(inputs)
+        h = keras.layers.ReLU(6.0)(h)
+        h = keras.layers.Conv2D(
+            1, 1, use_bias=False, activation="tanh", kernel_initializer=keras.initializers.Constant(0.25)
+        )(h)
+        h = keras.layers.Flatten()(h)
+        outputs = keras.layers.Dense(
+            1, use_bias=False, dtype="float32", kernel_initializer=keras.initializers.Constant(0.5)
+        )(h)
+        trainer = tfmp.Trainer(keras.Model(inputs, outputs))
+    trainer.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    assert trainer.routing == cpu_kernels.routing({"bfloat16"}, has_gpu=False, times=ROUTES_EVERYTHING)
+    assert {("Tanh", "bfloat16"), ("Relu6", "bfloat16")} <= trainer.routing.forward
+    entered, float32_forward = [], cpu_kernels.float32_forward
+
+    def traced_with(ops):  # the forward ops the step is traced with in float32
+        entered.append(ops)
+        return float32_forward(ops)
+
+    monkeypatch.setattr(cpu_kernels, "float32_forward", traced_with)
+    x, y = np.array([4.0, 1.5], np.float32).reshape(2, 1, 1, 1), np.zeros((2, 1), np.float32)
+    history = trainer.fit(x, y, batch_size=2, epochs=1, verbose=0)  # one step
+    assert entered == [trainer.routing.forward]
+    assert history.history["loss"] == [np.float32((116**2 + (163 / 2) ** 2) / 2 / 256**2)]
+    w1, w2, w3 = (float(w.numpy().ravel()[0]) for w in trainer.network.weights)
+    assert (w1, w2) == (2 - 73 / 4096, 0.25 - 135 / 512)
+    assert w3 == np.float32(0.5 - (232**2 + 163**2) / 256**2 / 4)

@@ -22,8 +22,8 @@ The public names most users need:
   policy (`keep_float32`), a model's float32 copy, and the check that its
   outputs stay float32 (`check_outputs`).
 * `tfmp.cpu_kernels`: what this CPU's float16 and bfloat16 kernels cost,
-  and float16 gradients computed in float32 where its float16 kernel is
-  pathological (the trainers do it by themselves).
+  and the 16-bit ops computed in float32 where their kernels are slow here
+  (the trainers do it by themselves).
 * `tfmp.mixed_precision`: a drop-in for tf.keras 2's
   `tf.keras.mixed_precision` (`Policy`, `set_global_policy`,
   `global_policy`, `LossScaleOptimizer`).

@@ -3,7 +3,8 @@
 The core (`tfmp/*.py`, `tfmp/trainers/`) works around Keras 3 and TensorFlow
 where their public API has no answer: Keras 3.15's model build and step
 function under a multi-worker strategy, an optimizer's variables, XLA tracing
-detection, an op type's gradient function, a functional layer's graph edges.
+detection, an op type's gradient function, the ops a traced step creates, a
+functional layer's graph edges.
 Each use is wrapped here with the version it was checked against, why it is
 needed and the public alternative, if any; the rest of the core imports these
 wrappers and touches no private name itself. The run framework's own private
@@ -26,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 from keras.src.utils import tracking as _keras_tracking  # Keras 3.15
 from tensorflow.python.distribute import values as _tf_distribute_values  # TF 2.21
+from tensorflow.python.framework import op_callbacks as _tf_op_callbacks  # TF 2.21
 from tensorflow.python.framework import ops as _tf_ops  # TF 2.21
 from tensorflow.python.ops import control_flow_util as _control_flow_util  # TF 2.21
 
@@ -33,6 +35,7 @@ __all__ = [
     "PRIVATE_APIS",
     "ModelWorkarounds",
     "PrivateAPI",
+    "add_op_callback",
     "all_layers",
     "check",
     "child_layers",
@@ -42,6 +45,7 @@ __all__ = [
     "missing_error",
     "no_automatic_dependency_tracking",
     "optimizer_variables",
+    "remove_op_callback",
     "replace_gradient_function",
     "state_weights",
     "strategy_supports_no_merge_call",
@@ -97,6 +101,13 @@ PRIVATE_APIS = (
         "(gradient_function, replace_gradient_function; tf.RegisterGradient refuses a registered type)",
     ),
     PrivateAPI(
+        "tensorflow.python.framework.op_callbacks",
+        "add_op_callback",
+        "replaces a bfloat16 op, as a step is traced, by its float32 computation rounded to bfloat16 "
+        "(add_op_callback; tf.debugging.enable_check_numerics is built on it)",
+    ),
+    PrivateAPI("tensorflow.python.framework.op_callbacks", "remove_op_callback", "ends the above (remove_op_callback)"),
+    PrivateAPI(
         "tf.__internal__.distribute",
         "strategy_supports_no_merge_call",
         "whether a loss-scaled apply may skip merge_call",
@@ -148,6 +159,7 @@ def check() -> None:
         "keras.Model": keras.Model,
         "keras.src.utils.tracking": _keras_tracking,
         "tensorflow.python.framework.ops": _tf_ops,
+        "tensorflow.python.framework.op_callbacks": _tf_op_callbacks,
         "tensorflow.python.ops.control_flow_util": _control_flow_util,
         "tf.__internal__.distribute": tf.__internal__.distribute,
     }
@@ -221,6 +233,24 @@ def replace_gradient_function(op_type: str, function: Callable[..., Any]) -> Non
     """
     entry = _tf_ops._gradient_registry._registry[op_type]  # {"type": function, "location": frame}
     entry["type"] = function
+
+
+def add_op_callback(callback: Callable[..., Any]) -> None:
+    """Calls `callback(op_type, inputs, attrs, outputs, op_name=None, graph=None)` for each op this thread makes.
+
+    For an op created in a graph (a `tf.function` being traced), a list of
+    tensors `callback` returns replaces the op's outputs for every later use,
+    the tape's record of the op included; None leaves them. Ops created in
+    the callback are not passed to it. Executed eagerly, an op's outputs
+    cannot be replaced. Public alternative: none; `tf.debugging.enable_check_numerics`
+    is built on it, with a callback of its own.
+    """
+    _tf_op_callbacks.add_op_callback(callback)
+
+
+def remove_op_callback(callback: Callable[..., Any]) -> None:
+    """Stops calling `callback` (added by `add_op_callback`) in this thread."""
+    _tf_op_callbacks.remove_op_callback(callback)
 
 
 def _model_strategy(model: keras.Model) -> tf.distribute.Strategy | None:

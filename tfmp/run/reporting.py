@@ -137,7 +137,8 @@ def _format(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        return f"{value:.3f}" if "ratio" in key or key.endswith("_interval") or key == "of_ceiling" else f"{value:.1f}"
+        three = "ratio" in key or key.endswith("_interval") or key in ("of_ceiling", "of_routed_ceiling")
+        return f"{value:.3f}" if three else f"{value:.1f}"
     return str(value)
 
 
@@ -147,8 +148,9 @@ def markdown_table(records: Sequence[JsonRecord]) -> str:
     Keys whose values are lists or dicts (a ceiling record's `ops`) are left
     to the JSON.
 
-    Ratios (keys naming a ratio, intervals and `of_ceiling`) print with three decimals,
-    other floats with one, None as `n/a`.
+    Ratios (keys naming a ratio, intervals, `of_ceiling` and
+    `of_routed_ceiling`) print with three decimals, other floats with one,
+    None as `n/a`.
 
     Raises:
         ValueError: for an empty list or records of different kinds.

@@ -121,7 +121,8 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         `scale_loss` -> `tape.gradient` -> `apply` (which divides the
         gradients by the loss scale, skips the update if any is non-finite
         and adjusts the scale). With an optimizer that is not loss-scaled,
-        `scale_loss` returns the loss as it is.
+        `scale_loss` returns the loss as it is. `forward` runs in
+        `forward_scope` and `tape.gradient` in `gradient_scope` (`routing`).
 
         The update is a transaction, its `tfmp.transaction.Step` made here and
         handed to `forward` and then to the update. When the optimizer skips
@@ -152,7 +153,7 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         takes_step = bool(inspect.signature(forward).parameters)
         if not takes_step:
             _deprecated.warn("MixedPrecisionTrainer.optimize(forward())")
-        with tf.GradientTape() as tape:
+        with tf.GradientTape() as tape, self.forward_scope():
             loss, aux = forward(step) if takes_step else forward()
             scaled_loss = optimizer.scale_loss(loss)  # inside the tape: the gradient flows through the scale
         with self.gradient_scope():
@@ -161,30 +162,40 @@ class MixedPrecisionTrainer(_compat.ModelWorkarounds, keras.Model):
         return loss, aux
 
     @property
-    def float16_gradient_ops(self) -> frozenset[str]:
-        """The op types whose float16 gradients this trainer computes in float32 (`tfmp.cpu_kernels`).
+    def routing(self) -> cpu_kernels.Routing:
+        """What this trainer's step computes in float32 from 16-bit values (`tfmp.cpu_kernels.routing`).
 
-        Empty on a GPU and for networks without float16 layers; on a CPU,
-        the op types whose float16 gradient kernels measured pathological
-        here (`tfmp.cpu_kernels.float16_gradient_ops`). Decided by
-        `compile()`.
+        Nothing on a GPU or for float32 networks; on a CPU, float16's slow
+        gradients, and where bfloat16 is native, the bfloat16 ops measured
+        slower than float32's with the casts. Decided by `compile()`.
         """
-        if getattr(self, "_float16_gradient_ops", None) is None:
-            self.decide_gradient_routing()
-        return self._float16_gradient_ops
+        if getattr(self, "_routing", None) is None:
+            self.decide_routing()
+        return self._routing
 
-    def decide_gradient_routing(self) -> None:
-        """Sets `float16_gradient_ops` for this machine; `compile()` calls it.
+    @property
+    def float16_gradient_ops(self) -> frozenset[str]:
+        """The op types whose float16 gradients this trainer computes in float32 (`routing`)."""
+        return self.routing.float16_gradient_ops()
+
+    def decide_routing(self, routing: cpu_kernels.Routing | None = None) -> None:
+        """Sets `routing`: `routing` if given, else this machine's for the networks' types; `compile()` calls it.
 
         On a CPU this reads the kernel measurement (`tfmp.cpu_kernels.kernel_times`),
         making it now if no cache has it, rather than while a step is traced.
+        `tfmp.cpu_kernels.Routing()` routes nothing: TensorFlow's own kernels.
         """
-        routed = cpu_kernels.float16_gradient_ops() if computes_in_float16(self) else frozenset()
-        self._float16_gradient_ops = routed
+        if routing is None:
+            routing = cpu_kernels.routing({layer.compute_dtype for layer in _compat.all_layers(self)})
+        self._routing = routing
 
-    def gradient_scope(self) -> contextlib.AbstractContextManager[frozenset[str]]:
-        """The block `tape.gradient` runs in: `float16_gradient_ops` computed in float32."""
-        return cpu_kernels.float32_gradients(self.float16_gradient_ops)
+    def forward_scope(self) -> contextlib.AbstractContextManager[frozenset[tuple[str, str]]]:
+        """The block a step's forward pass is traced in: `routing.forward` computed in float32."""
+        return cpu_kernels.float32_forward(self.routing.forward)
+
+    def gradient_scope(self) -> contextlib.AbstractContextManager[frozenset[cpu_kernels.GradientRoute]]:
+        """The block `tape.gradient` runs in: `routing.gradients` computed in float32."""
+        return cpu_kernels.float32_gradients(self.routing.gradients)
 
     def compile_from_config(self, config: dict[str, Any]) -> None:
         """Compiles as `get_compile_config()` recorded (when a `.keras` file is loaded).

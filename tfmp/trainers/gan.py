@@ -231,7 +231,7 @@ class GANTrainer(MixedPrecisionTrainer):
         )
         self.generator_optimizer.build(self.generator.trainable_variables)
         self.discriminator_optimizer.build(self.discriminator.trainable_variables)
-        self.decide_gradient_routing()
+        self.decide_routing()
 
     def sample_noise(self, batch_size: int | tf.Tensor) -> tf.Tensor:
         """Noise uniform in [-1, 1], float32 `(batch_size, latent_dim)`.

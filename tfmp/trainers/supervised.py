@@ -101,7 +101,7 @@ class Trainer(MixedPrecisionTrainer):
         )
         # Built now rather than at the first step, so its state can be restored first.
         self.optimizer.build(self.trainable_variables)
-        self.decide_gradient_routing()
+        self.decide_routing()
 
     @property
     def networks(self) -> dict[str, keras.Model]:
