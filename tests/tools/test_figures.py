@@ -370,7 +370,8 @@ def test_at_most_a_third_of_the_quoted_figures_may_come_from_records_without_the
     page = tmp_path / "page.md"
     # A block entry counts as a figure, and a figure repeated counts as often as it is quoted.
     page.write_text(
-        f"{old} and {new}.\n\nAgain {new}, and 197.4 img/s.\n<!-- figures:\n197.4 bench data.rows[1].images_per_sec\n-->\n"
+        f"{old} and {new}.\n\nAgain {new}, and 197.4 img/s.\n"
+        "<!-- figures:\n197.4 bench data.rows[1].images_per_sec\n-->\n"
     )
     assert figures.figure_kinds([str(page)], str(records)) == {
         "measured": 3,
