@@ -2,7 +2,7 @@
 
     python tools/docs_figures.py                      # all four figures
     python tools/docs_figures.py --only=benchmark     # one of tensorboard, benchmark, memory, parity
-    python tools/docs_figures.py --only=parity --parity_records=parity.json
+    python tools/docs_figures.py --only=parity --parity_records=parity.json   # a run's --json_out, or a record
     python tools/docs_figures.py --only=tensorboard --tensorboard_logs=DIR   # kept runs, no training
 
 The benchmark, memory and parity charts are drawn from a committed record, the same file the pages'
@@ -15,7 +15,8 @@ disagree:
 - memory: the step memory (`step_mb`) of each model and precision in the same record, from
   TensorFlow's allocator, labelled with its ratio to float32's;
 - parity: each arm's accuracy gap to float32 with its 95% interval, against the +-1-point band, from
-  `PARITY_RECORD` (the k-fold sweep), or from `tfmp-parity --json_out` records (`--parity_records`);
+  the `tfmp-parity --json_out` rows that the measured record `PARITY_RECORD` (the k-fold sweep of today's
+  tfmp) holds, or from another such file or record (`--parity_records`);
 - tensorboard: two classifier runs on the embedded digits (float32, and mixed_float16 with dynamic
   loss scaling, whose first steps overflow and are skipped), shown by TensorBoard itself (headless
   Chromium screenshot of the loss, `loss_scale` and `skipped_steps` curves, every tick label drawn
@@ -57,7 +58,6 @@ from tfmp.run import parity, reporting
 __all__ = [
     "BENCHMARK_RECORD",
     "FIGURES",
-    "PARITY_PART",
     "PARITY_RECORD",
     "TENSORBOARD_TAGS",
     "ArmGap",
@@ -116,12 +116,11 @@ TENSORBOARD_RUNS = (
 RECORDS = os.path.join(REPO, "docs", "records")
 # The benchmark run both charts are drawn from, and the parity sweep of the parity chart.
 BENCHMARK_RECORD = os.path.join(RECORDS, "avx512bf16-compare.json")
-PARITY_RECORD = os.path.join(RECORDS, "history.json")
-# The sweep's part of the history record (one part per former record, `parts` and `data` keyed alike).
-PARITY_PART = "avx512bf16-parity-sweep"
-# The arms the pages' table shows beside the chart (the sweep's fourth, float16 at a scale of 256, is in
-# NUMERICS.md's full table only).
-PARITY_ARMS = ("float32, Keras BatchNorm (the floor)", "mixed_float16", "mixed_bfloat16")
+# A measured record: its `data.records` are the sweep's --json_out rows whole, its `data.arms` the gaps the
+# pages quote, computed from those rows as the chart computes them.
+PARITY_RECORD = os.path.join(RECORDS, "avx2-parity-sweep.json")
+# The arms the pages' table shows beside the chart, in the chart's order (top to bottom).
+PARITY_ARMS = ("mixed_float16", "mixed_bfloat16")
 _LABELS = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 _COLORS = {"float32": "tab:blue", "mixed_bfloat16": "tab:green", "mixed_float16": "tab:orange"}
 _MODELS = {"gan": "GAN", "mobilenet_v2": "MobileNetV2", "resnet50": "ResNet-50"}
@@ -500,15 +499,21 @@ def _measure(record_path: str, workdir: str) -> None:
 
 
 def load_parity_records(path: str) -> list[parity.ParityRecord]:
-    """Reads the records `tfmp-parity --json_out` wrote.
+    """Reads the records `tfmp-parity --json_out` wrote: the file itself, or a measured record of docs/records/
+    that holds such a file whole in `data.records`.
 
     Raises:
         ValueError: when the file holds no list of records.
     """
     with open(path) as f:
         rows = json.load(f)
+    if isinstance(rows, dict) and isinstance(rows.get("data"), dict):
+        rows = rows["data"].get("records")
     if not isinstance(rows, list) or not rows:
-        raise ValueError(f"{path} holds no parity records (a JSON list of tfmp-parity's records). Received: {rows!r}")
+        raise ValueError(
+            f"{path} holds no parity records (a JSON list of tfmp-parity's records, or a record with them in "
+            f"data.records). Received: {rows!r}"
+        )
     by_epoch = ("accuracy_by_epoch", "loss_by_epoch")
     return [parity.ParityRecord(**{**row, **{key: tuple(row[key]) for key in by_epoch}}) for row in rows]
 
@@ -546,16 +551,14 @@ def gaps_of_records(records: Sequence[parity.ParityRecord]) -> list[ArmGap]:
 
 
 def record_sweep(path: str = PARITY_RECORD) -> list[ArmGap]:
-    """The arms of a parity sweep record (docs/records/): per arm its units, mean accuracy gap and 95% interval.
+    """The arms of a measured parity record (docs/records/), computed from the `tfmp-parity --json_out` rows it
+    holds (`data.records`): per arm its units, mean accuracy gap and 95% interval.
 
     Raises:
-        ValueError: when the record has no arms.
+        ValueError: when the record holds no parity records.
     """
-    data = load_record(path)["data"]
-    arms = data.get(PARITY_PART, data).get("arms")
-    if not arms:
-        raise ValueError(f"{path}: the record has no arms (data.arms).")
-    return [ArmGap(a["arm"], a["units"], a["accuracy_gap"], a["low"], a["high"]) for a in arms]
+    load_record(path)
+    return gaps_of_records(load_parity_records(path))
 
 
 def _arm_color(arm: str) -> str:
@@ -640,17 +643,22 @@ def _arm_label(arm: str) -> str:
 
 
 def make_parity(out: str, records_path: str | None = None) -> str:
-    """Plots `records_path`'s parity records, or the sweep record `PARITY_RECORD`; returns the PNG path."""
+    """Plots the parity records of `records_path` (a `tfmp-parity --json_out` file, or a record holding one in
+    `data.records`), by default those of the sweep record `PARITY_RECORD`; returns the PNG path."""
     path = os.path.join(out, "parity.png")
-    if records_path is not None:
-        gaps = gaps_of_records(load_parity_records(records_path))
-        return plot_parity(gaps, path, title=f"tfmp-parity --json_out={records_path}")
-    record = load_record(PARITY_RECORD)
-    part = record.get("parts", {}).get(PARITY_PART, record)
-    machine = part["machine"].split(" (")[0]
-    title = f"k-fold sweep, MobileNetV2 on digits\n{machine}\nmeasured before (record: history)"
-    arms = [gap for gap in record_sweep() if gap.arm in PARITY_ARMS]
-    return plot_parity(arms, path, title=title)
+    source = records_path or PARITY_RECORD
+    gaps = gaps_of_records(load_parity_records(source))
+    with open(source) as f:
+        held = json.load(f)
+    if not isinstance(held, dict):
+        return plot_parity(gaps, path, title=f"tfmp-parity --json_out={source}")
+    record = load_record(source)
+    machine = record["machine"].split(" (")[0]
+    where = f"{machine}, {record['cpu_class']}" if record.get("cpu_class") else machine
+    name = os.path.basename(source).removesuffix(".json")
+    title = f"k-fold sweep, MobileNetV2 on digits\n{where}\ntfmp {record['tfmp_commit'][:7]} (record: {name})"
+    order = {arm: i for i, arm in enumerate(PARITY_ARMS)}
+    return plot_parity(sorted(gaps, key=lambda gap: order.get(gap.arm, len(order))), path, title=title)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -662,7 +670,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=IMAGES, help="Directory of the PNGs (default: docs/images).")
     parser.add_argument("--workdir", default=None, help="Directory of the runs (default: a new temporary one).")
     parser.add_argument(
-        "--parity_records", default=None, help="Plot these tfmp-parity --json_out records instead of the sweep's."
+        "--parity_records",
+        default=None,
+        help="Plot these tfmp-parity --json_out records (the file, or a record holding it) instead of the sweep's.",
     )
     parser.add_argument(
         "--measure", action="store_true", help="Rerun the benchmark record's command first and rewrite the record."

@@ -31,6 +31,11 @@ The check finds each number in the paragraph above and compares it with its reco
 A sample output (a fenced block of console text) carries `<!-- sample: RECORD KEY -->` on the line
 before it: each line of the block, other than `...`, must be a line of the record's text, in order.
 
+Run on README.md and docs/ (no paths given), the check also counts the quoted figures by the kind of the
+record each names (`figure_kinds`: every comment and block entry once, a repeated figure as often as it is
+quoted) and fails when more than a third (`UNKEPT_FIGURE_SHARE`) come from `transcribed` or `history`
+records, which do not hold their command's output.
+
 The mkdocs build runs the same check on every page (docs/_ext/quoted_figures.py), and
 tests/docs/test_quoted_figures.py on README.md and every page.
 
@@ -84,6 +89,10 @@ __all__ = [
     "KINDS",
     "HISTORY_PAGES",
     "MEASURED_SHARE",
+    "UNKEPT_KINDS",
+    "UNKEPT_FIGURE_SHARE",
+    "figure_kinds",
+    "figure_share_problems",
     "record_names",
     "record_problems",
     "CPU_CLASSES",
@@ -115,6 +124,10 @@ REQUIRED_FIELDS = ("kind", "machine", "command", "tfmp_commit", "date", "source"
 KINDS = ("measured", "transcribed", "quoted", "history")
 # The share of records that must hold their command's raw output.
 MEASURED_SHARE = 0.6
+# The kinds of record that do not hold their command's output, and the largest share of the quoted figures
+# (README.md and docs/) that may come from them: a reader should mostly read what a kept run printed.
+UNKEPT_KINDS = ("transcribed", "history")
+UNKEPT_FIGURE_SHARE = 1 / 3
 # Pages that may quote the `history` record: README and the reports, which say where a figure was measured
 # before, the contributors' page of what was measured before, and the CHANGELOG. Not the guides.
 HISTORY_PAGES = ("README.md", "docs/PERFORMANCE.md", "docs/NUMERICS.md", "docs/measured-before.md", "CHANGELOG.md")
@@ -879,6 +892,38 @@ def quantity_problems(paths: Iterable[str]) -> list[Problem]:
     return problems
 
 
+def figure_kinds(paths: Iterable[str], records: str | None = None) -> dict[str, int]:
+    """How many figures `paths` quote from records of each kind (`KINDS`).
+
+    Every figure comment and every entry of a figures block is one quoted figure, counted by the `kind` of the
+    record it names (`records`, default `RECORDS`), as often as a page quotes it: a figure repeated on two
+    pages counts twice. A figure naming no readable record is not counted (`check_files` reports it).
+    """
+    counts = dict.fromkeys(KINDS, 0)
+    for *_, source, _ in _quotes(paths):
+        try:
+            kind = load_record(source.split()[0], records)["kind"]
+        except (OSError, ValueError):
+            continue
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def figure_share_problems(paths: Iterable[str], records: str | None = None) -> list[str]:
+    """A problem if more than `UNKEPT_FIGURE_SHARE` of the figures `paths` quote come from records that do not
+    hold their command's output (`UNKEPT_KINDS`), counted by `figure_kinds`; else none."""
+    counts = figure_kinds(paths, records)
+    total = sum(counts.values())
+    unkept = sum(counts.get(kind, 0) for kind in UNKEPT_KINDS)
+    if total and unkept > UNKEPT_FIGURE_SHARE * total:
+        by_kind = ", ".join(f"{counts.get(kind, 0)} {kind}" for kind in UNKEPT_KINDS)
+        return [
+            f"{unkept} of {total} quoted figures ({unkept / total:.0%}) come from records without their command's "
+            f"output ({by_kind}); at most {UNKEPT_FIGURE_SHARE:.0%} may"
+        ]
+    return []
+
+
 def check_files(paths: Iterable[str]) -> list[Problem]:
     """`check_file` of each path, and `quantity_problems` across them."""
     paths = list(paths)
@@ -890,7 +935,8 @@ _UNRECORDED = re.compile(r"quoted with no figure comment|with a throughput and n
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Checks the given files (default: `covered_files()`); prints each problem; 1 if any."""
+    """Checks the given files (default: `covered_files()`, and then also `figure_share_problems` over them);
+    prints each problem and the count of quoted figures by their record's kind; 1 if any problem."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", help="Markdown files (default: README.md and docs/).")
     args = parser.parse_args(argv)
@@ -898,13 +944,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = check_files(paths)
     for problem in problems:
         print(problem)
+    share = [] if args.paths else figure_share_problems(paths)
+    for problem in share:
+        print(problem)
     quoted = len(_quotes(paths))
     unrecorded = sum(1 for problem in problems if _UNRECORDED.search(problem.message))
+    counts = figure_kinds(paths)
+    by_kind = ", ".join(f"{n} {kind}" for kind, n in counts.items())
     print(
-        f"{quoted} quoted figures in {len(paths)} files; {len(problems) - unrecorded} differ from their records, "
-        f"{unrecorded} without a record"
+        f"{quoted} quoted figures in {len(paths)} files ({by_kind}); {len(problems) - unrecorded} differ from "
+        f"their records, {unrecorded} without a record"
     )
-    return 1 if problems else 0
+    return 1 if problems or share else 0
 
 
 if __name__ == "__main__":

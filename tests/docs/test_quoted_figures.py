@@ -72,3 +72,7 @@ def test_the_build_hook_fails_a_guide_with_unmarked_points():
     page = types.SimpleNamespace(file=types.SimpleNamespace(src_path="guides/page.md"))
     with pytest.raises(PluginError, match="'-0.64 points' quoted with no figure comment"):
         hook.on_page_markdown("The fused layer averaged -0.64 points.\n", page=page)
+
+
+def test_at_most_a_third_of_the_quoted_figures_come_from_transcribed_or_history_records():
+    assert figures.figure_share_problems(figures.covered_files()) == [], figures.figure_kinds(figures.covered_files())

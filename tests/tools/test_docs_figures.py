@@ -116,8 +116,14 @@ def test_the_committed_records_draw_the_charts():
     # docs/images/benchmark.png, memory.png and parity.png are drawn from these records.
     record = docs_figures.load_record(docs_figures.BENCHMARK_RECORD)
     assert {r["model"] for r in record["data"]["rows"]} >= {"gan", "mobilenet_v2"}
-    arms = [gap.arm for gap in docs_figures.record_sweep()]
-    assert arms[1:3] == ["mixed_float16", "mixed_bfloat16"] and len(arms) == 4
+    # The parity chart computes its arms from the sweep's own --json_out rows, as the record's `data.arms`
+    # (which the pages quote) were computed: the two agree to the digits quoted.
+    sweep = docs_figures.load_record(docs_figures.PARITY_RECORD)
+    assert sweep["kind"] == "measured" and "data.records" in sweep["raw"]
+    drawn = [(g.arm, g.units, round(g.mean, 2), round(g.low, 2), round(g.high, 2)) for g in docs_figures.record_sweep()]
+    quoted = [(a["arm"], a["units"], a["accuracy_gap"], a["low"], a["high"]) for a in sweep["data"]["arms"]]
+    assert drawn == quoted
+    assert [arm for arm, *_ in drawn] == list(docs_figures.PARITY_ARMS)
 
 
 def test_parity_records_round_trip_through_json(tmp_path):
@@ -126,6 +132,23 @@ def test_parity_records_round_trip_through_json(tmp_path):
     path = tmp_path / "parity.json"
     path.write_text(json.dumps([r.to_json() for r in _records()]))
     assert docs_figures.load_parity_records(str(path)) == _records()
+
+
+def test_parity_records_are_read_from_a_record_that_holds_them(tmp_path):
+    import json
+
+    path = tmp_path / "sweep.json"
+    record = {
+        "kind": "measured",
+        "machine": "m",
+        "command": "c",
+        "data": {"records": [r.to_json() for r in _records()]},
+    }
+    path.write_text(json.dumps(record))
+    assert docs_figures.load_parity_records(str(path)) == _records()
+    path.write_text(json.dumps({**record, "data": {"arms": []}}))
+    with pytest.raises(ValueError, match="holds no parity records"):
+        docs_figures.load_parity_records(str(path))
 
 
 def test_load_parity_records_refuses_an_empty_file(tmp_path):
@@ -148,10 +171,11 @@ def test_tensorboard_url_filters_exactly_the_tags():
 def test_the_parity_chart_shows_the_arms_of_the_table_beside_it_in_their_precisions_colours():
     numerics = (pathlib.Path(docs_figures.REPO) / "docs" / "NUMERICS.md").read_text()
     table = numerics[numerics.index("## What to expect") : numerics.index("[![Accuracy gap")]
-    shown = set(re.findall(r'arms\[arm="([^"]+)"\]', table))
-    assert shown == set(docs_figures.PARITY_ARMS)
+    shown = set(re.findall(r'figure: ([\w-]+) data\.arms\[arm="([^"]+)"\]', table))
+    record = pathlib.Path(docs_figures.PARITY_RECORD).stem
+    assert shown == {(record, arm) for arm in docs_figures.PARITY_ARMS}
     colors = [docs_figures._arm_color(arm) for arm in docs_figures.PARITY_ARMS]
-    assert colors == [docs_figures._COLORS[p] for p in ("float32", "mixed_float16", "mixed_bfloat16")]
+    assert colors == [docs_figures._COLORS[p] for p in ("mixed_float16", "mixed_bfloat16")]
 
 
 def test_every_picture_is_drawn_narrow_enough_to_read_at_420_px():

@@ -352,3 +352,38 @@ def test_the_slowest_kernel_is_read_from_a_cpu_note_in_a_record_s_output():
     assert figures.lookup(record, "slowest_kernel(data.terminal.1)") == 1.9
     with pytest.raises(KeyError, match="names no slowest kernel"):
         figures.lookup(record, "slowest_kernel(data.terminal.0)")
+
+
+def test_at_most_a_third_of_the_quoted_figures_may_come_from_records_without_their_output(records, tmp_path):
+    history = {
+        "kind": "history",
+        "machine": "a machine the project no longer has",
+        "command": "python3 scripts/benchmark.py --models=gan",
+        "tfmp_commit": "0" * 40,
+        "date": "2026-11-01",
+        "source": "transcribed from an earlier report",
+        "data": {"ratio": 0.61},
+    }
+    (records / "old.json").write_text(json.dumps(history))
+    old = "0.61x<!-- figure: old data.ratio -->"
+    new = "0.93x<!-- figure: bench data.rows[1].ratio_to_float32 -->"
+    page = tmp_path / "page.md"
+    # A block entry counts as a figure, and a figure repeated counts as often as it is quoted.
+    page.write_text(
+        f"{old} and {new}.\n\nAgain {new}, and 197.4 img/s.\n"
+        "<!-- figures:\n197.4 bench data.rows[1].images_per_sec\n-->\n"
+    )
+    assert figures.figure_kinds([str(page)], str(records)) == {
+        "measured": 3,
+        "transcribed": 0,
+        "quoted": 0,
+        "history": 1,
+    }
+    assert figures.figure_share_problems([str(page)], str(records)) == []
+    page.write_text(f"{old} and {new}; {old} again.\n")
+    assert figures.figure_share_problems([str(page)], str(records)) == [
+        "2 of 3 quoted figures (67%) come from records without their command's output (0 transcribed, 2 history); "
+        "at most 33% may"
+    ]
+    page.write_text(f"{old} and {new}; {new} again.\n")  # one of three: exactly the limit
+    assert figures.figure_share_problems([str(page)], str(records)) == []
