@@ -37,9 +37,9 @@ class HandWritten:
     optimizers: tuple[keras.optimizers.Optimizer, ...]
 
 
-def _routed_ops(precision: str) -> frozenset[str]:
-    """The ops whose float16 gradients a user's step on this machine computes in float32, as the trainer's does."""
-    return cpu_kernels.float16_gradient_ops() if precision == "mixed_float16" else frozenset()
+def _routing(precision: str) -> cpu_kernels.Routing:
+    """What a user's step on this machine computes in float32 from 16-bit values, as the trainer's does."""
+    return cpu_kernels.routing({keras.DTypePolicy(precision).compute_dtype})
 
 
 def _optimizer(
@@ -57,14 +57,14 @@ def _update(
     optimizer: keras.optimizers.Optimizer,
     variables: Sequence[keras.Variable],
     loss_fn: Callable[[], tf.Tensor],
-    routed: frozenset[str],
+    routing: cpu_kernels.Routing,
 ) -> tf.Tensor:
     # Written out rather than shared with tfmp.trainers: this is the baseline
     # the trainer is measured against, so it must not run the trainer's code.
-    with tf.GradientTape() as tape:
+    with tf.GradientTape() as tape, cpu_kernels.float32_forward(routing.forward):
         loss = loss_fn()
         scaled_loss = optimizer.scale_loss(loss)  # the loss as it is for an optimizer that is not loss-scaled
-    with cpu_kernels.float32_gradients(routed):
+    with cpu_kernels.float32_gradients(routing.gradients):
         grads = tape.gradient(scaled_loss, variables)
     optimizer.apply(grads, variables)  # a LossScaleOptimizer divides by the scale
     return loss
@@ -88,7 +88,7 @@ def supervised(
     """
     variables = network.trainable_variables
     optimizer = _optimizer(optimizer, precision, variables)
-    routed = _routed_ops(precision)
+    routing = _routing(precision)
     loss_fn = keras.losses.get(loss)
     if not isinstance(loss_fn, keras.losses.Loss):  # a loss function, by name: the batch's mean, as Keras's Loss
         per_example = loss_fn
@@ -103,7 +103,7 @@ def supervised(
     def step(batch):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(batch)
         return _update(
-            optimizer, variables, lambda: loss_fn(y, network(x, training=True), sample_weight=sample_weight), routed
+            optimizer, variables, lambda: loss_fn(y, network(x, training=True), sample_weight=sample_weight), routing
         )
 
     return HandWritten(step, (optimizer,))
@@ -133,7 +133,7 @@ def gan(
     noise_seed = keras.random.SeedGenerator(seed)
     latent_dim = int(generator.input_shape[-1])
     softening, swap = trainer.label_softening, trainer.label_swap_fraction
-    routed = _routed_ops(precision)
+    routing = _routing(precision)
 
     def noise(batch_size):
         return keras.random.uniform((batch_size, latent_dim), minval=-1.0, maxval=1.0, seed=noise_seed)
@@ -146,12 +146,13 @@ def gan(
         batch_size = tf.shape(real)[0]
         real_target = tf.fill((batch_size, 1), tf.constant(softening, tf.float32))
         g_loss = _update(
-            g_opt, g_vars, lambda: bce(real_target, logits(generator(noise(batch_size), training=True))), routed
+            g_opt, g_vars, lambda: bce(real_target, logits(generator(noise(batch_size), training=True))), routing
         )
-        fake = generator(noise(batch_size), training=True)
+        with cpu_kernels.float32_forward(routing.forward):
+            fake = generator(noise(batch_size), training=True)
         real_labels, fake_labels = trainers.discriminator_labels(batch_size, softening, swap)
         d_loss = _update(
-            d_opt, d_vars, lambda: 0.5 * (bce(real_labels, logits(real)) + bce(fake_labels, logits(fake))), routed
+            d_opt, d_vars, lambda: 0.5 * (bce(real_labels, logits(real)) + bce(fake_labels, logits(fake))), routing
         )
         return g_loss, d_loss
 
